@@ -1,0 +1,15 @@
+// The kvmesh subcommands: each registers its flags and runs when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace kvmesh::cli {
+
+// Registers a subcommand on `app`; `run` is set to its body, which returns
+// the process exit code.
+void add_hash(CLI::App& app, std::function<int()>& run);
+void add_engine(CLI::App& app, std::function<int()>& run);
+
+}  // namespace kvmesh::cli

@@ -1,0 +1,39 @@
+// Block hashing compatible with NVIDIA Dynamo's KV router: per-block local
+// hashes and chained sequence hashes over token ids.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace kvmesh {
+
+// Seed of every block hash, as Dynamo uses it.
+inline constexpr uint64_t block_hash_seed = 1337;
+
+struct block_hash {
+  uint64_t local = 0;  // hash of this block's tokens alone
+  uint64_t seq = 0;    // hash of the whole prefix ending at this block
+};
+
+// Seed of the local hashes for a salt or LoRA name: block_hash_seed +
+// XXH3_64(name, seed 0) (wrapping); the plain seed when the name is empty.
+uint64_t block_hash_seed_for(std::string_view salt);
+
+// Hashes the full blocks of `tokens` (a trailing partial block is not hashed).
+// Errors: block_tokens == 0 (invalid_argument); no tokens (empty_input).
+// Fewer tokens than one block yields an empty list, not an error.
+expected<std::vector<block_hash>> hash_blocks(const uint32_t* tokens,
+                                              size_t count,
+                                              uint32_t block_tokens,
+                                              std::string_view salt = {});
+
+inline expected<std::vector<block_hash>> hash_blocks(
+  const std::vector<uint32_t>& tokens, uint32_t block_tokens,
+  std::string_view salt = {}) {
+  return hash_blocks(tokens.data(), tokens.size(), block_tokens, salt);
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,134 @@
+// The engine model: a simulated GPU serving an LLM with continuous batching,
+// chunked prefill, prefix caching over tiered KV blocks and preemption, timed
+// by fitted polynomials. Driven by a clock it is given (virtual or wall).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/tiered_cache.hpp"
+
+namespace kvmesh {
+
+struct engine_config {
+  uint32_t block_tokens = 64;
+  uint32_t max_num_batched_tokens = 8192;
+  uint32_t max_num_seqs = 256;
+  cache_config cache{16384, 0, 0};
+  double speed = 1.0;         // this GPU's speed; times divide by it
+  double model_factor = 1.0;  // a larger model is slower per token
+  // Host and disk hits are loaded, not recomputed: a block of block_tokens
+  // tokens at kv_bytes_per_token bytes each, over the tier's bandwidth.
+  double kv_bytes_per_token = 131072;  // 8B-class model, fp16 KV
+  double host_bandwidth = 25e9;        // bytes per second (PCIe 4 x16)
+  double disk_bandwidth = 3e9;         // bytes per second (NVMe)
+};
+
+struct engine_request {
+  uint64_t id = 0;
+  uint32_t prompt_tokens = 0;
+  uint32_t output_tokens = 1;
+  // Chained hashes of the prompt's blocks, first block first. At most
+  // ceil(prompt_tokens / block_tokens); blocks past the list are computed
+  // but never cached (an unhashed partial tail).
+  std::vector<uint64_t> blocks;
+};
+
+struct engine_event {
+  enum kind_t : uint8_t {
+    stored,       // block `hash` entered tier `where`
+    removed,      // block `hash` left tier `where`
+    progress,     // request's prefill has `remaining` tokens left
+    first_token,  // request's prefill is done; hits say what it reused
+    finished,     // request's last token
+    preempted,    // request lost its blocks and waits to be recomputed
+  };
+  kind_t kind;
+  tier where = tier::gpu;
+  uint64_t hash = 0;
+  uint64_t request = 0;
+  double time_ms = 0;
+  uint32_t remaining = 0;
+  uint32_t hits[tier_count] = {0, 0, 0};  // first_token: reused blocks
+};
+
+// Step-time model (milliseconds) before speed, model factor and loads.
+double prefill_ms(double new_tokens);
+double decode_ms(double kv_fraction);
+
+class engine {
+ public:
+  static expected<engine> make(const engine_config& cfg);
+
+  // Queues a request that arrived at now_ms. Errors name the bad field.
+  status submit(engine_request req, double now_ms);
+
+  // Plans and starts one step at now_ms; returns when it ends, or nothing
+  // when there is no work. Call finish_step() at that time before the next
+  // start_step().
+  std::optional<double> start_step(double now_ms);
+  // Completes the running step: computed blocks become cached, tokens are
+  // generated; appends what happened to `out`.
+  void finish_step(std::vector<engine_event>& out);
+
+  bool busy() const { return !running_.empty() || !waiting_.empty(); }
+  bool in_step() const { return step_end_ >= 0; }
+  size_t waiting() const { return waiting_.size(); }
+  size_t running() const { return running_.size(); }
+  // Prompt tokens not yet prefilled, over waiting and running sequences.
+  uint64_t pending_prefill_tokens() const;
+  uint64_t preemptions() const { return preemptions_; }
+  uint64_t steps() const { return steps_; }
+  const tiered_cache& cache() const { return cache_; }
+  tiered_cache& cache() { return cache_; }
+  const engine_config& config() const { return cfg_; }
+  void set_speed(double speed) { cfg_.speed = speed; }
+  // Time to load one block from a tier (0 for GPU).
+  double load_ms(tier t) const;
+
+ private:
+  struct sequence {
+    engine_request req;
+    double arrival_ms = 0;
+    uint32_t generated = 0;       // output tokens produced so far
+    bool first_token_sent = false;
+    bool admitted = false;
+    uint32_t held = 0;            // req.blocks[0, held) are referenced
+    uint32_t anon = 0;            // anonymous GPU blocks held
+    uint32_t done_tokens = 0;     // tokens of the context in the KV cache
+    uint32_t prefill_end = 0;     // context length to prefill at admission
+    uint32_t chunk = 0;           // tokens scheduled in the current step
+    bool decoding = false;        // scheduled for a decode token this step
+    uint32_t hits[tier_count] = {0, 0, 0};
+  };
+
+  explicit engine(const engine_config& cfg, tiered_cache cache);
+  uint32_t context_tokens(const sequence& s) const {
+    return s.req.prompt_tokens + s.generated;
+  }
+  uint32_t blocks_for(uint32_t tokens) const {
+    return (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;
+  }
+  bool admit(uint32_t slot, double& load_ms);
+  void release_blocks(sequence& s);
+  void preempt(uint32_t slot);
+  void flush_cache_events(double t);
+
+  engine_config cfg_;
+  tiered_cache cache_;
+  std::vector<sequence> seqs_;
+  std::vector<uint32_t> free_;
+  std::deque<uint32_t> waiting_;
+  std::vector<uint32_t> running_;  // in admission order
+  std::vector<cache_event> cache_events_;
+  std::vector<engine_event> pending_;  // events of the step in progress
+  double step_start_ = -1;
+  double step_end_ = -1;
+  uint64_t preemptions_ = 0;
+  uint64_t steps_ = 0;
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,74 @@
+// Bids and prices: a worker's bid for a request, and its conversion to a
+// price in cache blocks with a breakdown per bidder (see docs/pricing.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvmesh {
+
+// What a worker reports for one request, from its own exact state.
+struct bid {
+  uint32_t worker = 0;          // the bidder
+  uint32_t gpu = 0;             // matched prefix blocks per tier (m_g, m_h,
+  uint32_t host = 0;            // m_d): each block in its best tier, up to the
+  uint32_t disk = 0;            // first block no tier holds
+  double queued = 0;            // accepted, unprefilled read work (blocks)
+  double reserved = 0;          // read work of open bids (blocks)
+  uint64_t active = 0;          // GPU blocks held by running sequences
+  uint32_t active_overlap = 0;  // this request's blocks among them
+  uint64_t capacity = 0;        // GPU blocks
+  double speed = 1.0;           // prefill speed relative to the reference GPU
+};
+
+// Every weight of the price, in one place; all can change at run time.
+struct price_config {
+  double c_host = 0.75;  // credit of a block found in host memory
+  double c_disk = 0.25;  // credit of a block found on disk
+  double beta = 1.0;     // weight of occupancy (space)
+  double k = 1.0;        // decay of GPU credit with excess queue, per request
+                         // size; 0 turns the decay off (Dynamo's default)
+  double overflow = 1.0; // price per block of space beyond capacity
+  double overload_ceiling = 0;  // cheapest price per request block above
+                                // which the fleet is saturated; 0: never
+};
+
+// Why a bidder got its price.
+struct price_breakdown {
+  uint32_t worker = 0;
+  double read = 0;         // queued + reserved + n - credit
+  double credit_gpu = 0;   // c_gpu * m_g
+  double credit_host = 0;  // c_host * m_h
+  double credit_disk = 0;  // c_disk * m_d
+  double space = 0;        // active - active_overlap + n + o
+  double speed = 1.0;
+  double overflow = 0;     // overflow penalty
+  double price = 0;
+  double delta = 0;        // price minus the baseline (emptiest) bidder's
+};
+
+inline constexpr size_t no_winner = SIZE_MAX;
+
+// Prices `count` bids for a request of n prompt blocks and o expected output
+// blocks into out[0..count) and returns the winner's index (lowest price;
+// ties: smaller read, then uniformly at random from rng_state), or no_winner
+// when count is 0. Allocation-free.
+size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
+                  const bid* bids, size_t count, price_breakdown* out,
+                  uint64_t& rng_state);
+
+// Whether the cheapest price says the fleet is saturated.
+inline bool saturated(const price_config& cfg, uint32_t n, double price) {
+  return cfg.overload_ceiling > 0
+         && price > cfg.overload_ceiling * (n > 0 ? n : 1);
+}
+
+// splitmix64: a tiny deterministic generator for tie-breaking.
+inline uint64_t next_random(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,308 @@
+// Tiered KV cache: LRU per tier, offload on eviction, reference counts.
+#include "core/tiered_cache.hpp"
+
+#include <string>
+
+namespace kvmesh {
+
+const char* to_string(tier t) {
+  switch (t) {
+    case tier::gpu: return "gpu";
+    case tier::host: return "host";
+    case tier::disk: return "disk";
+  }
+  return "unknown";
+}
+
+expected<tiered_cache> tiered_cache::make(const cache_config& cfg) {
+  if (cfg.gpu_blocks == 0)
+    return make_error(ec::invalid_argument,
+                      "GPU capacity must be at least 1 block");
+  if (cfg.gpu_blocks >= UINT32_MAX / 2 || cfg.host_blocks >= UINT32_MAX / 2
+      || cfg.disk_blocks >= UINT32_MAX / 2)
+    return make_error(ec::invalid_argument,
+                      "a tier capacity above 2^31 blocks is not supported");
+  return tiered_cache{cfg};
+}
+
+tiered_cache::tiered_cache(const cache_config& cfg) {
+  cap_ = {cfg.gpu_blocks, cfg.host_blocks, cfg.disk_blocks};
+}
+
+void tiered_cache::link_front(lru& l, uint32_t e) {
+  entry& en = entries_[e];
+  en.prev = nil;
+  en.next = l.head;
+  if (l.head != nil)
+    entries_[l.head].prev = e;
+  l.head = e;
+  if (l.tail == nil)
+    l.tail = e;
+  ++l.count;
+}
+
+void tiered_cache::unlink(lru& l, uint32_t e) {
+  entry& en = entries_[e];
+  if (en.prev != nil)
+    entries_[en.prev].next = en.next;
+  else
+    l.head = en.next;
+  if (en.next != nil)
+    entries_[en.next].prev = en.prev;
+  else
+    l.tail = en.prev;
+  en.prev = en.next = nil;
+  --l.count;
+}
+
+uint32_t tiered_cache::new_entry(uint64_t hash, tier t) {
+  uint32_t e;
+  if (!free_.empty()) {
+    e = free_.back();
+    free_.pop_back();
+  } else {
+    e = static_cast<uint32_t>(entries_.size());
+    entries_.emplace_back();
+  }
+  entries_[e] = entry{hash, nil, nil, 0, t};
+  map_.put(hash, e);
+  return e;
+}
+
+void tiered_cache::drop_entry(uint32_t e) {
+  map_.erase(entries_[e].hash);
+  free_.push_back(e);
+}
+
+bool tiered_cache::make_room(tier t) {
+  const size_t i = idx(t);
+  if (used_[i] < cap_[i])
+    return true;
+  lru& l = list(t);
+  const uint32_t victim = l.tail;
+  if (victim == nil)
+    return false;
+  unlink(l, victim);
+  --used_[i];
+  emit(cache_event::removed, t, entries_[victim].hash);
+  if (i + 1 < tier_count && cap_[i + 1] > 0) {
+    const tier below = static_cast<tier>(i + 1);
+    if (make_room(below)) {
+      entries_[victim].where = below;
+      link_front(list(below), victim);
+      ++used_[i + 1];
+      emit(cache_event::stored, below, entries_[victim].hash);
+      return true;
+    }
+  }
+  drop_entry(victim);
+  return true;
+}
+
+tier_match tiered_cache::match(const uint64_t* chain, size_t n) const {
+  tier_match m;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t e = map_.find(chain[i]);
+    if (e == block_map::npos)
+      break;
+    const entry& en = entries_[e];
+    switch (en.where) {
+      case tier::gpu:
+        ++m.gpu;
+        m.active_overlap += en.refs > 0;
+        break;
+      case tier::host: ++m.host; break;
+      case tier::disk: ++m.disk; break;
+    }
+  }
+  return m;
+}
+
+bool tiered_cache::find(uint64_t hash, tier* where) const {
+  const uint32_t e = map_.find(hash);
+  if (e == block_map::npos)
+    return false;
+  if (where)
+    *where = entries_[e].where;
+  return true;
+}
+
+bool tiered_cache::store(uint64_t hash, tier t) {
+  if (cap_[idx(t)] == 0)
+    return false;
+  const uint32_t e = map_.find(hash);
+  if (e != block_map::npos) {
+    entry& en = entries_[e];
+    if (en.where == t || idx(en.where) < idx(t)) {
+      // Already in this tier or a better one: it counts where it is best.
+      if (!(en.where == tier::gpu && en.refs > 0)) {
+        unlink(list(en.where), e);
+        link_front(list(en.where), e);
+      }
+      return true;
+    }
+    // Moving up from a lower tier.
+    const tier from = en.where;
+    unlink(list(from), e);
+    --used_[idx(from)];
+    if (!make_room(t)) {
+      link_front(list(from), e);
+      ++used_[idx(from)];
+      return false;
+    }
+    emit(cache_event::removed, from, hash);
+    entries_[e].where = t;
+    link_front(list(t), e);
+    ++used_[idx(t)];
+    emit(cache_event::stored, t, hash);
+    return true;
+  }
+  if (!make_room(t))
+    return false;
+  const uint32_t n = new_entry(hash, t);
+  link_front(list(t), n);
+  ++used_[idx(t)];
+  emit(cache_event::stored, t, hash);
+  return true;
+}
+
+bool tiered_cache::remove(uint64_t hash) {
+  const uint32_t e = map_.find(hash);
+  if (e == block_map::npos)
+    return false;
+  entry& en = entries_[e];
+  if (en.where == tier::gpu && en.refs > 0)
+    return false;
+  const tier t = en.where;
+  unlink(list(t), e);
+  --used_[idx(t)];
+  emit(cache_event::removed, t, hash);
+  drop_entry(e);
+  return true;
+}
+
+void tiered_cache::touch(uint64_t hash) {
+  const uint32_t e = map_.find(hash);
+  if (e == block_map::npos)
+    return;
+  entry& en = entries_[e];
+  if (en.where == tier::gpu && en.refs > 0)
+    return;
+  unlink(list(en.where), e);
+  link_front(list(en.where), e);
+}
+
+void tiered_cache::clear() {
+  for (size_t i = 0; i < tier_count; ++i) {
+    const tier t = static_cast<tier>(i);
+    lru& l = list(t);
+    while (l.tail != nil) {
+      const uint32_t e = l.tail;
+      unlink(l, e);
+      --used_[i];
+      emit(cache_event::removed, t, entries_[e].hash);
+      drop_entry(e);
+    }
+  }
+}
+
+bool tiered_cache::acquire(uint64_t hash, tier* found) {
+  const uint32_t e = map_.find(hash);
+  if (e == block_map::npos)
+    return false;
+  entry& en = entries_[e];
+  const tier from = en.where;
+  if (from == tier::gpu) {
+    if (en.refs == 0) {
+      unlink(gpu_lru_, e);
+      ++held_;
+    }
+    ++en.refs;
+  } else {
+    unlink(list(from), e);
+    --used_[idx(from)];
+    if (!make_room(tier::gpu)) {
+      link_front(list(from), e);
+      ++used_[idx(from)];
+      return false;
+    }
+    emit(cache_event::removed, from, hash);
+    entries_[e].where = tier::gpu;
+    entries_[e].refs = 1;
+    ++used_[0];
+    ++held_;
+    emit(cache_event::stored, tier::gpu, hash);
+  }
+  if (found)
+    *found = from;
+  return true;
+}
+
+void tiered_cache::release(uint64_t hash) {
+  const uint32_t e = map_.find(hash);
+  if (e == block_map::npos)
+    return;
+  entry& en = entries_[e];
+  if (en.where != tier::gpu || en.refs == 0)
+    return;
+  if (--en.refs == 0) {
+    --held_;
+    link_front(gpu_lru_, e);
+  }
+}
+
+bool tiered_cache::allocate(uint64_t n) {
+  if (gpu_available() < n)
+    return false;
+  for (uint64_t i = 0; i < n; ++i) {
+    make_room(tier::gpu);
+    ++used_[0];
+    ++anon_;
+  }
+  return true;
+}
+
+void tiered_cache::free_anonymous(uint64_t n) {
+  if (n > anon_)
+    n = anon_;
+  anon_ -= n;
+  used_[0] -= n;
+}
+
+void tiered_cache::commit(uint64_t hash) {
+  const uint32_t e = map_.find(hash);
+  if (e != block_map::npos && entries_[e].where == tier::gpu) {
+    entry& en = entries_[e];
+    if (en.refs++ == 0) {
+      unlink(gpu_lru_, e);
+      ++held_;
+    }
+    free_anonymous(1);
+    return;
+  }
+  if (anon_ > 0) {
+    --anon_;
+  } else {
+    // No anonymous block to convert: the caller did not allocate one. Keep
+    // the accounting honest by taking a fresh slot.
+    if (!make_room(tier::gpu))
+      return;
+    ++used_[0];
+  }
+  uint32_t n;
+  if (e != block_map::npos) {
+    const tier from = entries_[e].where;
+    unlink(list(from), e);
+    --used_[idx(from)];
+    emit(cache_event::removed, from, hash);
+    n = e;
+    entries_[n].where = tier::gpu;
+  } else {
+    n = new_entry(hash, tier::gpu);
+  }
+  entries_[n].refs = 1;
+  ++held_;
+  emit(cache_event::stored, tier::gpu, hash);
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,60 @@
+#!/bin/sh
+# Runs the kvmesh binary as a user would and checks output and exit codes.
+# usage: cli_test.sh KVMESH_BINARY TEST_DATA_DIR
+set -u
+bin=$1
+data=$2
+fails=0
+
+# expect NAME WANT_EXIT PATTERN -- ARGS...: runs kvmesh ARGS, checks the exit
+# code and that stdout+stderr match the grep pattern.
+expect() {
+  name=$1 want=$2 pattern=$3
+  shift 4
+  out=$("$bin" "$@" 2>&1)
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL $name: exit $got, want $want"; echo "$out"; fails=$((fails + 1))
+  elif ! printf '%s\n' "$out" | grep -Eq -- "$pattern"; then
+    echo "FAIL $name: output lacks /$pattern/"; echo "$out"
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+
+expect hash_vectors 0 '^e8d3ec39b907b74c 44a2b2379d6d3c3d$' -- \
+  hash --block-tokens 4 --tokens 1,2,3,4,5,6,7,8,9,10
+expect hash_one_line_per_block 0 '^cb38e4d7fb2dca5c cb38e4d7fb2dca5c$' -- \
+  hash --block-tokens 4 --tokens 1,2,3,4
+lines=$("$bin" hash --block-tokens 4 --tokens 1,2,3,4,5,6,7,8,9 | wc -l)
+if [ "$lines" -ne 2 ]; then
+  echo "FAIL hash_full_blocks_only: $lines lines"; fails=$((fails + 1))
+else
+  echo "ok   hash_full_blocks_only"
+fi
+expect hash_salt 0 '^ebe499ac3e8056dc ' -- \
+  hash --block-tokens 4 --tokens 1,2,3,4 --salt lora-a
+expect hash_block_size_zero 105 'block-tokens' -- \
+  hash --block-tokens 0 --tokens 1,2
+expect hash_block_size_not_a_number 105 'block-tokens' -- \
+  hash --block-tokens abc --tokens 1,2
+expect hash_empty_tokens 2 'token list is empty' -- \
+  hash --block-tokens 4 --tokens ''
+expect hash_bad_token 2 "entry 2 '2x' is not a token id" -- \
+  hash --block-tokens 4 --tokens 1,2x,3
+expect hash_negative_token 2 "entry 1 '-1'" -- \
+  hash --block-tokens 4 --tokens=-1,2
+expect hash_token_too_large 2 "4294967296" -- \
+  hash --block-tokens 1 --tokens 4294967296
+expect no_subcommand 106 'subcommand' --
+expect engine_sample 0 'completed 20, refused 0' -- \
+  engine --trace "$data/sample_trace.jsonl" --gpu-blocks 2000
+expect engine_missing_trace 2 'cannot open trace file' -- \
+  engine --trace /nonexistent.jsonl
+expect engine_capacity_zero 105 'gpu-blocks' -- \
+  engine --trace "$data/sample_trace.jsonl" --gpu-blocks 0
+expect engine_bad_speedup 105 'speedup' -- \
+  engine --trace "$data/sample_trace.jsonl" --speedup fast
+
+[ "$fails" -eq 0 ] || { echo "$fails CLI checks failed"; exit 1; }

@@ -1,0 +1,245 @@
+// Tests of core/engine: step times, caching, tiers, eviction, preemption.
+#include "core/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace kvmesh {
+namespace {
+
+// Runs the engine in virtual time until idle; requests arrive at time 0
+// unless given. Returns every event.
+struct run_result {
+  std::vector<engine_event> events;
+  std::map<uint64_t, double> first, finish;
+  std::vector<double> step_ends;
+  size_t count(engine_event::kind_t k) const {
+    size_t c = 0;
+    for (const auto& e : events)
+      c += e.kind == k;
+    return c;
+  }
+  const engine_event& first_token(uint64_t id) const {
+    for (const auto& e : events)
+      if (e.kind == engine_event::first_token && e.request == id)
+        return e;
+    throw std::runtime_error("no first token");
+  }
+};
+
+run_result drain(engine& g, double now = 0) {
+  run_result r;
+  while (auto end = g.start_step(now)) {
+    now = *end;
+    g.finish_step(r.events);
+    r.step_ends.push_back(now);
+  }
+  for (const auto& e : r.events) {
+    if (e.kind == engine_event::first_token)
+      r.first[e.request] = e.time_ms;
+    if (e.kind == engine_event::finished)
+      r.finish[e.request] = e.time_ms;
+  }
+  return r;
+}
+
+engine_config small(uint64_t gpu = 100, uint64_t host = 0,
+                    uint64_t disk = 0) {
+  engine_config cfg;
+  cfg.block_tokens = 100;
+  cfg.cache = {gpu, host, disk};
+  return cfg;
+}
+
+engine make(const engine_config& cfg) {
+  auto g = engine::make(cfg);
+  EXPECT_TRUE(g) << g.err().message;
+  return std::move(*g);
+}
+
+engine_request request(uint64_t id, uint32_t prompt, uint32_t out,
+                       uint64_t first_hash) {
+  engine_request r;
+  r.id = id;
+  r.prompt_tokens = prompt;
+  r.output_tokens = out;
+  for (uint32_t i = 0; i < (prompt + 99) / 100; ++i)
+    r.blocks.push_back(first_hash + i);
+  return r;
+}
+
+TEST(engine, polynomials) {
+  EXPECT_NEAR(prefill_ms(1000), 4.209989e-07 * 1e6 + 15.18344 + 16.50142,
+              1e-9);
+  EXPECT_DOUBLE_EQ(prefill_ms(0), 0.0);
+  EXPECT_NEAR(decode_ms(0.5), -25.74 * 0.25 + 54.01 * 0.5 + 5.74, 1e-9);
+  EXPECT_DOUBLE_EQ(decode_ms(0), 5.74);
+  EXPECT_NEAR(decode_ms(1), -25.74 + 54.01 + 5.74, 1e-9);
+}
+
+TEST(engine, step_times_follow_the_polynomials) {
+  auto g = make(small());
+  ASSERT_TRUE(g.submit(request(1, 1000, 3, 0), 0));
+  auto r = drain(g);
+  ASSERT_EQ(r.step_ends.size(), 3u);
+  // Step 1 prefills 1000 tokens and yields the first token: 10 of 100
+  // blocks are active while it runs.
+  const double s1 = prefill_ms(1000) + decode_ms(0.10);
+  EXPECT_NEAR(r.first[1], s1, 1e-9);
+  // Then two decode steps; the first decoded token needs an 11th block.
+  EXPECT_NEAR(r.finish[1], s1 + 2 * decode_ms(0.11), 1e-9);
+}
+
+TEST(engine, long_prompts_prefill_in_chunks) {
+  engine_config cfg = small(200);
+  auto g = make(cfg);
+  ASSERT_TRUE(g.submit(request(1, 10000, 1, 0), 0));
+  auto r = drain(g);
+  ASSERT_EQ(r.step_ends.size(), 2u);
+  EXPECT_NEAR(r.step_ends[0], prefill_ms(8192), 1e-9);  // no token yet
+  EXPECT_NEAR(r.first[1], prefill_ms(8192) + prefill_ms(1808)
+                            + decode_ms(100.0 / 200), 1e-9);
+  EXPECT_EQ(r.count(engine_event::progress), 1u);
+}
+
+TEST(engine, speed_and_model_factor_scale_step_times) {
+  auto base = make(small());
+  ASSERT_TRUE(base.submit(request(1, 1000, 4, 0), 0));
+  const double t = drain(base).finish[1];
+  engine_config cfg = small();
+  cfg.speed = 0.5;
+  cfg.model_factor = 3;
+  auto slow = make(cfg);
+  ASSERT_TRUE(slow.submit(request(1, 1000, 4, 0), 0));
+  EXPECT_NEAR(drain(slow).finish[1], 6 * t, 1e-6);
+}
+
+TEST(engine, a_cached_prefix_is_not_recomputed) {
+  auto g = make(small());
+  ASSERT_TRUE(g.submit(request(1, 1000, 1, 0), 0));
+  auto r1 = drain(g);
+  EXPECT_EQ(r1.count(engine_event::stored), 10u);
+  EXPECT_EQ(r1.first_token(1).hits[0], 0u);
+  // Same 10 blocks: all hit on the GPU, only the last token is computed.
+  ASSERT_TRUE(g.submit(request(2, 1000, 1, 0), 100));
+  auto r2 = drain(g, 100);
+  EXPECT_EQ(r2.first_token(2).hits[0], 10u);
+  EXPECT_NEAR(r2.first[2] - 100, prefill_ms(1) + decode_ms(0.10), 1e-9);
+  EXPECT_EQ(r2.count(engine_event::stored), 0u);
+}
+
+TEST(engine, eviction_reports_removed_blocks) {
+  auto g = make(small(20));
+  ASSERT_TRUE(g.submit(request(1, 1000, 1, 0), 0));
+  ASSERT_TRUE(g.submit(request(2, 1000, 1, 100), 0));
+  drain(g);
+  // A third prompt needs 10 of the 20 blocks: the LRU ones (request 1's).
+  ASSERT_TRUE(g.submit(request(3, 1000, 1, 200), 1000));
+  auto r = drain(g, 1000);
+  EXPECT_EQ(r.count(engine_event::removed), 10u);
+  for (const auto& e : r.events) {
+    if (e.kind == engine_event::removed) {
+      EXPECT_LT(e.hash, 10u);
+    }
+  }
+  EXPECT_FALSE(g.cache().find(0, nullptr));
+  EXPECT_TRUE(g.cache().find(100, nullptr));
+}
+
+// Prefix of request 1 pushed out of the GPU into host memory or disk by
+// request 2; then request 3 with request 1's prompt reuses it from there.
+double ttft_of_reuse(engine_config cfg, uint32_t* hits_out) {
+  auto g = make(cfg);
+  EXPECT_TRUE(g.submit(request(1, 1000, 1, 0), 0));
+  drain(g);
+  EXPECT_TRUE(g.submit(request(2, 1000, 1, 100), 1000));
+  drain(g, 1000);
+  EXPECT_TRUE(g.submit(request(3, 1000, 1, 0), 2000));
+  auto r = drain(g, 2000);
+  const auto& ft = r.first_token(3);
+  std::copy(ft.hits, ft.hits + tier_count, hits_out);
+  return r.first[3] - 2000;
+}
+
+TEST(engine, host_hit_is_faster_than_a_miss) {
+  uint32_t hits[3];
+  const double host = ttft_of_reuse(small(10, 100), hits);
+  EXPECT_EQ(hits[1], 10u);
+  const double miss = ttft_of_reuse(small(10), hits);
+  EXPECT_EQ(hits[0] + hits[1] + hits[2], 0u);
+  EXPECT_LT(host, miss);
+  engine_config cfg = small(10, 100);
+  const double load = 10 * 1e3 * cfg.kv_bytes_per_token * 100
+                      / cfg.host_bandwidth;
+  // All 10 GPU blocks are active while it runs: p = 1.
+  EXPECT_NEAR(host, prefill_ms(1) + decode_ms(1.0) + load, 1e-9);
+}
+
+TEST(engine, disk_hit_costs_its_bandwidth) {
+  engine_config cfg = small(10, 5, 100);
+  cfg.disk_bandwidth = 1e9;
+  uint32_t hits[3];
+  const double t = ttft_of_reuse(cfg, hits);
+  // Request 2 pushed request 1's blocks GPU -> host -> disk: the first 5
+  // went to disk, the last 5 stayed in host memory.
+  EXPECT_EQ(hits[2], 5u);
+  EXPECT_EQ(hits[1], 5u);
+  const double bytes = cfg.kv_bytes_per_token * 100;
+  const double load = 5 * 1e3 * bytes / cfg.disk_bandwidth
+                      + 5 * 1e3 * bytes / cfg.host_bandwidth;
+  EXPECT_NEAR(t, prefill_ms(1) + decode_ms(1.0) + load, 1e-9);
+  EXPECT_DOUBLE_EQ(make(cfg).load_ms(tier::disk), 1e3 * bytes / 1e9);
+}
+
+TEST(engine, preemption_frees_blocks_and_recomputes) {
+  // 12 blocks: two 5-block prompts fit, but decoding past 600 tokens each
+  // needs 14. The newer sequence is preempted, then finishes later.
+  auto g = make(small(12));
+  ASSERT_TRUE(g.submit(request(1, 500, 150, 0), 0));
+  ASSERT_TRUE(g.submit(request(2, 500, 150, 100), 0));
+  auto r = drain(g);
+  EXPECT_GE(g.preemptions(), 1u);
+  EXPECT_GE(r.count(engine_event::preempted), 1u);
+  for (const auto& e : r.events) {
+    if (e.kind == engine_event::preempted) {
+      EXPECT_EQ(e.request, 2u);
+    }
+  }
+  ASSERT_EQ(r.finish.size(), 2u);
+  EXPECT_LT(r.finish[1], r.finish[2]);
+  EXPECT_FALSE(g.busy());
+  EXPECT_EQ(g.cache().active(), 0u);
+}
+
+TEST(engine, batch_limits_hold) {
+  engine_config cfg = small(1000);
+  cfg.max_num_seqs = 2;
+  auto g = make(cfg);
+  for (uint64_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(g.submit(request(i, 100, 5, 100 * i), 0));
+  ASSERT_TRUE(g.start_step(0));
+  EXPECT_EQ(g.running(), 2u);
+  EXPECT_EQ(g.waiting(), 1u);
+  std::vector<engine_event> ev;
+  g.finish_step(ev);
+}
+
+TEST(engine, bad_input_is_an_error) {
+  engine_config cfg = small();
+  cfg.block_tokens = 0;
+  EXPECT_EQ(engine::make(cfg).err().code, ec::invalid_argument);
+  cfg = small(0);
+  EXPECT_EQ(engine::make(cfg).err().code, ec::invalid_argument);
+  auto g = make(small(10));
+  EXPECT_EQ(g.submit(request(1, 0, 1, 0), 0).err().code, ec::empty_input);
+  EXPECT_EQ(g.submit(request(2, 5000, 1, 0), 0).err().code,
+            ec::capacity_exceeded);
+  auto too_many = request(3, 100, 1, 0);
+  too_many.blocks.push_back(99);
+  EXPECT_EQ(g.submit(too_many, 0).err().code, ec::invalid_argument);
+  EXPECT_FALSE(g.busy());
+}
+
+}  // namespace
+}  // namespace kvmesh

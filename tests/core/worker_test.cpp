@@ -1,0 +1,105 @@
+// Tests of core/worker: read-work ledger, reservations and bids.
+#include "core/worker.hpp"
+
+#include <gtest/gtest.h>
+
+namespace kvmesh {
+namespace {
+
+worker_ledger ledger(worker_config cfg = {}) {
+  auto l = worker_ledger::make(cfg);
+  EXPECT_TRUE(l);
+  return std::move(*l);
+}
+
+TEST(worker, bad_config_is_an_error) {
+  worker_config cfg;
+  cfg.speed = 0;
+  EXPECT_EQ(worker_ledger::make(cfg).err().code, ec::invalid_argument);
+  cfg = {};
+  cfg.c_host = 1.5;
+  EXPECT_FALSE(worker_ledger::make(cfg));
+}
+
+TEST(worker, read_cost_discounts_reused_blocks) {
+  auto l = ledger();
+  EXPECT_DOUBLE_EQ(l.read_cost(10, 4, 2, 2), 10 - 4 - 1.5 - 0.5);
+  EXPECT_DOUBLE_EQ(l.read_cost(4, 4, 0, 0), 0.0);
+}
+
+TEST(worker, reservations_expire_and_convert_on_accept) {
+  auto l = ledger();
+  ASSERT_TRUE(l.reserve(1, 6, 100));
+  ASSERT_TRUE(l.reserve(2, 4, 200));
+  EXPECT_DOUBLE_EQ(l.reserved(), 10.0);
+  EXPECT_EQ(l.expire(100), 1u);  // request 1's bid timed out
+  EXPECT_DOUBLE_EQ(l.reserved(), 4.0);
+  l.accept(2, 4);
+  EXPECT_DOUBLE_EQ(l.reserved(), 0.0);
+  EXPECT_DOUBLE_EQ(l.queued(), 4.0);
+  EXPECT_FALSE(l.has_reservation(2));
+  // Re-bidding for the same request replaces its reservation.
+  ASSERT_TRUE(l.reserve(3, 5, 300));
+  ASSERT_TRUE(l.reserve(3, 2, 300));
+  EXPECT_DOUBLE_EQ(l.reserved(), 2.0);
+  EXPECT_TRUE(l.release(3));
+  EXPECT_FALSE(l.release(3));
+  EXPECT_EQ(l.reservations(), 0u);
+}
+
+TEST(worker, queued_work_shrinks_with_progress) {
+  auto l = ledger();
+  l.accept(1, 10);
+  l.accept(2, 6);
+  EXPECT_DOUBLE_EQ(l.queued(), 16.0);
+  l.progress(1, 2.5);
+  EXPECT_DOUBLE_EQ(l.queued(), 8.5);
+  l.done(1);
+  EXPECT_DOUBLE_EQ(l.queued(), 6.0);
+  l.done(2);
+  EXPECT_DOUBLE_EQ(l.queued(), 0.0);
+  EXPECT_EQ(l.queued_requests(), 0u);
+}
+
+TEST(worker, open_bids_are_bounded) {
+  worker_config cfg;
+  cfg.max_reservations = 2;
+  auto l = ledger(cfg);
+  ASSERT_TRUE(l.reserve(1, 1, 10));
+  ASSERT_TRUE(l.reserve(2, 1, 10));
+  auto third = l.reserve(3, 1, 10);
+  ASSERT_FALSE(third);
+  EXPECT_EQ(third.err().code, ec::capacity_exceeded);
+  EXPECT_FALSE(l.reserve(4, -1, 10));
+}
+
+TEST(worker, bid_reports_exact_state) {
+  auto cache = tiered_cache::make({4, 4, 0});
+  ASSERT_TRUE(cache);
+  for (uint64_t h = 1; h <= 6; ++h)
+    ASSERT_TRUE(cache->store(h, tier::gpu));  // 1,2 host; 3..6 GPU
+  tier t;
+  ASSERT_TRUE(cache->acquire(3, &t));
+  worker_config cfg;
+  cfg.id = 7;
+  cfg.speed = 2;
+  auto l = ledger(cfg);
+  l.accept(100, 5);
+  ASSERT_TRUE(l.reserve(101, 2, 50));
+  std::vector<uint64_t> chain{1, 2, 3, 4, 9, 5};
+  bid b = make_bid(*cache, l, chain.data(), 6);
+  EXPECT_EQ(b.worker, 7u);
+  EXPECT_EQ(b.host, 2u);
+  EXPECT_EQ(b.gpu, 2u);  // 5 lies past the miss at 9
+  EXPECT_EQ(b.disk, 0u);
+  EXPECT_EQ(b.active, 1u);
+  EXPECT_EQ(b.active_overlap, 1u);
+  EXPECT_EQ(b.capacity, 4u);
+  EXPECT_DOUBLE_EQ(b.queued, 5.0);
+  EXPECT_DOUBLE_EQ(b.reserved, 2.0);
+  EXPECT_DOUBLE_EQ(b.speed, 2.0);
+  EXPECT_DOUBLE_EQ(l.read_cost(b, 6), 6 - 2 - 1.5);
+}
+
+}  // namespace
+}  // namespace kvmesh
