@@ -1,5 +1,6 @@
-// An open-addressing hash map from 64-bit block hash to 32-bit slot index,
-// the lookup structure on the bid path (no allocation per lookup).
+// An open-addressing hash map from 64-bit block hash to a 32-bit index and
+// one byte of metadata, the lookup structure on the bid path (no allocation
+// per lookup; one cache line touched per hit).
 #pragma once
 
 #include <cstddef>
@@ -21,28 +22,42 @@ class block_map {
   size_t size() const { return size_; }
 
   uint32_t find(uint64_t key) const {
-    for (size_t i = home(key);; i = (i + 1) & mask_) {
-      const slot& s = slots_[i];
-      if (s.val == npos)
-        return npos;
-      if (s.key == key)
-        return s.val;
-    }
+    const slot* s = lookup(key);
+    return s ? s->val : npos;
   }
 
+  // Like find, and also yields the key's metadata byte.
+  uint32_t find(uint64_t key, uint8_t* meta) const {
+    const slot* s = lookup(key);
+    if (!s)
+      return npos;
+    *meta = s->meta;
+    return s->val;
+  }
+
+  // Sets the metadata byte of a present key.
+  void set_meta(uint64_t key, uint8_t meta) {
+    if (slot* s = const_cast<slot*>(lookup(key)))
+      s->meta = meta;
+  }
+
+  // Hints that `key` will be looked up soon (walks of a known chain).
+  void prefetch(uint64_t key) const { __builtin_prefetch(&slots_[home(key)]); }
+
   // Inserts or overwrites. `val` must not be npos.
-  void put(uint64_t key, uint32_t val) {
+  void put(uint64_t key, uint32_t val, uint8_t meta = 0) {
     if ((size_ + 1) * 2 > slots_.size())
       rehash(slots_.size() * 2);
     for (size_t i = home(key);; i = (i + 1) & mask_) {
       slot& s = slots_[i];
       if (s.val == npos) {
-        s = slot{key, val};
+        s = slot{key, val, meta};
         ++size_;
         return;
       }
       if (s.key == key) {
         s.val = val;
+        s.meta = meta;
         return;
       }
     }
@@ -92,7 +107,18 @@ class block_map {
   struct slot {
     uint64_t key = 0;
     uint32_t val = npos;
+    uint8_t meta = 0;  // lives in what would be padding
   };
+
+  const slot* lookup(uint64_t key) const {
+    for (size_t i = home(key);; i = (i + 1) & mask_) {
+      const slot& s = slots_[i];
+      if (s.val == npos)
+        return nullptr;
+      if (s.key == key)
+        return &s;
+    }
+  }
 
   size_t home(uint64_t key) const {
     return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
@@ -109,7 +135,7 @@ class block_map {
     size_ = 0;
     for (const slot& s : old)
       if (s.val != npos)
-        put(s.key, s.val);
+        put(s.key, s.val, s.meta);
   }
 
   std::vector<slot> slots_;

@@ -65,7 +65,7 @@ uint32_t tiered_cache::new_entry(uint64_t hash, tier t) {
     entries_.emplace_back();
   }
   entries_[e] = entry{hash, nil, nil, 0, t};
-  map_.put(hash, e);
+  map_.put(hash, e, meta_of(entries_[e]));
   return e;
 }
 
@@ -89,6 +89,7 @@ bool tiered_cache::make_room(tier t) {
     const tier below = static_cast<tier>(i + 1);
     if (make_room(below)) {
       entries_[victim].where = below;
+      sync(victim);
       link_front(list(below), victim);
       ++used_[i + 1];
       emit(cache_event::stored, below, entries_[victim].hash);
@@ -100,16 +101,22 @@ bool tiered_cache::make_room(tier t) {
 }
 
 tier_match tiered_cache::match(const uint64_t* chain, size_t n) const {
+  // Prefetching a few blocks ahead overlaps the cache misses of a walk over
+  // a large map; the metadata byte spares a second miss into entries_.
+  constexpr size_t ahead = 8;
+  for (size_t i = 0; i < n && i < ahead; ++i)
+    map_.prefetch(chain[i]);
   tier_match m;
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t e = map_.find(chain[i]);
-    if (e == block_map::npos)
+    if (i + ahead < n)
+      map_.prefetch(chain[i + ahead]);
+    uint8_t meta = 0;
+    if (map_.find(chain[i], &meta) == block_map::npos)
       break;
-    const entry& en = entries_[e];
-    switch (en.where) {
+    switch (static_cast<tier>(meta & 3)) {
       case tier::gpu:
         ++m.gpu;
-        m.active_overlap += en.refs > 0;
+        m.active_overlap += (meta >> 2) & 1;
         break;
       case tier::host: ++m.host; break;
       case tier::disk: ++m.disk; break;
@@ -152,6 +159,7 @@ bool tiered_cache::store(uint64_t hash, tier t) {
     }
     emit(cache_event::removed, from, hash);
     entries_[e].where = t;
+    sync(e);
     link_front(list(t), e);
     ++used_[idx(t)];
     emit(cache_event::stored, t, hash);
@@ -213,11 +221,11 @@ bool tiered_cache::acquire(uint64_t hash, tier* found) {
   entry& en = entries_[e];
   const tier from = en.where;
   if (from == tier::gpu) {
-    if (en.refs == 0) {
+    if (en.refs++ == 0) {
       unlink(gpu_lru_, e);
       ++held_;
+      sync(e);
     }
-    ++en.refs;
   } else {
     unlink(list(from), e);
     --used_[idx(from)];
@@ -229,6 +237,7 @@ bool tiered_cache::acquire(uint64_t hash, tier* found) {
     emit(cache_event::removed, from, hash);
     entries_[e].where = tier::gpu;
     entries_[e].refs = 1;
+    sync(e);
     ++used_[0];
     ++held_;
     emit(cache_event::stored, tier::gpu, hash);
@@ -247,6 +256,7 @@ void tiered_cache::release(uint64_t hash) {
     return;
   if (--en.refs == 0) {
     --held_;
+    sync(e);
     link_front(gpu_lru_, e);
   }
 }
@@ -276,6 +286,7 @@ void tiered_cache::commit(uint64_t hash) {
     if (en.refs++ == 0) {
       unlink(gpu_lru_, e);
       ++held_;
+      sync(e);
     }
     free_anonymous(1);
     return;
@@ -301,6 +312,7 @@ void tiered_cache::commit(uint64_t hash) {
     n = new_entry(hash, tier::gpu);
   }
   entries_[n].refs = 1;
+  sync(n);
   ++held_;
   emit(cache_event::stored, tier::gpu, hash);
 }

@@ -120,6 +120,13 @@ class tiered_cache {
   void link_front(lru& l, uint32_t e);
   void unlink(lru& l, uint32_t e);
   uint32_t new_entry(uint64_t hash, tier t);
+  // The map keeps each block's tier and held bit beside its key so that a
+  // chain walk touches one cache line per block; call after changing either.
+  static uint8_t meta_of(const entry& en) {
+    return static_cast<uint8_t>(static_cast<uint8_t>(en.where)
+                                | (en.refs > 0 ? 4 : 0));
+  }
+  void sync(uint32_t e) { map_.set_meta(entries_[e].hash, meta_of(entries_[e])); }
   void drop_entry(uint32_t e);
   // Makes room for one more block in tier t by evicting its LRU block
   // downwards. Returns false if nothing evictable.
