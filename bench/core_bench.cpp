@@ -40,8 +40,7 @@ void bid_256_blocks_100k_held(benchmark::State& state) {
   for (auto _ : state) {
     bid b = make_bid(*cache, *ledger, chain[next].data(), 256);
     benchmark::DoNotOptimize(b);
-    if (++next == chains)
-      next = 0;
+    if (++next == chains) next = 0;
   }
 }
 BENCHMARK(bid_256_blocks_100k_held)->Arg(1)->Arg(512);
@@ -66,8 +65,8 @@ void price_64_bids(benchmark::State& state) {
   price_config cfg;
   uint64_t seed = 3;
   for (auto _ : state) {
-    size_t w = price_bids(cfg, 256, 8, bids.data(), bids.size(), out.data(),
-                          seed);
+    size_t w =
+        price_bids(cfg, 256, 8, bids.data(), bids.size(), out.data(), seed);
     benchmark::DoNotOptimize(w);
     benchmark::ClobberMemory();
   }

@@ -57,7 +57,7 @@ int run_engine(engine_options opt) {
   // Two event sources in virtual time: arrivals and the end of a step.
   while (next < trace->size() || gpu->busy() || step_end >= 0) {
     const double arrival =
-      next < trace->size() ? (*trace)[next].arrival_ms / opt.speedup : -1;
+        next < trace->size() ? (*trace)[next].arrival_ms / opt.speedup : -1;
     if (step_end >= 0 && (arrival < 0 || step_end <= arrival)) {
       now = step_end;
       events.clear();
@@ -65,15 +65,22 @@ int run_engine(engine_options opt) {
       step_end = -1;
       for (const auto& e : events) {
         switch (e.kind) {
-          case engine_event::stored: ++stored; break;
-          case engine_event::removed: ++removed; break;
+          case engine_event::stored:
+            ++stored;
+            break;
+          case engine_event::removed:
+            ++removed;
+            break;
           case engine_event::first_token:
             times[e.request].first = e.time_ms;
             for (size_t t = 0; t < tier_count; ++t)
               hits[t] += e.hits[t];
             break;
-          case engine_event::finished: times[e.request].finish = e.time_ms; break;
-          default: break;
+          case engine_event::finished:
+            times[e.request].finish = e.time_ms;
+            break;
+          default:
+            break;
         }
       }
     } else if (arrival >= 0) {
@@ -97,39 +104,39 @@ int run_engine(engine_options opt) {
       break;  // no arrivals left and the engine cannot start a step
     }
     if (step_end < 0)
-      if (auto end = gpu->start_step(now))
-        step_end = *end;
+      if (auto end = gpu->start_step(now)) step_end = *end;
   }
   std::vector<double> ttft, e2e, itl;
   size_t completed = 0;
   for (const auto& t : times) {
-    if (t.first >= 0)
-      ttft.push_back(t.first - t.arrival);
+    if (t.first >= 0) ttft.push_back(t.first - t.arrival);
     if (t.finish >= 0) {
       ++completed;
       e2e.push_back(t.finish - t.arrival);
-      if (t.output > 1)
-        itl.push_back((t.finish - t.first) / (t.output - 1));
+      if (t.output > 1) itl.push_back((t.finish - t.first) / (t.output - 1));
     }
   }
-  std::printf("engine model: 1 GPU, %u-token blocks, %lu GPU / %lu host / %lu "
-              "disk blocks\n",
-              opt.engine.block_tokens,
-              static_cast<unsigned long>(opt.engine.cache.gpu_blocks),
-              static_cast<unsigned long>(opt.engine.cache.host_blocks),
-              static_cast<unsigned long>(opt.engine.cache.disk_blocks));
+  std::printf(
+      "engine model: 1 GPU, %u-token blocks, %lu GPU / %lu host / %lu "
+      "disk blocks\n",
+      opt.engine.block_tokens,
+      static_cast<unsigned long>(opt.engine.cache.gpu_blocks),
+      static_cast<unsigned long>(opt.engine.cache.host_blocks),
+      static_cast<unsigned long>(opt.engine.cache.disk_blocks));
   std::printf("trace: %s, %zu requests, arrivals / %.3g\n", opt.trace.c_str(),
               trace->size(), opt.speedup);
-  std::printf("completed %zu, refused %lu, steps %lu, preemptions %lu, "
-              "virtual time %.1f s\n",
-              completed, static_cast<unsigned long>(refused),
-              static_cast<unsigned long>(gpu->steps()),
-              static_cast<unsigned long>(gpu->preemptions()), now / 1e3);
+  std::printf(
+      "completed %zu, refused %lu, steps %lu, preemptions %lu, "
+      "virtual time %.1f s\n",
+      completed, static_cast<unsigned long>(refused),
+      static_cast<unsigned long>(gpu->steps()),
+      static_cast<unsigned long>(gpu->preemptions()), now / 1e3);
   const double pb = prompt_blocks ? static_cast<double>(prompt_blocks) : 1;
-  std::printf("prompt blocks %lu; reused from gpu %.1f%%, host %.1f%%, "
-              "disk %.1f%%\n",
-              static_cast<unsigned long>(prompt_blocks), 100 * hits[0] / pb,
-              100 * hits[1] / pb, 100 * hits[2] / pb);
+  std::printf(
+      "prompt blocks %lu; reused from gpu %.1f%%, host %.1f%%, "
+      "disk %.1f%%\n",
+      static_cast<unsigned long>(prompt_blocks), 100 * hits[0] / pb,
+      100 * hits[1] / pb, 100 * hits[2] / pb);
   std::printf("KV events: %lu stored, %lu removed\n",
               static_cast<unsigned long>(stored),
               static_cast<unsigned long>(removed));
@@ -149,35 +156,35 @@ void add_engine(CLI::App& app, std::function<int()>& run) {
   // ~1000 blocks of 512 tokens; host memory and disk hold 4x and 16x that.
   opt->engine.cache = {1024, 4096, 16384};
   auto* cmd = app.add_subcommand(
-    "engine", "replay a trace through one simulated GPU (the engine model)");
+      "engine", "replay a trace through one simulated GPU (the engine model)");
   cmd->add_option("--trace", opt->trace, "JSONL trace (Mooncake format)")
-    ->required();
+      ->required();
   cmd->add_option("--requests", opt->requests, "replay the first N (0: all)")
-    ->capture_default_str();
+      ->capture_default_str();
   cmd->add_option("--speedup", opt->speedup, "divide arrival times by X")
-    ->check(CLI::PositiveNumber)
-    ->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--block-tokens", opt->engine.block_tokens,
                   "tokens per KV block")
-    ->check(CLI::PositiveNumber)
-    ->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--gpu-blocks", opt->engine.cache.gpu_blocks,
                   "GPU KV capacity in blocks")
-    ->check(CLI::PositiveNumber)
-    ->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--host-blocks", opt->engine.cache.host_blocks,
                   "host-memory tier in blocks (0: none)")
-    ->capture_default_str();
+      ->capture_default_str();
   cmd->add_option("--disk-blocks", opt->engine.cache.disk_blocks,
                   "disk tier in blocks (0: none)")
-    ->capture_default_str();
+      ->capture_default_str();
   cmd->add_option("--speed", opt->engine.speed, "GPU speed factor")
-    ->check(CLI::PositiveNumber)
-    ->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--model-factor", opt->engine.model_factor,
                   "scales every step time")
-    ->check(CLI::PositiveNumber)
-    ->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->callback([opt, &run] { run = [opt] { return run_engine(*opt); }; });
 }
 

@@ -24,9 +24,8 @@ expected<std::vector<uint32_t>> parse_tokens(const std::string& text) {
   size_t index = 0;
   while (pos <= text.size() && !text.empty()) {
     const size_t comma = text.find(',', pos);
-    const std::string item =
-      text.substr(pos, comma == std::string::npos ? std::string::npos
-                                                  : comma - pos);
+    const std::string item = text.substr(
+        pos, comma == std::string::npos ? std::string::npos : comma - pos);
     ++index;
     size_t used = 0;
     unsigned long long v = 0;
@@ -40,11 +39,10 @@ expected<std::vector<uint32_t>> parse_tokens(const std::string& text) {
     }
     if (!good || used != item.size() || v > UINT32_MAX)
       return make_error(ec::parse_error,
-                        "--tokens: entry " + std::to_string(index) + " '"
-                          + item + "' is not a token id (0..4294967295)");
+                        "--tokens: entry " + std::to_string(index) + " '" +
+                            item + "' is not a token id (0..4294967295)");
     out.push_back(static_cast<uint32_t>(v));
-    if (comma == std::string::npos)
-      break;
+    if (comma == std::string::npos) break;
     pos = comma + 1;
   }
   if (out.empty())
@@ -77,12 +75,12 @@ int run_hash(const hash_options& opt) {
 void add_hash(CLI::App& app, std::function<int()>& run) {
   auto opt = std::make_shared<hash_options>();
   auto* cmd = app.add_subcommand(
-    "hash", "print each full block's local and sequence hash (Dynamo's)");
+      "hash", "print each full block's local and sequence hash (Dynamo's)");
   cmd->add_option("--block-tokens", opt->block_tokens, "tokens per block")
-    ->required()
-    ->check(CLI::PositiveNumber);
+      ->required()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--tokens", opt->tokens, "token ids, comma-separated")
-    ->required();
+      ->required();
   cmd->add_option("--salt", opt->salt, "salt or LoRA name (changes the seed)");
   cmd->callback([opt, &run] { run = [opt] { return run_hash(*opt); }; });
 }

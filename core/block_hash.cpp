@@ -24,8 +24,7 @@ inline void put_le64(unsigned char* out, uint64_t v) {
 }  // namespace
 
 uint64_t block_hash_seed_for(std::string_view salt) {
-  if (salt.empty())
-    return block_hash_seed;
+  if (salt.empty()) return block_hash_seed;
   return block_hash_seed + XXH3_64bits_withSeed(salt.data(), salt.size(), 0);
 }
 
@@ -34,9 +33,9 @@ expected<std::vector<block_hash>> hash_blocks(const uint32_t* tokens,
                                               uint32_t block_tokens,
                                               std::string_view salt) {
   if (block_tokens == 0)
-    return make_error(ec::invalid_argument, "block size must be at least 1 token");
-  if (count == 0)
-    return make_error(ec::empty_input, "token list is empty");
+    return make_error(ec::invalid_argument,
+                      "block size must be at least 1 token");
+  if (count == 0) return make_error(ec::empty_input, "token list is empty");
   const uint64_t seed = block_hash_seed_for(salt);
   const size_t blocks = count / block_tokens;
   std::vector<block_hash> out;

@@ -31,8 +31,8 @@ expected<std::vector<block_hash>> hash_blocks(const uint32_t* tokens,
                                               std::string_view salt = {});
 
 inline expected<std::vector<block_hash>> hash_blocks(
-  const std::vector<uint32_t>& tokens, uint32_t block_tokens,
-  std::string_view salt = {}) {
+    const std::vector<uint32_t>& tokens, uint32_t block_tokens,
+    std::string_view salt = {}) {
   return hash_blocks(tokens.data(), tokens.size(), block_tokens, salt);
 }
 

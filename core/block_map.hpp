@@ -29,16 +29,14 @@ class block_map {
   // Like find, and also yields the key's metadata byte.
   uint32_t find(uint64_t key, uint8_t* meta) const {
     const slot* s = lookup(key);
-    if (!s)
-      return npos;
+    if (!s) return npos;
     *meta = s->meta;
     return s->val;
   }
 
   // Sets the metadata byte of a present key.
   void set_meta(uint64_t key, uint8_t meta) {
-    if (slot* s = const_cast<slot*>(lookup(key)))
-      s->meta = meta;
+    if (slot* s = const_cast<slot*>(lookup(key))) s->meta = meta;
   }
 
   // Hints that `key` will be looked up soon (walks of a known chain).
@@ -46,8 +44,7 @@ class block_map {
 
   // Inserts or overwrites. `val` must not be npos.
   void put(uint64_t key, uint32_t val, uint8_t meta = 0) {
-    if ((size_ + 1) * 2 > slots_.size())
-      rehash(slots_.size() * 2);
+    if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.size() * 2);
     for (size_t i = home(key);; i = (i + 1) & mask_) {
       slot& s = slots_[i];
       if (s.val == npos) {
@@ -67,16 +64,13 @@ class block_map {
   bool erase(uint64_t key) {
     size_t i = home(key);
     for (;; i = (i + 1) & mask_) {
-      if (slots_[i].val == npos)
-        return false;
-      if (slots_[i].key == key)
-        break;
+      if (slots_[i].val == npos) return false;
+      if (slots_[i].key == key) break;
     }
     // Shift later members of the probe run back into the hole when their home
     // does not lie cyclically in (hole, j].
     for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
-      if (slots_[j].val == npos)
-        break;
+      if (slots_[j].val == npos) break;
       const size_t h = home(slots_[j].key);
       if (((j - h) & mask_) >= ((j - i) & mask_)) {
         slots_[i] = slots_[j];
@@ -99,8 +93,7 @@ class block_map {
     size_t cap = slots_.size();
     while (cap < n * 2)
       cap *= 2;
-    if (cap != slots_.size())
-      rehash(cap);
+    if (cap != slots_.size()) rehash(cap);
   }
 
  private:
@@ -113,10 +106,8 @@ class block_map {
   const slot* lookup(uint64_t key) const {
     for (size_t i = home(key);; i = (i + 1) & mask_) {
       const slot& s = slots_[i];
-      if (s.val == npos)
-        return nullptr;
-      if (s.key == key)
-        return &s;
+      if (s.val == npos) return nullptr;
+      if (s.key == key) return &s;
     }
   }
 
@@ -134,8 +125,7 @@ class block_map {
       --shift_;
     size_ = 0;
     for (const slot& s : old)
-      if (s.val != npos)
-        put(s.key, s.val, s.meta);
+      if (s.val != npos) put(s.key, s.val, s.meta);
   }
 
   std::vector<slot> slots_;

@@ -7,8 +7,7 @@
 namespace kvmesh {
 
 double prefill_ms(double t) {
-  if (t <= 0)
-    return 0;
+  if (t <= 0) return 0;
   return 4.209989e-07 * t * t + 1.518344e-02 * t + 16.50142;
 }
 
@@ -29,52 +28,60 @@ expected<engine> engine::make(const engine_config& cfg) {
   if (!(cfg.speed > 0) || !(cfg.model_factor > 0))
     return make_error(ec::invalid_argument,
                       "speed and model factor must be > 0");
-  if (!(cfg.kv_bytes_per_token >= 0) || !(cfg.host_bandwidth > 0)
-      || !(cfg.disk_bandwidth > 0))
-    return make_error(ec::invalid_argument,
-                      "KV bytes per token must be >= 0 and tier bandwidths > 0");
+  if (!(cfg.kv_bytes_per_token >= 0) || !(cfg.host_bandwidth > 0) ||
+      !(cfg.disk_bandwidth > 0))
+    return make_error(
+        ec::invalid_argument,
+        "KV bytes per token must be >= 0 and tier bandwidths > 0");
   auto cache = tiered_cache::make(cfg.cache);
-  if (!cache)
-    return cache.err();
+  if (!cache) return cache.err();
   return engine{cfg, std::move(*cache)};
 }
 
 engine::engine(const engine_config& cfg, tiered_cache cache)
-  : cfg_(cfg), cache_(std::move(cache)) {
-}
+    : cfg_(cfg), cache_(std::move(cache)) {}
 
 double engine::load_ms(tier t) const {
   const double bytes = double{cfg_.kv_bytes_per_token} * cfg_.block_tokens;
   switch (t) {
-    case tier::gpu: return 0;
-    case tier::host: return 1e3 * bytes / cfg_.host_bandwidth;
-    case tier::disk: return 1e3 * bytes / cfg_.disk_bandwidth;
+    case tier::gpu:
+      return 0;
+    case tier::host:
+      return 1e3 * bytes / cfg_.host_bandwidth;
+    case tier::disk:
+      return 1e3 * bytes / cfg_.disk_bandwidth;
   }
   return 0;
 }
 
-status engine::submit(engine_request req, double now_ms) {
+status engine::check(engine_request& req) const {
   if (req.prompt_tokens == 0)
-    return make_error(ec::empty_input,
-                      "request " + std::to_string(req.id)
-                        + ": prompt_tokens is 0");
+    return make_error(ec::empty_input, "request " + std::to_string(req.id) +
+                                           ": prompt_tokens is 0");
   if (req.blocks.size() > blocks_for(req.prompt_tokens))
     return make_error(ec::invalid_argument,
-                      "request " + std::to_string(req.id) + ": "
-                        + std::to_string(req.blocks.size())
-                        + " blocks for " + std::to_string(req.prompt_tokens)
-                        + " prompt tokens");
+                      "request " + std::to_string(req.id) + ": " +
+                          std::to_string(req.blocks.size()) + " blocks for " +
+                          std::to_string(req.prompt_tokens) + " prompt tokens");
   if (req.output_tokens == 0)
     req.output_tokens = 1;  // an engine always produces the first token
   // A request that could never fit would wait forever: refuse it. The last
   // output token's KV is never written.
-  const uint64_t need =
-    blocks_for(req.prompt_tokens + req.output_tokens - 1);
+  const uint64_t tokens = uint64_t{req.prompt_tokens} + req.output_tokens - 1;
+  const uint64_t need = (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;
   if (need > cfg_.cache.gpu_blocks)
     return make_error(ec::capacity_exceeded,
-                      "request " + std::to_string(req.id) + " needs "
-                        + std::to_string(need) + " KV blocks, GPU has "
-                        + std::to_string(cfg_.cache.gpu_blocks));
+                      "request " + std::to_string(req.id) + " needs " +
+                          std::to_string(need) + " KV blocks, GPU has " +
+                          std::to_string(cfg_.cache.gpu_blocks));
+  return ok;
+}
+
+status engine::submit(engine_request req, double now_ms) {
+  if (auto st = check(req); !st) {
+    ++refused_;
+    return st;
+  }
   uint32_t slot;
   if (!free_.empty()) {
     slot = free_.back();
@@ -141,12 +148,11 @@ bool engine::admit(uint32_t slot, double& load) {
   s.anon = static_cast<uint32_t>(total - hit);
   // The last token is always computed, so that the step yields logits.
   const uint64_t cached =
-    std::min<uint64_t>(uint64_t{hit} * cfg_.block_tokens, context - 1);
+      std::min<uint64_t>(uint64_t{hit} * cfg_.block_tokens, context - 1);
   s.done_tokens = static_cast<uint32_t>(cached);
   s.prefill_end = context;
   s.admitted = true;
-  if (!s.first_token_sent)
-    std::copy(in_tier, in_tier + tier_count, s.hits);
+  if (!s.first_token_sent) std::copy(in_tier, in_tier + tier_count, s.hits);
   load += load_time;
   return true;
 }
@@ -186,8 +192,7 @@ void engine::flush_cache_events(double t) {
 }
 
 std::optional<double> engine::start_step(double now) {
-  if (!busy() || in_step())
-    return std::nullopt;
+  if (!busy() || in_step()) return std::nullopt;
   cache_.set_event_sink(&cache_events_);
   uint32_t budget = cfg_.max_num_batched_tokens;
   uint64_t prefill_tokens = 0;
@@ -207,8 +212,7 @@ std::optional<double> engine::start_step(double now) {
       emits |= chunk > 0 && s.done_tokens + chunk == s.prefill_end;
       continue;
     }
-    if (budget == 0)
-      continue;
+    if (budget == 0) continue;
     // Decoding writes the last token's KV: it needs a slot. Free one by
     // preempting the newest running sequence (vLLM's and the mocker's LIFO
     // rule), possibly this one.
@@ -226,18 +230,16 @@ std::optional<double> engine::start_step(double now) {
         break;
       }
     }
-    if (self_preempted)
-      break;  // everything after it was preempted already
+    if (self_preempted) break;  // everything after it was preempted already
     s.decoding = true;
     --budget;
     emits = true;
   }
   // Admit waiting sequences while seats and budget last.
-  while (!waiting_.empty() && running_.size() < cfg_.max_num_seqs
-         && budget > 0) {
+  while (!waiting_.empty() && running_.size() < cfg_.max_num_seqs &&
+         budget > 0) {
     const uint32_t slot = waiting_.front();
-    if (!admit(slot, load))
-      break;  // head-of-line: wait for blocks to free up
+    if (!admit(slot, load)) break;  // head-of-line: wait for blocks to free up
     waiting_.pop_front();
     running_.push_back(slot);
     sequence& s = seqs_[slot];
@@ -258,8 +260,8 @@ std::optional<double> engine::start_step(double now) {
   // disk add on top, unaffected by compute speed.
   double compute = prefill_ms(static_cast<double>(prefill_tokens));
   if (emits) {
-    const double kv = static_cast<double>(cache_.active())
-                      / static_cast<double>(cache_.capacity(tier::gpu));
+    const double kv = static_cast<double>(cache_.active()) /
+                      static_cast<double>(cache_.capacity(tier::gpu));
     compute += decode_ms(kv);
   }
   const double duration = compute * cfg_.model_factor / cfg_.speed + load;
@@ -272,12 +274,10 @@ std::optional<double> engine::start_step(double now) {
 }
 
 void engine::finish_step(std::vector<engine_event>& out) {
-  if (!in_step())
-    return;
+  if (!in_step()) return;
   const double end = step_end_;
   for (auto& e : pending_)
-    if (e.time_ms == 0)
-      e.time_ms = step_start_;
+    if (e.time_ms == 0) e.time_ms = step_start_;
   cache_.set_event_sink(&cache_events_);
   std::vector<uint32_t> still_running;
   still_running.reserve(running_.size());
@@ -292,8 +292,8 @@ void engine::finish_step(std::vector<engine_event>& out) {
       uint32_t full = s.done_tokens / cfg_.block_tokens;
       if (s.done_tokens >= s.req.prompt_tokens)
         full = blocks_for(s.req.prompt_tokens);
-      const uint32_t hashed = std::min<uint32_t>(
-        full, static_cast<uint32_t>(s.req.blocks.size()));
+      const uint32_t hashed =
+          std::min<uint32_t>(full, static_cast<uint32_t>(s.req.blocks.size()));
       for (; s.held < hashed; ++s.held) {
         cache_.commit(s.req.blocks[s.held]);
         --s.anon;

@@ -63,7 +63,8 @@ class engine {
  public:
   static expected<engine> make(const engine_config& cfg);
 
-  // Queues a request that arrived at now_ms. Errors name the bad field.
+  // Queues a request that arrived at now_ms. Errors name the bad field and
+  // count in refused().
   status submit(engine_request req, double now_ms);
 
   // Plans and starts one step at now_ms; returns when it ends, or nothing
@@ -81,6 +82,8 @@ class engine {
   // Prompt tokens not yet prefilled, over waiting and running sequences.
   uint64_t pending_prefill_tokens() const;
   uint64_t preemptions() const { return preemptions_; }
+  // Requests that submit() turned away (bad fields or too large).
+  uint64_t refused() const { return refused_; }
   uint64_t steps() const { return steps_; }
   const tiered_cache& cache() const { return cache_; }
   tiered_cache& cache() { return cache_; }
@@ -93,15 +96,15 @@ class engine {
   struct sequence {
     engine_request req;
     double arrival_ms = 0;
-    uint32_t generated = 0;       // output tokens produced so far
+    uint32_t generated = 0;  // output tokens produced so far
     bool first_token_sent = false;
     bool admitted = false;
-    uint32_t held = 0;            // req.blocks[0, held) are referenced
-    uint32_t anon = 0;            // anonymous GPU blocks held
-    uint32_t done_tokens = 0;     // tokens of the context in the KV cache
-    uint32_t prefill_end = 0;     // context length to prefill at admission
-    uint32_t chunk = 0;           // tokens scheduled in the current step
-    bool decoding = false;        // scheduled for a decode token this step
+    uint32_t held = 0;         // req.blocks[0, held) are referenced
+    uint32_t anon = 0;         // anonymous GPU blocks held
+    uint32_t done_tokens = 0;  // tokens of the context in the KV cache
+    uint32_t prefill_end = 0;  // context length to prefill at admission
+    uint32_t chunk = 0;        // tokens scheduled in the current step
+    bool decoding = false;     // scheduled for a decode token this step
     uint32_t hits[tier_count] = {0, 0, 0};
   };
 
@@ -116,6 +119,7 @@ class engine {
   void release_blocks(sequence& s);
   void preempt(uint32_t slot);
   void flush_cache_events(double t);
+  status check(engine_request& req) const;
 
   engine_config cfg_;
   tiered_cache cache_;
@@ -128,6 +132,7 @@ class engine {
   double step_start_ = -1;
   double step_end_ = -1;
   uint64_t preemptions_ = 0;
+  uint64_t refused_ = 0;
   uint64_t steps_ = 0;
 };
 

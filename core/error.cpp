@@ -5,13 +5,20 @@ namespace kvmesh {
 
 const char* to_string(ec code) {
   switch (code) {
-    case ec::none: return "none";
-    case ec::invalid_argument: return "invalid_argument";
-    case ec::empty_input: return "empty_input";
-    case ec::parse_error: return "parse_error";
-    case ec::io_error: return "io_error";
-    case ec::not_found: return "not_found";
-    case ec::capacity_exceeded: return "capacity_exceeded";
+    case ec::none:
+      return "none";
+    case ec::invalid_argument:
+      return "invalid_argument";
+    case ec::empty_input:
+      return "empty_input";
+    case ec::parse_error:
+      return "parse_error";
+    case ec::io_error:
+      return "io_error";
+    case ec::not_found:
+      return "not_found";
+    case ec::capacity_exceeded:
+      return "capacity_exceeded";
   }
   return "unknown";
 }

@@ -12,12 +12,12 @@ namespace kvmesh {
 // category, so these codes travel unchanged from core to wire.
 enum class ec : uint8_t {
   none = 0,
-  invalid_argument,  // a value out of its domain (0 block size, 0 capacity)
-  empty_input,       // nothing to work on (no tokens, empty trace)
-  parse_error,       // malformed text (trace line, number, config)
-  io_error,          // a file could not be opened or read
-  not_found,         // an id that is not known
-  capacity_exceeded, // a bounded structure is full
+  invalid_argument,   // a value out of its domain (0 block size, 0 capacity)
+  empty_input,        // nothing to work on (no tokens, empty trace)
+  parse_error,        // malformed text (trace line, number, config)
+  io_error,           // a file could not be opened or read
+  not_found,          // an id that is not known
+  capacity_exceeded,  // a bounded structure is full
 };
 
 const char* to_string(ec code);

@@ -8,16 +8,15 @@ namespace kvmesh {
 size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
                   const bid* bids, size_t count, price_breakdown* out,
                   uint64_t& rng_state) {
-  if (count == 0)
-    return no_winner;
+  if (count == 0) return no_winner;
   // The GPU credit decays with queue in excess of the emptiest bidder, in
   // units of this request's size; that bidder is also the baseline.
   size_t baseline = 0;
   for (size_t i = 1; i < count; ++i) {
     const bid& a = bids[i];
     const bid& b = bids[baseline];
-    if (a.queued < b.queued
-        || (a.queued == b.queued && a.reserved < b.reserved))
+    if (a.queued < b.queued ||
+        (a.queued == b.queued && a.reserved < b.reserved))
       baseline = i;
   }
   const double queued_min = bids[baseline].queued;
@@ -33,15 +32,14 @@ size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
     p.credit_gpu = c_gpu * b.gpu;
     p.credit_host = cfg.c_host * b.host;
     p.credit_disk = cfg.c_disk * b.disk;
-    p.read = b.queued + b.reserved + n
-             - (p.credit_gpu + p.credit_host + p.credit_disk);
+    p.read = b.queued + b.reserved + n -
+             (p.credit_gpu + p.credit_host + p.credit_disk);
     p.space = static_cast<double>(b.active) - b.active_overlap + n + o;
     p.speed = b.speed > 0 ? b.speed : 1.0;
     const double beyond = p.space - static_cast<double>(b.capacity);
     p.overflow = beyond > 0 ? cfg.overflow * beyond : 0.0;
     p.price = p.read / p.speed + cfg.beta * p.space + p.overflow;
-    if (i == 0)
-      continue;
+    if (i == 0) continue;
     const price_breakdown& w = out[winner];
     if (p.price < w.price || (p.price == w.price && p.read < w.read)) {
       winner = i;
@@ -49,8 +47,7 @@ size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
     } else if (p.price == w.price && p.read == w.read) {
       // Reservoir sampling keeps each tied bidder with equal probability.
       ++ties;
-      if (next_random(rng_state) % ties == 0)
-        winner = i;
+      if (next_random(rng_state) % ties == 0) winner = i;
     }
   }
   const double base = out[baseline].price;

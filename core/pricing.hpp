@@ -23,12 +23,12 @@ struct bid {
 
 // Every weight of the price, in one place; all can change at run time.
 struct price_config {
-  double c_host = 0.75;  // credit of a block found in host memory
-  double c_disk = 0.25;  // credit of a block found on disk
-  double beta = 1.0;     // weight of occupancy (space)
-  double k = 1.0;        // decay of GPU credit with excess queue, per request
-                         // size; 0 turns the decay off (Dynamo's default)
-  double overflow = 1.0; // price per block of space beyond capacity
+  double c_host = 0.75;   // credit of a block found in host memory
+  double c_disk = 0.25;   // credit of a block found on disk
+  double beta = 1.0;      // weight of occupancy (space)
+  double k = 1.0;         // decay of GPU credit with excess queue, per request
+                          // size; 0 turns the decay off (Dynamo's default)
+  double overflow = 1.0;  // price per block of space beyond capacity
   double overload_ceiling = 0;  // cheapest price per request block above
                                 // which the fleet is saturated; 0: never
 };
@@ -42,9 +42,9 @@ struct price_breakdown {
   double credit_disk = 0;  // c_disk * m_d
   double space = 0;        // active - active_overlap + n + o
   double speed = 1.0;
-  double overflow = 0;     // overflow penalty
+  double overflow = 0;  // overflow penalty
   double price = 0;
-  double delta = 0;        // price minus the baseline (emptiest) bidder's
+  double delta = 0;  // price minus the baseline (emptiest) bidder's
 };
 
 inline constexpr size_t no_winner = SIZE_MAX;
@@ -59,8 +59,8 @@ size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
 
 // Whether the cheapest price says the fleet is saturated.
 inline bool saturated(const price_config& cfg, uint32_t n, double price) {
-  return cfg.overload_ceiling > 0
-         && price > cfg.overload_ceiling * (n > 0 ? n : 1);
+  return cfg.overload_ceiling > 0 &&
+         price > cfg.overload_ceiling * (n > 0 ? n : 1);
 }
 
 // splitmix64: a tiny deterministic generator for tie-breaking.

@@ -10,11 +10,10 @@ namespace kvmesh {
 summary summarize(std::vector<double>& samples) {
   summary s;
   s.count = samples.size();
-  if (samples.empty())
-    return s;
+  if (samples.empty()) return s;
   std::sort(samples.begin(), samples.end());
-  s.mean = std::accumulate(samples.begin(), samples.end(), 0.0)
-           / static_cast<double>(samples.size());
+  s.mean = std::accumulate(samples.begin(), samples.end(), 0.0) /
+           static_cast<double>(samples.size());
   auto rank = [&](double q) {
     size_t r = static_cast<size_t>(std::ceil(q * samples.size()));
     return samples[r == 0 ? 0 : r - 1];

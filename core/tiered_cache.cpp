@@ -7,9 +7,12 @@ namespace kvmesh {
 
 const char* to_string(tier t) {
   switch (t) {
-    case tier::gpu: return "gpu";
-    case tier::host: return "host";
-    case tier::disk: return "disk";
+    case tier::gpu:
+      return "gpu";
+    case tier::host:
+      return "host";
+    case tier::disk:
+      return "disk";
   }
   return "unknown";
 }
@@ -18,8 +21,8 @@ expected<tiered_cache> tiered_cache::make(const cache_config& cfg) {
   if (cfg.gpu_blocks == 0)
     return make_error(ec::invalid_argument,
                       "GPU capacity must be at least 1 block");
-  if (cfg.gpu_blocks >= UINT32_MAX / 2 || cfg.host_blocks >= UINT32_MAX / 2
-      || cfg.disk_blocks >= UINT32_MAX / 2)
+  if (cfg.gpu_blocks >= UINT32_MAX / 2 || cfg.host_blocks >= UINT32_MAX / 2 ||
+      cfg.disk_blocks >= UINT32_MAX / 2)
     return make_error(ec::invalid_argument,
                       "a tier capacity above 2^31 blocks is not supported");
   return tiered_cache{cfg};
@@ -33,11 +36,9 @@ void tiered_cache::link_front(lru& l, uint32_t e) {
   entry& en = entries_[e];
   en.prev = nil;
   en.next = l.head;
-  if (l.head != nil)
-    entries_[l.head].prev = e;
+  if (l.head != nil) entries_[l.head].prev = e;
   l.head = e;
-  if (l.tail == nil)
-    l.tail = e;
+  if (l.tail == nil) l.tail = e;
   ++l.count;
 }
 
@@ -76,12 +77,10 @@ void tiered_cache::drop_entry(uint32_t e) {
 
 bool tiered_cache::make_room(tier t) {
   const size_t i = idx(t);
-  if (used_[i] < cap_[i])
-    return true;
+  if (used_[i] < cap_[i]) return true;
   lru& l = list(t);
   const uint32_t victim = l.tail;
-  if (victim == nil)
-    return false;
+  if (victim == nil) return false;
   unlink(l, victim);
   --used_[i];
   emit(cache_event::removed, t, entries_[victim].hash);
@@ -108,18 +107,20 @@ tier_match tiered_cache::match(const uint64_t* chain, size_t n) const {
     map_.prefetch(chain[i]);
   tier_match m;
   for (size_t i = 0; i < n; ++i) {
-    if (i + ahead < n)
-      map_.prefetch(chain[i + ahead]);
+    if (i + ahead < n) map_.prefetch(chain[i + ahead]);
     uint8_t meta = 0;
-    if (map_.find(chain[i], &meta) == block_map::npos)
-      break;
+    if (map_.find(chain[i], &meta) == block_map::npos) break;
     switch (static_cast<tier>(meta & 3)) {
       case tier::gpu:
         ++m.gpu;
         m.active_overlap += (meta >> 2) & 1;
         break;
-      case tier::host: ++m.host; break;
-      case tier::disk: ++m.disk; break;
+      case tier::host:
+        ++m.host;
+        break;
+      case tier::disk:
+        ++m.disk;
+        break;
     }
   }
   return m;
@@ -127,16 +128,13 @@ tier_match tiered_cache::match(const uint64_t* chain, size_t n) const {
 
 bool tiered_cache::find(uint64_t hash, tier* where) const {
   const uint32_t e = map_.find(hash);
-  if (e == block_map::npos)
-    return false;
-  if (where)
-    *where = entries_[e].where;
+  if (e == block_map::npos) return false;
+  if (where) *where = entries_[e].where;
   return true;
 }
 
 bool tiered_cache::store(uint64_t hash, tier t) {
-  if (cap_[idx(t)] == 0)
-    return false;
+  if (cap_[idx(t)] == 0) return false;
   const uint32_t e = map_.find(hash);
   if (e != block_map::npos) {
     entry& en = entries_[e];
@@ -165,8 +163,7 @@ bool tiered_cache::store(uint64_t hash, tier t) {
     emit(cache_event::stored, t, hash);
     return true;
   }
-  if (!make_room(t))
-    return false;
+  if (!make_room(t)) return false;
   const uint32_t n = new_entry(hash, t);
   link_front(list(t), n);
   ++used_[idx(t)];
@@ -176,11 +173,9 @@ bool tiered_cache::store(uint64_t hash, tier t) {
 
 bool tiered_cache::remove(uint64_t hash) {
   const uint32_t e = map_.find(hash);
-  if (e == block_map::npos)
-    return false;
+  if (e == block_map::npos) return false;
   entry& en = entries_[e];
-  if (en.where == tier::gpu && en.refs > 0)
-    return false;
+  if (en.where == tier::gpu && en.refs > 0) return false;
   const tier t = en.where;
   unlink(list(t), e);
   --used_[idx(t)];
@@ -191,11 +186,9 @@ bool tiered_cache::remove(uint64_t hash) {
 
 void tiered_cache::touch(uint64_t hash) {
   const uint32_t e = map_.find(hash);
-  if (e == block_map::npos)
-    return;
+  if (e == block_map::npos) return;
   entry& en = entries_[e];
-  if (en.where == tier::gpu && en.refs > 0)
-    return;
+  if (en.where == tier::gpu && en.refs > 0) return;
   unlink(list(en.where), e);
   link_front(list(en.where), e);
 }
@@ -216,8 +209,7 @@ void tiered_cache::clear() {
 
 bool tiered_cache::acquire(uint64_t hash, tier* found) {
   const uint32_t e = map_.find(hash);
-  if (e == block_map::npos)
-    return false;
+  if (e == block_map::npos) return false;
   entry& en = entries_[e];
   const tier from = en.where;
   if (from == tier::gpu) {
@@ -242,18 +234,15 @@ bool tiered_cache::acquire(uint64_t hash, tier* found) {
     ++held_;
     emit(cache_event::stored, tier::gpu, hash);
   }
-  if (found)
-    *found = from;
+  if (found) *found = from;
   return true;
 }
 
 void tiered_cache::release(uint64_t hash) {
   const uint32_t e = map_.find(hash);
-  if (e == block_map::npos)
-    return;
+  if (e == block_map::npos) return;
   entry& en = entries_[e];
-  if (en.where != tier::gpu || en.refs == 0)
-    return;
+  if (en.where != tier::gpu || en.refs == 0) return;
   if (--en.refs == 0) {
     --held_;
     sync(e);
@@ -262,8 +251,7 @@ void tiered_cache::release(uint64_t hash) {
 }
 
 bool tiered_cache::allocate(uint64_t n) {
-  if (gpu_available() < n)
-    return false;
+  if (gpu_available() < n) return false;
   for (uint64_t i = 0; i < n; ++i) {
     make_room(tier::gpu);
     ++used_[0];
@@ -273,8 +261,7 @@ bool tiered_cache::allocate(uint64_t n) {
 }
 
 void tiered_cache::free_anonymous(uint64_t n) {
-  if (n > anon_)
-    n = anon_;
+  if (n > anon_) n = anon_;
   anon_ -= n;
   used_[0] -= n;
 }
@@ -296,8 +283,7 @@ void tiered_cache::commit(uint64_t hash) {
   } else {
     // No anonymous block to convert: the caller did not allocate one. Keep
     // the accounting honest by taking a fresh slot.
-    if (!make_room(tier::gpu))
-      return;
+    if (!make_room(tier::gpu)) return;
     ++used_[0];
   }
   uint32_t n;

@@ -35,9 +35,9 @@ struct cache_event {
 };
 
 struct cache_config {
-  uint64_t gpu_blocks = 0;  // must be > 0
-  uint64_t host_blocks = 0; // 0: no host tier
-  uint64_t disk_blocks = 0; // 0: no disk tier
+  uint64_t gpu_blocks = 0;   // must be > 0
+  uint64_t host_blocks = 0;  // 0: no host tier
+  uint64_t disk_blocks = 0;  // 0: no disk tier
 };
 
 // Each block lives in exactly one tier. GPU capacity is shared by cached
@@ -65,9 +65,7 @@ class tiered_cache {
   uint64_t active() const { return held_ + anon_; }
   uint64_t anonymous() const { return anon_; }
   // GPU blocks that could be allocated now (free or evictable).
-  uint64_t gpu_available() const {
-    return cap_[0] - used_[0] + gpu_lru_.count;
-  }
+  uint64_t gpu_available() const { return cap_[0] - used_[0] + gpu_lru_.count; }
 
   // --- a plain tiered set (mirroring an engine's reported state) ----------
   // Places `hash` in tier `t` as most recently used (moving it if another
@@ -123,25 +121,26 @@ class tiered_cache {
   // The map keeps each block's tier and held bit beside its key so that a
   // chain walk touches one cache line per block; call after changing either.
   static uint8_t meta_of(const entry& en) {
-    return static_cast<uint8_t>(static_cast<uint8_t>(en.where)
-                                | (en.refs > 0 ? 4 : 0));
+    return static_cast<uint8_t>(static_cast<uint8_t>(en.where) |
+                                (en.refs > 0 ? 4 : 0));
   }
-  void sync(uint32_t e) { map_.set_meta(entries_[e].hash, meta_of(entries_[e])); }
+  void sync(uint32_t e) {
+    map_.set_meta(entries_[e].hash, meta_of(entries_[e]));
+  }
   void drop_entry(uint32_t e);
   // Makes room for one more block in tier t by evicting its LRU block
   // downwards. Returns false if nothing evictable.
   bool make_room(tier t);
   void emit(cache_event::kind_t k, tier t, uint64_t h) {
-    if (sink_)
-      sink_->push_back(cache_event{k, t, h});
+    if (sink_) sink_->push_back(cache_event{k, t, h});
   }
 
   std::array<uint64_t, tier_count> cap_{};
   std::array<uint64_t, tier_count> used_{};  // gpu: entries + anonymous
-  uint64_t held_ = 0;  // GPU entries with refs > 0
+  uint64_t held_ = 0;                        // GPU entries with refs > 0
   uint64_t anon_ = 0;
-  lru gpu_lru_;                  // GPU entries with refs == 0 (the pool)
-  std::array<lru, 2> lower_;     // host, disk
+  lru gpu_lru_;               // GPU entries with refs == 0 (the pool)
+  std::array<lru, 2> lower_;  // host, disk
   std::vector<entry> entries_;
   std::vector<uint32_t> free_;
   block_map map_;

@@ -12,8 +12,7 @@ namespace {
 
 error field_error(const std::string& where, const char* field,
                   const std::string& what) {
-  return make_error(ec::parse_error,
-                    where + ": field '" + field + "' " + what);
+  return make_error(ec::parse_error, where + ": field '" + field + "' " + what);
 }
 
 // Reads a non-negative integer field no larger than `max`.
@@ -25,8 +24,8 @@ bool read_uint(const nlohmann::json& obj, const char* field, uint64_t max,
     return false;
   }
   if (!it->is_number_integer() || (it->is_number_integer() && *it < 0)) {
-    err = field_error(where, field, "must be a non-negative integer, got "
-                                      + it->dump());
+    err = field_error(where, field,
+                      "must be a non-negative integer, got " + it->dump());
     return false;
   }
   const uint64_t v = it->get<uint64_t>();
@@ -51,22 +50,19 @@ expected<trace_request> parse_trace_line(std::string_view line,
   error err;
   uint64_t ts = 0, in = 0, out = 0;
   constexpr uint64_t max_tokens = std::numeric_limits<uint32_t>::max();
-  if (!read_uint(obj, "timestamp", uint64_t{1} << 52, where, ts, err)
-      || !read_uint(obj, "input_length", max_tokens, where, in, err)
-      || !read_uint(obj, "output_length", max_tokens, where, out, err))
+  if (!read_uint(obj, "timestamp", uint64_t{1} << 52, where, ts, err) ||
+      !read_uint(obj, "input_length", max_tokens, where, in, err) ||
+      !read_uint(obj, "output_length", max_tokens, where, out, err))
     return err;
-  if (in == 0)
-    return field_error(where, "input_length", "must be at least 1");
+  if (in == 0) return field_error(where, "input_length", "must be at least 1");
   r.arrival_ms = static_cast<double>(ts);
   r.input_tokens = static_cast<uint32_t>(in);
   r.output_tokens = static_cast<uint32_t>(out);
   auto it = obj.find("hash_ids");
-  if (it == obj.end())
-    return field_error(where, "hash_ids", "is missing");
+  if (it == obj.end()) return field_error(where, "hash_ids", "is missing");
   if (!it->is_array())
     return field_error(where, "hash_ids", "must be an array of integers");
-  if (it->empty())
-    return field_error(where, "hash_ids", "is empty");
+  if (it->empty()) return field_error(where, "hash_ids", "is empty");
   r.blocks.reserve(it->size());
   for (const auto& id : *it) {
     if (!id.is_number_integer() || id < 0)
@@ -79,26 +75,22 @@ expected<trace_request> parse_trace_line(std::string_view line,
 
 expected<std::vector<trace_request>> load_trace(const std::string& path) {
   std::ifstream in(path);
-  if (!in)
-    return make_error(ec::io_error, path + ": cannot open trace file");
+  if (!in) return make_error(ec::io_error, path + ": cannot open trace file");
   std::vector<trace_request> out;
   std::string line;
   size_t number = 0;
   while (std::getline(in, line)) {
     ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos)
-      continue;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto r = parse_trace_line(line, path + ":" + std::to_string(number));
-    if (!r)
-      return r.err();
+    if (!r) return r.err();
     if (!out.empty() && r->arrival_ms < out.back().arrival_ms)
       return make_error(ec::parse_error,
-                        path + ":" + std::to_string(number)
-                          + ": field 'timestamp' goes back in time");
+                        path + ":" + std::to_string(number) +
+                            ": field 'timestamp' goes back in time");
     out.push_back(std::move(*r));
   }
-  if (in.bad())
-    return make_error(ec::io_error, path + ": read error");
+  if (in.bad()) return make_error(ec::io_error, path + ": read error");
   if (out.empty())
     return make_error(ec::empty_input, path + ": trace has no requests");
   return out;

@@ -17,8 +17,7 @@ expected<worker_ledger> worker_ledger::make(const worker_config& cfg) {
   return worker_ledger{cfg};
 }
 
-status worker_ledger::reserve(uint64_t request, double read,
-                              double expiry_ms) {
+status worker_ledger::reserve(uint64_t request, double read, double expiry_ms) {
   if (!(read >= 0))
     return make_error(ec::invalid_argument, "reserved read work must be >= 0");
   for (auto& r : reservations_) {
@@ -31,9 +30,9 @@ status worker_ledger::reserve(uint64_t request, double read,
   }
   if (reservations_.size() >= cfg_.max_reservations)
     return make_error(ec::capacity_exceeded,
-                      "worker " + std::to_string(cfg_.id) + " has "
-                        + std::to_string(reservations_.size())
-                        + " open bids, the limit");
+                      "worker " + std::to_string(cfg_.id) + " has " +
+                          std::to_string(reservations_.size()) +
+                          " open bids, the limit");
   reservations_.push_back(reservation{request, read, expiry_ms});
   reserved_ += read;
   return ok;
@@ -72,15 +71,13 @@ size_t worker_ledger::expire(double now_ms) {
 
 bool worker_ledger::has_reservation(uint64_t request) const {
   for (const auto& r : reservations_)
-    if (r.request == request)
-      return true;
+    if (r.request == request) return true;
   return false;
 }
 
 void worker_ledger::accept(uint64_t request, double read) {
   release(request);
-  if (read < 0)
-    read = 0;
+  if (read < 0) read = 0;
   auto [it, inserted] = queue_.emplace(request, read);
   if (!inserted) {
     queued_ -= it->second;
@@ -91,22 +88,18 @@ void worker_ledger::accept(uint64_t request, double read) {
 
 void worker_ledger::progress(uint64_t request, double remaining) {
   auto it = queue_.find(request);
-  if (it == queue_.end())
-    return;
-  if (remaining < 0)
-    remaining = 0;
+  if (it == queue_.end()) return;
+  if (remaining < 0) remaining = 0;
   queued_ += remaining - it->second;
   it->second = remaining;
 }
 
 void worker_ledger::done(uint64_t request) {
   auto it = queue_.find(request);
-  if (it == queue_.end())
-    return;
+  if (it == queue_.end()) return;
   queued_ -= it->second;
   queue_.erase(it);
-  if (queue_.empty())
-    queued_ = 0;
+  if (queue_.empty()) queued_ = 0;
 }
 
 bid make_bid(const tiered_cache& cache, const worker_ledger& ledger,

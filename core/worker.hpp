@@ -14,10 +14,10 @@ namespace kvmesh {
 
 struct worker_config {
   uint32_t id = 0;
-  double speed = 1.0;            // prefill speed relative to the reference
-  double c_host = 0.75;          // read cost saved by a host block (of 1)
-  double c_disk = 0.25;          // read cost saved by a disk block (of 1)
-  double reservation_ms = 500;   // a bid's soft reservation lives this long
+  double speed = 1.0;           // prefill speed relative to the reference
+  double c_host = 0.75;         // read cost saved by a host block (of 1)
+  double c_disk = 0.25;         // read cost saved by a disk block (of 1)
+  double reservation_ms = 500;  // a bid's soft reservation lives this long
   size_t max_reservations = 4096;
 };
 

@@ -22,8 +22,7 @@ struct run_result {
   }
   const engine_event& first_token(uint64_t id) const {
     for (const auto& e : events)
-      if (e.kind == engine_event::first_token && e.request == id)
-        return e;
+      if (e.kind == engine_event::first_token && e.request == id) return e;
     throw std::runtime_error("no first token");
   }
 };
@@ -36,16 +35,13 @@ run_result drain(engine& g, double now = 0) {
     r.step_ends.push_back(now);
   }
   for (const auto& e : r.events) {
-    if (e.kind == engine_event::first_token)
-      r.first[e.request] = e.time_ms;
-    if (e.kind == engine_event::finished)
-      r.finish[e.request] = e.time_ms;
+    if (e.kind == engine_event::first_token) r.first[e.request] = e.time_ms;
+    if (e.kind == engine_event::finished) r.finish[e.request] = e.time_ms;
   }
   return r;
 }
 
-engine_config small(uint64_t gpu = 100, uint64_t host = 0,
-                    uint64_t disk = 0) {
+engine_config small(uint64_t gpu = 100, uint64_t host = 0, uint64_t disk = 0) {
   engine_config cfg;
   cfg.block_tokens = 100;
   cfg.cache = {gpu, host, disk};
@@ -70,8 +66,7 @@ engine_request request(uint64_t id, uint32_t prompt, uint32_t out,
 }
 
 TEST(engine, polynomials) {
-  EXPECT_NEAR(prefill_ms(1000), 4.209989e-07 * 1e6 + 15.18344 + 16.50142,
-              1e-9);
+  EXPECT_NEAR(prefill_ms(1000), 4.209989e-07 * 1e6 + 15.18344 + 16.50142, 1e-9);
   EXPECT_DOUBLE_EQ(prefill_ms(0), 0.0);
   EXPECT_NEAR(decode_ms(0.5), -25.74 * 0.25 + 54.01 * 0.5 + 5.74, 1e-9);
   EXPECT_DOUBLE_EQ(decode_ms(0), 5.74);
@@ -98,8 +93,9 @@ TEST(engine, long_prompts_prefill_in_chunks) {
   auto r = drain(g);
   ASSERT_EQ(r.step_ends.size(), 2u);
   EXPECT_NEAR(r.step_ends[0], prefill_ms(8192), 1e-9);  // no token yet
-  EXPECT_NEAR(r.first[1], prefill_ms(8192) + prefill_ms(1808)
-                            + decode_ms(100.0 / 200), 1e-9);
+  EXPECT_NEAR(r.first[1],
+              prefill_ms(8192) + prefill_ms(1808) + decode_ms(100.0 / 200),
+              1e-9);
   EXPECT_EQ(r.count(engine_event::progress), 1u);
 }
 
@@ -170,8 +166,8 @@ TEST(engine, host_hit_is_faster_than_a_miss) {
   EXPECT_EQ(hits[0] + hits[1] + hits[2], 0u);
   EXPECT_LT(host, miss);
   engine_config cfg = small(10, 100);
-  const double load = 10 * 1e3 * cfg.kv_bytes_per_token * 100
-                      / cfg.host_bandwidth;
+  const double load =
+      10 * 1e3 * cfg.kv_bytes_per_token * 100 / cfg.host_bandwidth;
   // All 10 GPU blocks are active while it runs: p = 1.
   EXPECT_NEAR(host, prefill_ms(1) + decode_ms(1.0) + load, 1e-9);
 }
@@ -186,8 +182,8 @@ TEST(engine, disk_hit_costs_its_bandwidth) {
   EXPECT_EQ(hits[2], 5u);
   EXPECT_EQ(hits[1], 5u);
   const double bytes = cfg.kv_bytes_per_token * 100;
-  const double load = 5 * 1e3 * bytes / cfg.disk_bandwidth
-                      + 5 * 1e3 * bytes / cfg.host_bandwidth;
+  const double load = 5 * 1e3 * bytes / cfg.disk_bandwidth +
+                      5 * 1e3 * bytes / cfg.host_bandwidth;
   EXPECT_NEAR(t, prefill_ms(1) + decode_ms(1.0) + load, 1e-9);
   EXPECT_DOUBLE_EQ(make(cfg).load_ms(tier::disk), 1e3 * bytes / 1e9);
 }
@@ -238,7 +234,10 @@ TEST(engine, bad_input_is_an_error) {
   auto too_many = request(3, 100, 1, 0);
   too_many.blocks.push_back(99);
   EXPECT_EQ(g.submit(too_many, 0).err().code, ec::invalid_argument);
+  auto huge = request(4, 100, UINT32_MAX, 0);
+  EXPECT_EQ(g.submit(huge, 0).err().code, ec::capacity_exceeded);
   EXPECT_FALSE(g.busy());
+  EXPECT_EQ(g.refused(), 4u);
 }
 
 }  // namespace

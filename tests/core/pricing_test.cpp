@@ -26,10 +26,9 @@ std::vector<price_breakdown> price(const price_config& cfg,
                                    size_t* winner = nullptr,
                                    uint64_t seed = 1) {
   std::vector<price_breakdown> out(bids.size());
-  const size_t w = price_bids(cfg, n, o, bids.data(), bids.size(),
-                              out.data(), seed);
-  if (winner)
-    *winner = w;
+  const size_t w =
+      price_bids(cfg, n, o, bids.data(), bids.size(), out.data(), seed);
+  if (winner) *winner = w;
   return out;
 }
 

@@ -58,9 +58,12 @@ TEST(tiered_cache, eviction_offloads_gpu_to_host_to_disk) {
   // The events tell a mirror everything: the last store removed 1 from disk,
   // moved 3 host->disk and 5 gpu->host, and stored 7 on the GPU.
   const std::vector<std::tuple<int, tier, uint64_t>> last{
-    {cache_event::removed, tier::gpu, 5},  {cache_event::removed, tier::host, 3},
-    {cache_event::removed, tier::disk, 1}, {cache_event::stored, tier::disk, 3},
-    {cache_event::stored, tier::host, 5},  {cache_event::stored, tier::gpu, 7}};
+      {cache_event::removed, tier::gpu, 5},
+      {cache_event::removed, tier::host, 3},
+      {cache_event::removed, tier::disk, 1},
+      {cache_event::stored, tier::disk, 3},
+      {cache_event::stored, tier::host, 5},
+      {cache_event::stored, tier::gpu, 7}};
   ASSERT_GE(ev.size(), last.size());
   for (size_t i = 0; i < last.size(); ++i) {
     const auto& e = ev[ev.size() - last.size() + i];

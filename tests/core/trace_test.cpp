@@ -11,9 +11,9 @@ namespace {
 
 TEST(trace, parses_a_mooncake_line) {
   auto r = parse_trace_line(
-    R"({"timestamp": 27482, "input_length": 6955, "output_length": 52, )"
-    R"("hash_ids": [46, 47, 2353]})",
-    "t:1");
+      R"({"timestamp": 27482, "input_length": 6955, "output_length": 52, )"
+      R"("hash_ids": [46, 47, 2353]})",
+      "t:1");
   ASSERT_TRUE(r) << r.err().message;
   EXPECT_DOUBLE_EQ(r->arrival_ms, 27482);
   EXPECT_EQ(r->input_tokens, 6955u);
@@ -26,9 +26,8 @@ void expect_error(const std::string& line, const std::string& needle) {
   ASSERT_FALSE(r) << line;
   EXPECT_EQ(r.err().code, ec::parse_error);
   EXPECT_NE(r.err().message.find("f.jsonl:7"), std::string::npos)
-    << r.err().message;
-  EXPECT_NE(r.err().message.find(needle), std::string::npos)
-    << r.err().message;
+      << r.err().message;
+  EXPECT_NE(r.err().message.find(needle), std::string::npos) << r.err().message;
 }
 
 TEST(trace, malformed_lines_name_line_and_field) {
@@ -72,19 +71,19 @@ TEST(trace, load_reports_file_errors) {
   ASSERT_FALSE(empty);
   EXPECT_EQ(empty.err().code, ec::empty_input);
   auto bad = load_trace(write_file(
-    "bad.jsonl",
-    R"({"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]})"
-    "\n"
-    R"({"timestamp": 1, "input_length": 5, "output_length": 1})"
-    "\n"));
+      "bad.jsonl",
+      R"({"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]})"
+      "\n"
+      R"({"timestamp": 1, "input_length": 5, "output_length": 1})"
+      "\n"));
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.err().message.find("bad.jsonl:2"), std::string::npos);
   auto back = load_trace(write_file(
-    "back.jsonl",
-    R"({"timestamp": 5, "input_length": 5, "output_length": 1, "hash_ids": [1]})"
-    "\n"
-    R"({"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [1]})"
-    "\n"));
+      "back.jsonl",
+      R"({"timestamp": 5, "input_length": 5, "output_length": 1, "hash_ids": [1]})"
+      "\n"
+      R"({"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [1]})"
+      "\n"));
   ASSERT_FALSE(back);
   EXPECT_NE(back.err().message.find("back in time"), std::string::npos);
 }
