@@ -11,5 +11,6 @@ namespace kvmesh::cli {
 // the process exit code.
 void add_hash(CLI::App& app, std::function<int()>& run);
 void add_engine(CLI::App& app, std::function<int()>& run);
+void add_sim(CLI::App& app, std::function<int()>& run);
 
 }  // namespace kvmesh::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   kvmesh::cli::add_hash(app, run);
   kvmesh::cli::add_engine(app, run);
+  kvmesh::cli::add_sim(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -42,7 +42,7 @@ engine::engine(const engine_config& cfg, tiered_cache cache)
     : cfg_(cfg), cache_(std::move(cache)) {}
 
 double engine::load_ms(tier t) const {
-  const double bytes = double{cfg_.kv_bytes_per_token} * cfg_.block_tokens;
+  const double bytes = cfg_.kv_bytes_per_token * cfg_.block_tokens;
   switch (t) {
     case tier::gpu:
       return 0;

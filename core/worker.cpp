@@ -1,6 +1,7 @@
 // Worker read-work accounting and bids.
 #include "core/worker.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace kvmesh {
@@ -8,16 +9,17 @@ namespace kvmesh {
 expected<worker_ledger> worker_ledger::make(const worker_config& cfg) {
   if (!(cfg.speed > 0))
     return make_error(ec::invalid_argument, "worker speed must be > 0");
-  if (cfg.c_host < 0 || cfg.c_host > 1 || cfg.c_disk < 0 || cfg.c_disk > 1)
+  if (!(cfg.c_host <= 1) || !(cfg.c_disk <= 1))
     return make_error(ec::invalid_argument,
-                      "c_host and c_disk must lie in [0, 1]");
+                      "c_host and c_disk must be at most 1");
   if (cfg.max_reservations == 0)
     return make_error(ec::invalid_argument,
                       "max_reservations must be at least 1");
   return worker_ledger{cfg};
 }
 
-status worker_ledger::reserve(uint64_t request, double read, double expiry_ms) {
+status worker_ledger::reserve(uint64_t request, double read, double expiry_ms,
+                              uint32_t n) {
   if (!(read >= 0))
     return make_error(ec::invalid_argument, "reserved read work must be >= 0");
   for (auto& r : reservations_) {
@@ -25,6 +27,8 @@ status worker_ledger::reserve(uint64_t request, double read, double expiry_ms) {
       reserved_ += read - r.read;
       r.read = read;
       r.expiry_ms = expiry_ms;
+      r.queued_at_bid = queued_;
+      r.n = n;
       return ok;
     }
   }
@@ -33,7 +37,7 @@ status worker_ledger::reserve(uint64_t request, double read, double expiry_ms) {
                       "worker " + std::to_string(cfg_.id) + " has " +
                           std::to_string(reservations_.size()) +
                           " open bids, the limit");
-  reservations_.push_back(reservation{request, read, expiry_ms});
+  reservations_.push_back(reservation{request, read, expiry_ms, queued_, n});
   reserved_ += read;
   return ok;
 }
@@ -72,6 +76,15 @@ size_t worker_ledger::expire(double now_ms) {
 bool worker_ledger::has_reservation(uint64_t request) const {
   for (const auto& r : reservations_)
     if (r.request == request) return true;
+  return false;
+}
+
+bool worker_ledger::should_refuse(uint64_t request) const {
+  if (!(cfg_.refuse_growth > 0)) return false;
+  for (const auto& r : reservations_)
+    if (r.request == request)
+      return queued_ - r.queued_at_bid >
+             cfg_.refuse_growth * std::max<uint32_t>(r.n, 1);
   return false;
 }
 

@@ -19,6 +19,10 @@ struct worker_config {
   double c_disk = 0.25;         // read cost saved by a disk block (of 1)
   double reservation_ms = 500;  // a bid's soft reservation lives this long
   size_t max_reservations = 4096;
+  // An award is refused when the queue grew by more than this many request
+  // sizes since the bid (awards from other routers landed first): the bid no
+  // longer holds, and the router should try its next-best bidder.
+  double refuse_growth = 0;  // 0: never refuse for growth
 };
 
 // Read work in blocks. A request's read cost is the work left to bring its
@@ -43,12 +47,17 @@ class worker_ledger {
 
   // Holds `read` blocks for `request` until `expiry_ms`. Errors when too many
   // bids are open (capacity_exceeded) or read is negative.
-  status reserve(uint64_t request, double read, double expiry_ms);
+  // `n` is the request's size in blocks (the unit of refuse_growth).
+  status reserve(uint64_t request, double read, double expiry_ms,
+                 uint32_t n = 0);
   // Drops a reservation (the request went elsewhere); false if none.
   bool release(uint64_t request);
   // Drops reservations whose expiry is at or before now; returns how many.
   size_t expire(double now_ms);
   bool has_reservation(uint64_t request) const;
+  // Whether an award for `request` should be refused: the queue grew past
+  // refuse_growth since the bid (false without a reservation or bound).
+  bool should_refuse(uint64_t request) const;
 
   // The request was awarded here: its reservation (if any) becomes queued
   // work of `read` blocks.
@@ -68,6 +77,8 @@ class worker_ledger {
     uint64_t request;
     double read;
     double expiry_ms;
+    double queued_at_bid;
+    uint32_t n;
   };
 
   explicit worker_ledger(const worker_config& cfg) : cfg_(cfg) {}

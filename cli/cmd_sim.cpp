@@ -1,0 +1,280 @@
+// `kvmesh sim`: replays a trace through simulated GPUs for several routing
+// policies and compares them (text table, optional JSON).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "core/sim.hpp"
+
+namespace kvmesh::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct sim_options {
+  std::string trace;
+  std::string speeds;
+  std::string policies = "all";
+  std::string json_path;
+  bool quiet = false;
+  sim_config cfg;
+};
+
+// Splits "a,b,c"; an empty item is an error naming its position.
+expected<std::vector<std::string>> split_list(const std::string& text,
+                                              const char* flag) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    std::string item = text.substr(
+        pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (item.empty())
+      return make_error(ec::parse_error, std::string(flag) + ": entry " +
+                                             std::to_string(out.size() + 1) +
+                                             " is empty");
+    out.push_back(std::move(item));
+    if (comma == std::string::npos) return out;
+    pos = comma + 1;
+  }
+}
+
+expected<std::vector<double>> parse_speeds(const std::string& text) {
+  auto items = split_list(text, "--worker-speeds");
+  if (!items) return items.err();
+  std::vector<double> out;
+  for (size_t i = 0; i < items->size(); ++i) {
+    const std::string& s = (*items)[i];
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != s.size() || !(v > 0))
+      return make_error(ec::parse_error, "--worker-speeds: entry " +
+                                             std::to_string(i + 1) + " '" + s +
+                                             "' is not a positive number");
+    out.push_back(v);
+  }
+  return out;
+}
+
+expected<std::vector<policy_kind>> parse_policies(const std::string& text) {
+  if (text == "all") return all_policies();
+  auto items = split_list(text, "--policy");
+  if (!items) return items.err();
+  std::vector<policy_kind> out;
+  for (const auto& name : *items) {
+    auto k = parse_policy(name);
+    if (!k)
+      return make_error(ec::invalid_argument, "--policy: " + k.err().message);
+    out.push_back(*k);
+  }
+  return out;
+}
+
+json to_json(const summary& s) {
+  return json{{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}};
+}
+
+json scenario_json(const sim_options& o) {
+  const sim_config& c = o.cfg;
+  json speeds = json::array();
+  for (double s : c.worker_speeds)
+    speeds.push_back(s);
+  return json{{"trace", o.trace},
+              {"workers", c.workers},
+              {"worker_speeds", speeds},
+              {"gpu_blocks", c.gpu_blocks},
+              {"host_blocks", c.host_blocks},
+              {"disk_blocks", c.disk_blocks},
+              {"block_tokens", c.block_tokens},
+              {"speedup", c.speedup},
+              {"model_factor", c.model_factor},
+              {"routers", c.routers},
+              {"state_delay_ms", c.state_delay_ms},
+              {"auction_ms", c.auction_ms},
+              {"refuse_growth", c.refuse_growth},
+              {"policy", o.policies},
+              {"price",
+               {{"c_host", c.price.c_host},
+                {"c_disk", c.price.c_disk},
+                {"beta", c.price.beta},
+                {"k", c.price.k},
+                {"overflow", c.price.overflow}}},
+              {"seed", c.seed}};
+}
+
+json result_json(const sim_result& r) {
+  json assigned = json::array();
+  for (uint64_t a : r.assigned)
+    assigned.push_back(a);
+  return json{{"policy", to_string(r.policy)},
+              {"ttft_ms", to_json(r.ttft_ms)},
+              {"e2e_ms", to_json(r.e2e_ms)},
+              {"itl_ms", to_json(r.itl_ms)},
+              {"hit_ratio",
+               {{"gpu", r.hit_ratio.gpu},
+                {"host", r.hit_ratio.host},
+                {"disk", r.hit_ratio.disk},
+                {"total", r.hit_ratio.total}}},
+              {"prefill_blocks", r.prefill_blocks},
+              {"throughput_tok_s", r.throughput_tok_s},
+              {"imbalance", r.imbalance},
+              {"assigned", assigned},
+              {"completed", r.completed},
+              {"requests", r.requests}};
+}
+
+void print_table(const oracle_result& oracle,
+                 const std::vector<sim_result>& results) {
+  std::printf("%-13s %9s %9s %9s %9s %9s %9s  %5s %5s %5s %5s %9s %9s %6s\n",
+              "policy", "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99",
+              "e2e_p50", "itl_mean", "gpu%", "host%", "disk%", "hit%",
+              "prefill", "tok/s", "imbal");
+  for (const auto& r : results)
+    std::printf(
+        "%-13s %9.0f %9.0f %9.0f %9.0f %9.0f %9.1f  %5.1f %5.1f %5.1f %5.1f "
+        "%9lu %9.0f %6.2f\n",
+        to_string(r.policy), r.ttft_ms.mean, r.ttft_ms.p50, r.ttft_ms.p90,
+        r.ttft_ms.p99, r.e2e_ms.p50, r.itl_ms.mean, 100 * r.hit_ratio.gpu,
+        100 * r.hit_ratio.host, 100 * r.hit_ratio.disk, 100 * r.hit_ratio.total,
+        static_cast<unsigned long>(r.prefill_blocks), r.throughput_tok_s,
+        r.imbalance);
+  std::printf("%-13s %9.0f %9.0f %9.0f %9.0f %9s %9s  %5s %5s %5s %5.1f\n",
+              "oracle", oracle.ttft_ms.mean, oracle.ttft_ms.p50,
+              oracle.ttft_ms.p90, oracle.ttft_ms.p99, "-", "-", "-", "-", "-",
+              100 * oracle.hit_ratio);
+}
+
+int run_sim(sim_options o) {
+  auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "kvmesh sim: %s\n", msg.c_str());
+    return 2;
+  };
+  if (!o.speeds.empty()) {
+    auto s = parse_speeds(o.speeds);
+    if (!s) return fail(s.err().message);
+    o.cfg.worker_speeds = *s;
+  }
+  auto policies = parse_policies(o.policies);
+  if (!policies) return fail(policies.err().message);
+  if (auto st = validate(o.cfg); !st) return fail(st.err().message);
+  auto trace = load_trace(o.trace);
+  if (!trace) return fail(trace.err().message);
+  const oracle_result orc = oracle(o.cfg, *trace);
+  std::vector<sim_result> results;
+  for (policy_kind k : *policies) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto progress = [&](double f) {
+      if (!o.quiet && f < 1)
+        std::fprintf(stderr, "\rsim: %-13s %3.0f%%", to_string(k), 100 * f);
+    };
+    auto r = simulate(o.cfg, *trace, k, progress);
+    if (!r) return fail(r.err().message);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    if (!o.quiet)
+      std::fprintf(stderr, "\rsim: %-13s done in %.2f s\n", to_string(k), secs);
+    results.push_back(std::move(*r));
+  }
+  print_table(orc, results);
+  if (!o.json_path.empty()) {
+    json doc{
+        {"scenario", scenario_json(o)},
+        {"oracle",
+         {{"ttft_ms", to_json(orc.ttft_ms)}, {"hit_ratio", orc.hit_ratio}}},
+        {"results", json::array()}};
+    for (const auto& r : results)
+      doc["results"].push_back(result_json(r));
+    std::ofstream out(o.json_path);
+    out << doc.dump(1) << "\n";
+    if (!out) return fail(o.json_path + ": cannot write JSON file");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_sim(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<sim_options>();
+  auto* cmd = app.add_subcommand(
+      "sim", "replay a trace through simulated GPUs under routing policies");
+  cmd->add_option("--trace", o->trace, "JSONL trace (Mooncake format)")
+      ->required();
+  cmd->add_option("--workers", o->cfg.workers, "simulated GPUs")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--worker-speeds", o->speeds,
+                  "speed factor per worker, comma-separated (default all 1)");
+  cmd->add_option("--gpu-blocks", o->cfg.gpu_blocks, "GPU KV blocks per worker")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--host-blocks", o->cfg.host_blocks,
+                  "host-memory blocks per worker (0: no tier)")
+      ->capture_default_str();
+  cmd->add_option("--disk-blocks", o->cfg.disk_blocks,
+                  "disk blocks per worker (0: no tier)")
+      ->capture_default_str();
+  cmd->add_option("--block-tokens", o->cfg.block_tokens,
+                  "tokens per block (512 for Mooncake traces)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--speedup", o->cfg.speedup, "divide arrival times by X")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--model-factor", o->cfg.model_factor,
+                  "scale every engine step time by X")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--routers", o->cfg.routers, "router replicas")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--state-delay-ms", o->cfg.state_delay_ms,
+                  "delay of KV events and load reports to routers")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--auction-ms", o->cfg.auction_ms,
+                  "kvmesh: time from call for bids to award")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--refuse-growth", o->cfg.refuse_growth,
+                  "kvmesh: a worker refuses an award when its queue grew by "
+                  "more than X request sizes since its bid (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--policy", o->policies, "comma-separated policies, or all")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->cfg.seed, "random seed")->capture_default_str();
+  auto& price = o->cfg.price;
+  cmd->add_option("--beta", price.beta, "kvmesh: weight of occupancy")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--k", price.k, "kvmesh: GPU credit decay with excess queue")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--c-host", price.c_host, "kvmesh: credit of a host block")
+      ->check(CLI::Range(-4.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--c-disk", price.c_disk, "kvmesh: credit of a disk block")
+      ->check(CLI::Range(-4.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--overflow", price.overflow,
+                  "kvmesh: price per block beyond capacity")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--json", o->json_path, "also write results as JSON here");
+  cmd->add_flag("--quiet", o->quiet, "no progress on stderr");
+  cmd->callback([o, &run] { run = [o] { return run_sim(*o); }; });
+}
+
+}  // namespace kvmesh::cli

@@ -1,0 +1,135 @@
+// Routing policies: kvmesh's auction and the peers' rules (random,
+// round_robin, least_loaded, prefix, dynamo, sglang, llmd, preble,
+// mooncake), each seeing only what its real system sees.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/block_index.hpp"
+#include "core/error.hpp"
+#include "core/pricing.hpp"
+
+namespace kvmesh {
+
+enum class policy_kind : uint8_t {
+  random,
+  round_robin,
+  least_loaded,
+  prefix,
+  dynamo,
+  sglang,
+  llmd,
+  preble,
+  mooncake,
+  kvmesh,
+};
+
+const char* to_string(policy_kind k);
+expected<policy_kind> parse_policy(std::string_view name);
+// Every policy, in the order reports list them.
+const std::vector<policy_kind>& all_policies();
+
+struct route_request {
+  uint64_t id = 0;
+  double now_ms = 0;
+  const uint64_t* blocks = nullptr;  // chained block hashes (prefix ids)
+  uint32_t n = 0;                    // prompt blocks
+  uint32_t input_tokens = 0;
+};
+
+// What an engine's metrics endpoint says (vLLM: num_requests_waiting,
+// num_requests_running, gpu_cache_usage_perc) plus its unprefilled tokens.
+struct load_report {
+  uint32_t waiting = 0;
+  uint32_t running = 0;
+  double kv_usage = 0;  // GPU blocks in use by running sequences / capacity
+  uint64_t pending_prefill_tokens = 0;
+};
+
+// Bids pulled from workers' exact state at auction time (kvmesh only). The
+// source holds a soft reservation at every bidder until award().
+class bid_source {
+ public:
+  virtual ~bid_source() = default;
+  virtual void call_for_bids(const route_request& r, bid* out) = 0;
+};
+
+// What a router can observe of the fleet when it routes.
+struct fleet_view {
+  size_t workers = 0;
+  const double* speeds = nullptr;      // per worker, as configured
+  const block_index* kv = nullptr;     // learned from (delayed) KV events
+  const load_report* loads = nullptr;  // latest (delayed) load reports
+  bid_source* bids = nullptr;          // exact state, on request
+};
+
+struct policy_config {
+  size_t workers = 0;
+  uint32_t block_tokens = 512;
+  uint64_t gpu_blocks = 0;  // per worker (Preble mirrors GPU caches)
+  double model_factor = 1;  // known from profiling (Preble, Mooncake)
+  uint32_t max_batched_tokens = 8192;
+  price_config price;  // kvmesh
+  uint64_t seed = 1;
+};
+
+class router_policy {
+ public:
+  virtual ~router_policy() = default;
+  // Picks a worker for the request.
+  virtual uint32_t route(const route_request& r, const fleet_view& v) = 0;
+  // The winner confirmed an award (kvmesh's auctions only).
+  virtual void confirmed(uint64_t /*request*/, uint32_t /*worker*/) {}
+  // The winner refused the award (its state moved since the bid); the
+  // router auctions the request again.
+  virtual void refused(uint64_t /*request*/, uint32_t /*worker*/) {}
+  // A router sees each request's response stream: first token and end.
+  virtual void first_token(uint64_t /*request*/, uint32_t /*worker*/) {}
+  virtual void finished(uint64_t /*request*/, uint32_t /*worker*/,
+                        uint32_t /*output_tokens*/) {}
+};
+
+expected<std::unique_ptr<router_policy>> make_policy(policy_kind kind,
+                                                     const policy_config& cfg);
+
+// --- peers' rules as pure functions (tested against worked examples) -----
+
+// Dynamo's KV router (lib/kv-router, default selector), per worker.
+struct dynamo_inputs {
+  double active_prefill_tokens = 0;  // router-tracked, until first token
+  double request_tokens = 0;         // the request's input length
+  double block_tokens = 1;
+  double device_blocks = 0;  // overlap per tier, from KV events
+  double host_blocks = 0;
+  double disk_blocks = 0;
+  double decay = 1;          // 1 / (1 + d * excess / request_blocks), d = 0
+  double active_blocks = 0;  // router-tracked unique blocks on the worker
+  double new_blocks = 0;     // request blocks not already active there
+};
+struct dynamo_weights {
+  double prefill_load_scale = 1.0;
+  double overlap_credit = 1.0;
+  double host_hit = 0.75;
+  double disk_hit = 0.25;
+};
+double dynamo_cost(const dynamo_inputs& in, const dynamo_weights& w = {});
+
+// SGLang cache_aware: the load is imbalanced (route to least loaded) when
+// max - min > abs_threshold and max > rel_threshold * min.
+struct sglang_thresholds {
+  double abs_threshold = 64;  // sglang_router Python defaults
+  double rel_threshold = 1.5;
+  double cache_threshold = 0.3;
+};
+bool sglang_imbalanced(double max_load, double min_load,
+                       const sglang_thresholds& t = {});
+
+// Prefill time of `tokens` new tokens in chunks of max_batched (the engine
+// polynomial), as profiled routers (Preble, Mooncake) estimate it.
+double estimated_prefill_ms(double tokens, uint32_t max_batched);
+
+}  // namespace kvmesh

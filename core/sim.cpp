@@ -1,0 +1,482 @@
+// Discrete-event trace simulation of a routed fleet of engine models.
+#include "core/sim.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <queue>
+#include <string>
+#include <unordered_set>
+
+#include "core/block_index.hpp"
+#include "core/worker.hpp"
+
+namespace kvmesh {
+
+status validate(const sim_config& cfg) {
+  auto bad = [](const std::string& what) {
+    return make_error(ec::invalid_argument, what);
+  };
+  if (cfg.workers == 0) return bad("--workers must be at least 1");
+  if (cfg.routers == 0) return bad("--routers must be at least 1");
+  if (cfg.block_tokens == 0) return bad("--block-tokens must be at least 1");
+  if (cfg.gpu_blocks == 0) return bad("--gpu-blocks must be at least 1");
+  if (!(cfg.speedup > 0) || !std::isfinite(cfg.speedup))
+    return bad("--speedup must be a positive number");
+  if (!(cfg.model_factor > 0) || !std::isfinite(cfg.model_factor))
+    return bad("--model-factor must be a positive number");
+  if (!(cfg.state_delay_ms >= 0) || !std::isfinite(cfg.state_delay_ms))
+    return bad("--state-delay-ms must be >= 0");
+  if (!(cfg.auction_ms >= 0) || !std::isfinite(cfg.auction_ms))
+    return bad("--auction-ms must be >= 0");
+  if (!(cfg.refuse_growth >= 0) || !std::isfinite(cfg.refuse_growth))
+    return bad("--refuse-growth must be >= 0");
+  if (!cfg.worker_speeds.empty()) {
+    if (cfg.worker_speeds.size() != cfg.workers)
+      return bad("--worker-speeds has " +
+                 std::to_string(cfg.worker_speeds.size()) + " entries for " +
+                 std::to_string(cfg.workers) + " workers");
+    for (double s : cfg.worker_speeds)
+      if (!(s > 0) || !std::isfinite(s))
+        return bad("--worker-speeds entries must be positive numbers");
+  }
+  return ok;
+}
+
+namespace {
+
+struct event {
+  enum kind_t : uint8_t { arrival, step_end, award };
+  double time;
+  uint64_t seq;
+  kind_t kind;
+  uint32_t a;  // request index (arrival, award) or worker (step_end)
+  uint32_t b;  // worker (award)
+};
+
+struct later {
+  bool operator()(const event& x, const event& y) const {
+    return x.time > y.time || (x.time == y.time && x.seq > y.seq);
+  }
+};
+
+struct record {
+  double arrival = 0;
+  uint32_t auctions = 0;  // kvmesh: re-auctions after refusals
+  double first = -1;
+  double finish = -1;
+  uint32_t router = 0;
+  uint32_t worker = 0;
+  uint32_t hits[tier_count] = {0, 0, 0};
+};
+
+struct kv_entry {
+  double time;
+  uint32_t worker;
+  cache_event e;
+};
+
+class simulation final : public bid_source {
+ public:
+  simulation(const sim_config& cfg, const std::vector<trace_request>& trace,
+             policy_kind kind)
+      : cfg_(cfg), trace_(trace), kind_(kind) {}
+
+  expected<sim_result> run(const std::function<void(double)>& progress);
+
+  void call_for_bids(const route_request& r, bid* out) override {
+    for (uint32_t w = 0; w < cfg_.workers; ++w) {
+      auto& ws = workers_[w];
+      ws.ledger->expire(now_);
+      out[w] = make_bid(ws.eng->cache(), *ws.ledger, r.blocks, r.n);
+      // Every bidder holds the request's full size: the same at all of them,
+      // so open auctions inflate every price alike and bias no one. Holding
+      // each bidder's own read cost instead would make the workers that
+      // cache the open requests' prefixes look lighter, the opposite of
+      // where that work is heading (measured: worse TTFT, see
+      // docs/benchmarks.md). A refused reservation (too many open bids)
+      // still leaves a valid bid.
+      (void)ws.ledger->reserve(r.id, r.n, now_ + reservation_ms(), r.n);
+    }
+  }
+
+ private:
+  struct worker {
+    std::unique_ptr<engine> eng;
+    std::unique_ptr<worker_ledger> ledger;
+    bool stepping = false;
+    std::deque<std::pair<double, load_report>> reports;
+  };
+
+  double reservation_ms() const { return 10 * cfg_.auction_ms + 100; }
+  static constexpr uint32_t max_auctions = 2;
+
+  void push(double t, event::kind_t k, uint32_t a, uint32_t b = 0) {
+    queue_.push(event{t, seq_++, k, a, b});
+  }
+
+  void publish(uint32_t w) {
+    worker& ws = workers_[w];
+    load_report r;
+    r.waiting = static_cast<uint32_t>(ws.eng->waiting());
+    r.running = static_cast<uint32_t>(ws.eng->running());
+    r.kv_usage = static_cast<double>(ws.eng->cache().active()) /
+                 static_cast<double>(cfg_.gpu_blocks);
+    r.pending_prefill_tokens = ws.eng->pending_prefill_tokens();
+    queued_[w] =
+        static_cast<double>(r.pending_prefill_tokens) / cfg_.block_tokens;
+    ws.reports.emplace_back(now_, r);
+  }
+
+  void start(uint32_t w) {
+    worker& ws = workers_[w];
+    if (ws.stepping) return;
+    if (auto end = ws.eng->start_step(now_)) {
+      ws.stepping = true;
+      push(*end, event::step_end, w);
+    }
+  }
+
+  void submit(uint32_t idx, uint32_t w) {
+    const trace_request& t = trace_[idx];
+    engine_request req;
+    req.id = idx;
+    req.prompt_tokens = t.input_tokens;
+    req.output_tokens = std::max<uint32_t>(1, t.output_tokens);
+    const size_t max_blocks =
+        (size_t{t.input_tokens} + cfg_.block_tokens - 1) / cfg_.block_tokens;
+    req.blocks.assign(t.blocks.begin(),
+                      t.blocks.begin() + static_cast<long>(std::min(
+                                             max_blocks, t.blocks.size())));
+    records_[idx].worker = w;
+    ++assigned_[w];
+    if (auto st = workers_[w].eng->submit(std::move(req), now_); !st) {
+      ++refused_;
+      return;
+    }
+    start(w);
+    publish(w);
+  }
+
+  // Brings the routers' delayed views up to now - delay.
+  void refresh_views() {
+    const double horizon = now_ - cfg_.state_delay_ms;
+    while (!kv_log_.empty() && kv_log_.front().time <= horizon) {
+      index_.apply(kv_log_.front().worker, kv_log_.front().e);
+      kv_log_.pop_front();
+    }
+    for (uint32_t w = 0; w < cfg_.workers; ++w) {
+      auto& reps = workers_[w].reports;
+      while (reps.size() > 1 && reps[1].first <= horizon)
+        reps.pop_front();
+      loads_[w] =
+          reps.front().first <= horizon ? reps.front().second : load_report{};
+    }
+  }
+
+  void route(uint32_t idx) {
+    const trace_request& t = trace_[idx];
+    record& rec = records_[idx];
+    refresh_views();
+    route_request r;
+    r.id = idx;
+    r.now_ms = now_;
+    r.blocks = t.blocks.data();
+    r.n = static_cast<uint32_t>(t.blocks.size());
+    r.input_tokens = t.input_tokens;
+    fleet_view v;
+    v.workers = cfg_.workers;
+    v.speeds = speeds_.data();
+    v.kv = &index_;
+    v.loads = loads_.data();
+    v.bids = this;
+    const uint32_t w = routers_[rec.router]->route(r, v);
+    if (kind_ == policy_kind::kvmesh) {
+      push(now_ + cfg_.auction_ms, event::award, idx, w);
+    } else {
+      submit(idx, w);
+    }
+  }
+
+  void award(uint32_t idx, uint32_t winner) {
+    record& rec = records_[idx];
+    if (rec.auctions < max_auctions &&
+        workers_[winner].ledger->should_refuse(idx)) {
+      // Awards from other routers landed since the bid: the router runs a
+      // fresh auction on the state as it is now.
+      ++rec.auctions;
+      ++refusals_;
+      routers_[rec.router]->refused(idx, winner);
+      for (uint32_t w = 0; w < cfg_.workers; ++w)
+        workers_[w].ledger->release(idx);
+      route(idx);
+      return;
+    }
+    for (uint32_t w = 0; w < cfg_.workers; ++w)
+      if (w != winner) workers_[w].ledger->release(idx);
+    // The winner books the request at its read cost as of now.
+    const trace_request& t = trace_[idx];
+    worker& ws = workers_[winner];
+    const uint32_t n = static_cast<uint32_t>(t.blocks.size());
+    ws.ledger->accept(
+        idx, ws.ledger->read_cost(
+                 make_bid(ws.eng->cache(), *ws.ledger, t.blocks.data(), n), n));
+    routers_[records_[idx].router]->confirmed(idx, winner);
+    submit(idx, winner);
+  }
+
+  void step_end(uint32_t w) {
+    worker& ws = workers_[w];
+    ws.stepping = false;
+    events_.clear();
+    ws.eng->finish_step(events_);
+    for (const engine_event& e : events_) {
+      switch (e.kind) {
+        case engine_event::stored:
+        case engine_event::removed:
+          kv_log_.push_back(kv_entry{
+              now_, w,
+              cache_event{e.kind == engine_event::stored ? cache_event::stored
+                                                         : cache_event::removed,
+                          e.where, e.hash}});
+          break;
+        case engine_event::progress:
+          ws.ledger->progress(
+              e.request, static_cast<double>(e.remaining) / cfg_.block_tokens);
+          break;
+        case engine_event::first_token: {
+          record& rec = records_[e.request];
+          rec.first = now_;
+          std::copy(e.hits, e.hits + tier_count, rec.hits);
+          ws.ledger->done(e.request);
+          routers_[rec.router]->first_token(e.request, w);
+          break;
+        }
+        case engine_event::finished: {
+          record& rec = records_[e.request];
+          rec.finish = now_;
+          ++completed_;
+          routers_[rec.router]->finished(
+              e.request, w,
+              std::max<uint32_t>(1, trace_[e.request].output_tokens));
+          break;
+        }
+        case engine_event::preempted:
+          break;
+      }
+    }
+    start(w);
+    publish(w);
+  }
+
+  void account_imbalance(double t) {
+    const double dt = t - last_time_;
+    last_time_ = t;
+    if (dt <= 0) return;
+    double sum = 0, mx = 0;
+    for (double q : queued_) {
+      sum += q;
+      mx = std::max(mx, q);
+    }
+    if (sum <= 0) return;
+    imbalance_area_ += dt * mx / (sum / static_cast<double>(queued_.size()));
+    imbalance_time_ += dt;
+  }
+
+  const sim_config& cfg_;
+  const std::vector<trace_request>& trace_;
+  policy_kind kind_;
+  std::vector<worker> workers_;
+  std::vector<double> speeds_;
+  std::vector<std::unique_ptr<router_policy>> routers_;
+  std::priority_queue<event, std::vector<event>, later> queue_;
+  uint64_t seq_ = 0;
+  double now_ = 0;
+  std::vector<record> records_;
+  std::vector<uint64_t> assigned_;
+  std::vector<engine_event> events_;
+  std::deque<kv_entry> kv_log_;
+  block_index index_;
+  std::vector<load_report> loads_;
+  std::vector<double> queued_;
+  double last_time_ = 0;
+  double imbalance_area_ = 0;
+  double imbalance_time_ = 0;
+  uint64_t completed_ = 0;
+  uint64_t refused_ = 0;
+  uint64_t refusals_ = 0;
+};
+
+expected<sim_result> simulation::run(
+    const std::function<void(double)>& progress) {
+  if (auto st = validate(cfg_); !st) return st.err();
+  if (trace_.empty())
+    return make_error(ec::empty_input, "the trace has no requests");
+  const uint32_t n = cfg_.workers;
+  speeds_ = cfg_.worker_speeds.empty() ? std::vector<double>(n, 1.0)
+                                       : cfg_.worker_speeds;
+  workers_.resize(n);
+  for (uint32_t w = 0; w < n; ++w) {
+    engine_config ec = cfg_.engine;
+    ec.block_tokens = cfg_.block_tokens;
+    ec.cache = {cfg_.gpu_blocks, cfg_.host_blocks, cfg_.disk_blocks};
+    ec.speed = speeds_[w];
+    ec.model_factor = cfg_.model_factor;
+    auto eng = engine::make(ec);
+    if (!eng) return eng.err();
+    workers_[w].eng = std::make_unique<engine>(std::move(*eng));
+    worker_config wc;
+    wc.id = w;
+    wc.speed = speeds_[w];
+    wc.c_host = cfg_.price.c_host;
+    wc.c_disk = cfg_.price.c_disk;
+    wc.refuse_growth = cfg_.refuse_growth;
+    auto ledger = worker_ledger::make(wc);
+    if (!ledger) return ledger.err();
+    workers_[w].ledger = std::make_unique<worker_ledger>(std::move(*ledger));
+    workers_[w].reports.emplace_back(-std::numeric_limits<double>::infinity(),
+                                     load_report{});
+  }
+  loads_.assign(n, load_report{});
+  queued_.assign(n, 0);
+  assigned_.assign(n, 0);
+  records_.assign(trace_.size(), record{});
+  for (uint32_t r = 0; r < cfg_.routers; ++r) {
+    policy_config pc;
+    pc.workers = n;
+    pc.block_tokens = cfg_.block_tokens;
+    pc.gpu_blocks = cfg_.gpu_blocks;
+    pc.model_factor = cfg_.model_factor;
+    pc.max_batched_tokens = cfg_.engine.max_num_batched_tokens;
+    pc.price = cfg_.price;
+    uint64_t s = cfg_.seed * 1000003 + r;
+    pc.seed = next_random(s);
+    auto p = make_policy(kind_, pc);
+    if (!p) return p.err();
+    routers_.push_back(std::move(*p));
+  }
+  // Arrivals enter the queue one at a time, keeping it small.
+  size_t next = 0;
+  auto push_arrival = [&] {
+    if (next < trace_.size()) {
+      push(trace_[next].arrival_ms / cfg_.speedup, event::arrival,
+           static_cast<uint32_t>(next));
+      ++next;
+    }
+  };
+  push_arrival();
+  const size_t tick = std::max<size_t>(1, trace_.size() / 20);
+  while (!queue_.empty()) {
+    const event e = queue_.top();
+    queue_.pop();
+    account_imbalance(e.time);
+    now_ = e.time;
+    switch (e.kind) {
+      case event::arrival:
+        push_arrival();
+        records_[e.a].arrival = now_;
+        records_[e.a].router = e.a % cfg_.routers;
+        route(e.a);
+        if (progress && (e.a + 1) % tick == 0)
+          progress(static_cast<double>(e.a + 1) / trace_.size());
+        break;
+      case event::award:
+        award(e.a, e.b);
+        break;
+      case event::step_end:
+        step_end(e.a);
+        break;
+    }
+  }
+  // Results.
+  sim_result res;
+  res.policy = kind_;
+  res.requests = trace_.size();
+  res.completed = completed_;
+  res.assigned = assigned_;
+  std::vector<double> ttft, e2e, itl;
+  uint64_t blocks = 0, hits[tier_count] = {0, 0, 0}, out_tokens = 0;
+  double first_arrival = std::numeric_limits<double>::infinity(), last = 0;
+  for (size_t i = 0; i < records_.size(); ++i) {
+    const record& rec = records_[i];
+    if (rec.first < 0) continue;
+    const trace_request& t = trace_[i];
+    const uint32_t out = std::max<uint32_t>(1, t.output_tokens);
+    blocks += t.blocks.size();
+    for (size_t k = 0; k < tier_count; ++k)
+      hits[k] += rec.hits[k];
+    ttft.push_back(rec.first - rec.arrival);
+    first_arrival = std::min(first_arrival, rec.arrival);
+    if (rec.finish >= 0) {
+      e2e.push_back(rec.finish - rec.arrival);
+      out_tokens += out;
+      last = std::max(last, rec.finish);
+      if (out > 1) itl.push_back((rec.finish - rec.first) / (out - 1));
+    }
+  }
+  res.ttft_ms = summarize(ttft);
+  res.e2e_ms = summarize(e2e);
+  res.itl_ms = summarize(itl);
+  const double b = blocks ? static_cast<double>(blocks) : 1.0;
+  res.hit_ratio.gpu = hits[0] / b;
+  res.hit_ratio.host = hits[1] / b;
+  res.hit_ratio.disk = hits[2] / b;
+  res.hit_ratio.total = (hits[0] + hits[1] + hits[2]) / b;
+  res.prefill_blocks = blocks - (hits[0] + hits[1] + hits[2]);
+  if (last > first_arrival)
+    res.throughput_tok_s = out_tokens / ((last - first_arrival) / 1e3);
+  res.imbalance = imbalance_time_ > 0 ? imbalance_area_ / imbalance_time_ : 1;
+  for (const auto& ws : workers_)
+    res.preemptions += ws.eng->preemptions();
+  return res;
+}
+
+}  // namespace
+
+expected<sim_result> simulate(const sim_config& cfg,
+                              const std::vector<trace_request>& trace,
+                              policy_kind policy,
+                              const std::function<void(double)>& progress) {
+  simulation s(cfg, trace, policy);
+  return s.run(progress);
+}
+
+oracle_result oracle(const sim_config& cfg,
+                     const std::vector<trace_request>& trace) {
+  oracle_result res;
+  std::unordered_set<uint64_t> seen;
+  double speed = 1;
+  if (!cfg.worker_speeds.empty())
+    speed =
+        *std::max_element(cfg.worker_speeds.begin(), cfg.worker_speeds.end());
+  const uint32_t budget = cfg.engine.max_num_batched_tokens;
+  const double bt = cfg.block_tokens;
+  std::vector<double> ttft;
+  uint64_t blocks = 0, hits = 0;
+  for (const trace_request& t : trace) {
+    size_t h = 0;
+    while (h < t.blocks.size() && seen.count(t.blocks[h]))
+      ++h;
+    seen.insert(t.blocks.begin(), t.blocks.end());
+    blocks += t.blocks.size();
+    hits += h;
+    const double cached = std::min<double>(h * bt, t.input_tokens - 1.0);
+    double left = t.input_tokens - cached;
+    double ms = 0;
+    while (left > budget) {
+      ms += prefill_ms(budget);
+      left -= budget;
+    }
+    const double p =
+        std::ceil(t.input_tokens / bt) / static_cast<double>(cfg.gpu_blocks);
+    ms += prefill_ms(left) + decode_ms(p);
+    ttft.push_back(ms * cfg.model_factor / speed);
+  }
+  res.ttft_ms = summarize(ttft);
+  res.hit_ratio = blocks ? static_cast<double>(hits) / blocks : 0;
+  return res;
+}
+
+}  // namespace kvmesh

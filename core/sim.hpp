@@ -1,0 +1,76 @@
+// The trace simulator: replays a trace through N simulated GPUs and R router
+// replicas in virtual time, for one policy at a time. Deterministic for a
+// given seed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/engine.hpp"
+#include "core/error.hpp"
+#include "core/policy.hpp"
+#include "core/stats.hpp"
+#include "core/trace.hpp"
+
+namespace kvmesh {
+
+struct sim_config {
+  uint32_t workers = 8;
+  std::vector<double> worker_speeds;  // empty: all 1.0; else one per worker
+  uint64_t gpu_blocks = 1024;
+  uint64_t host_blocks = 4096;
+  uint64_t disk_blocks = 16384;
+  uint32_t block_tokens = 512;
+  double speedup = 1;       // arrival times are divided by this
+  double model_factor = 1;  // scales every engine step
+  uint32_t routers = 1;
+  double state_delay_ms = 0;    // KV events and load reports reach routers late
+  double auction_ms = 1;        // kvmesh: call for bids to award, round trip
+  double refuse_growth = 0.25;  // kvmesh: a worker refuses an award when its
+                                // queue grew by more than this many request
+                                // sizes since its bid
+  uint64_t seed = 1;
+  engine_config engine;  // block size, tiers, speed and model factor are set
+                         // from the fields above
+  price_config price;
+};
+
+struct tier_hits {
+  double gpu = 0, host = 0, disk = 0, total = 0;
+};
+
+struct sim_result {
+  policy_kind policy = policy_kind::kvmesh;
+  summary ttft_ms, e2e_ms, itl_ms;
+  tier_hits hit_ratio;
+  uint64_t prefill_blocks = 0;  // prompt blocks computed, not reused
+  double throughput_tok_s = 0;
+  double imbalance = 0;  // time-averaged max/mean of queued read work
+  std::vector<uint64_t> assigned;
+  uint64_t completed = 0;
+  uint64_t requests = 0;
+  uint64_t preemptions = 0;
+};
+
+struct oracle_result {
+  summary ttft_ms;
+  double hit_ratio = 0;
+};
+
+// Checks a configuration; errors name the bad field.
+status validate(const sim_config& cfg);
+
+// Runs one policy over the trace. `progress`, if set, is called now and then
+// with the fraction of requests routed.
+expected<sim_result> simulate(const sim_config& cfg,
+                              const std::vector<trace_request>& trace,
+                              policy_kind policy,
+                              const std::function<void(double)>& progress = {});
+
+// The physical limit: every request prefills only the blocks no earlier
+// request had, on an idle GPU of the fleet's fastest speed.
+oracle_result oracle(const sim_config& cfg,
+                     const std::vector<trace_request>& trace);
+
+}  // namespace kvmesh
