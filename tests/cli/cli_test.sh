@@ -57,4 +57,51 @@ expect engine_capacity_zero 105 'gpu-blocks' -- \
 expect engine_bad_speedup 105 'speedup' -- \
   engine --trace "$data/sample_trace.jsonl" --speedup fast
 
+# kvmesh sim: same seed, byte-identical JSON; another seed differs.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+sim() {
+  "$bin" sim --trace "$data/conversation_head.jsonl" --workers 4 --quiet "$@"
+}
+sim --seed 3 --json "$tmp/a.json" >/dev/null &&
+  sim --seed 3 --json "$tmp/b.json" >/dev/null &&
+  sim --seed 4 --json "$tmp/c.json" >/dev/null
+if ! cmp -s "$tmp/a.json" "$tmp/b.json"; then
+  echo "FAIL sim_same_seed_same_json"; fails=$((fails + 1))
+elif cmp -s "$tmp/a.json" "$tmp/c.json"; then
+  echo "FAIL sim_other_seed_other_json"; fails=$((fails + 1))
+else
+  echo "ok   sim_same_seed_same_json"
+fi
+for key in '"scenario"' '"oracle"' '"results"' '"ttft_ms"' '"e2e_ms"' \
+    '"itl_ms"' '"hit_ratio"' '"prefill_blocks"' '"throughput_tok_s"' \
+    '"imbalance"' '"assigned"' '"completed"' '"requests"'; do
+  if ! grep -q "$key" "$tmp/a.json"; then
+    echo "FAIL sim_json_has_$key"; fails=$((fails + 1))
+  fi
+done
+n=$(grep '"policy": "' "$tmp/a.json" | grep -vc '"all"')
+if [ "$n" -ne 10 ]; then
+  echo "FAIL sim_all_ten_policies: $n"; fails=$((fails + 1))
+fi
+expect sim_table 0 '^kvmesh ' -- \
+  sim --trace "$data/conversation_head.jsonl" --workers 2 --policy kvmesh,prefix --quiet
+expect sim_zero_workers 105 'workers' -- \
+  sim --trace "$data/sample_trace.jsonl" --workers 0
+expect sim_bad_speeds 2 "entry 2 'fast' is not a positive number" -- \
+  sim --trace "$data/sample_trace.jsonl" --workers 2 --worker-speeds 1,fast
+expect sim_speed_count 2 'has 3 entries for 2 workers' -- \
+  sim --trace "$data/sample_trace.jsonl" --workers 2 --worker-speeds 1,1,1
+expect sim_unknown_policy 2 "unknown policy 'best'" -- \
+  sim --trace "$data/sample_trace.jsonl" --policy kvmesh,best
+expect sim_missing_trace 2 'cannot open trace file' -- \
+  sim --trace /nonexistent.jsonl
+printf '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"timestamp": 1}\n' \
+  > "$tmp/bad.jsonl"
+expect sim_bad_trace_line 2 'bad.jsonl:2: field .input_length. is missing' -- \
+  sim --trace "$tmp/bad.jsonl"
+: > "$tmp/empty.jsonl"
+expect sim_empty_trace 2 'trace has no requests' -- \
+  sim --trace "$tmp/empty.jsonl"
+
 [ "$fails" -eq 0 ] || { echo "$fails CLI checks failed"; exit 1; }

@@ -15,12 +15,15 @@ std::atomic<size_t> allocations{0};
 
 void* operator new(std::size_t n) {
   allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1))
-    return p;
+  if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc{};
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace kvmesh {
 namespace {
@@ -49,8 +52,8 @@ TEST(hot_path, bid_and_price_do_not_allocate) {
   const size_t before = allocations.load();
   for (auto& b : bids)
     b = make_bid(*cache, *ledger, chain.data(), 128);
-  const size_t w = price_bids(price_config{}, 128, 4, bids.data(),
-                              bids.size(), out.data(), seed);
+  const size_t w = price_bids(price_config{}, 128, 4, bids.data(), bids.size(),
+                              out.data(), seed);
   const size_t after = allocations.load();
   EXPECT_EQ(after - before, 0u);
   EXPECT_LT(w, bids.size());

@@ -1,0 +1,188 @@
+// Tests of core/sim: fidelity of routing and cache accounting against plain
+// counts over the trace, determinism, and bad configurations.
+#include "core/sim.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <unordered_set>
+
+namespace kvmesh {
+namespace {
+
+std::vector<trace_request> head_trace() {
+  auto t = load_trace(KVMESH_TEST_DATA "/conversation_head.jsonl");
+  EXPECT_TRUE(t) << t.err().message;
+  return t ? *t : std::vector<trace_request>{};
+}
+
+// The same requests, each arriving long after the previous one finished,
+// so that every block an earlier request computed is cached when a later
+// one arrives.
+std::vector<trace_request> spread(std::vector<trace_request> t) {
+  for (size_t i = 0; i < t.size(); ++i)
+    t[i].arrival_ms = 1e6 * static_cast<double>(i);
+  return t;
+}
+
+// Caches that never evict: one tier, big enough for every block.
+sim_config never_evict(uint32_t workers) {
+  sim_config cfg;
+  cfg.workers = workers;
+  cfg.gpu_blocks = 1 << 20;
+  cfg.host_blocks = 0;
+  cfg.disk_blocks = 0;
+  return cfg;
+}
+
+// Independent of the simulator: request i goes to worker owner(i); it hits
+// the longest prefix of its blocks that earlier requests sent to the same
+// worker.
+template <class Owner>
+double plain_hit_ratio(const std::vector<trace_request>& t, uint32_t workers,
+                       Owner owner) {
+  std::vector<std::unordered_set<uint64_t>> seen(workers);
+  uint64_t hits = 0, blocks = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    auto& s = seen[owner(i)];
+    size_t h = 0;
+    while (h < t[i].blocks.size() && s.count(t[i].blocks[h]))
+      ++h;
+    hits += h;
+    blocks += t[i].blocks.size();
+    s.insert(t[i].blocks.begin(), t[i].blocks.end());
+  }
+  return static_cast<double>(hits) / static_cast<double>(blocks);
+}
+
+TEST(sim, round_robin_hit_ratio_equals_a_plain_count) {
+  const auto t = spread(head_trace());
+  sim_config cfg = never_evict(4);
+  cfg.seed = 4;  // round robin starts at seed % workers: worker 0
+  auto r = simulate(cfg, t, policy_kind::round_robin);
+  ASSERT_TRUE(r) << r.err().message;
+  const double want = plain_hit_ratio(t, 4, [](size_t i) { return i % 4; });
+  EXPECT_GT(want, 0.05);
+  EXPECT_DOUBLE_EQ(r->hit_ratio.total, want);
+  EXPECT_DOUBLE_EQ(r->hit_ratio.gpu, want);
+  EXPECT_EQ(r->completed, t.size());
+  EXPECT_EQ(r->assigned, (std::vector<uint64_t>{150, 150, 150, 150}));
+}
+
+TEST(sim, prefix_hit_ratio_equals_a_plain_count) {
+  const auto t = spread(head_trace());
+  auto r = simulate(never_evict(4), t, policy_kind::prefix);
+  ASSERT_TRUE(r) << r.err().message;
+  // Every conversation request starts with block 0: all go to one worker,
+  // which therefore sees the ideal (fleet-wide) reuse.
+  const double want = plain_hit_ratio(t, 1, [](size_t) { return 0; });
+  EXPECT_DOUBLE_EQ(r->hit_ratio.total, want);
+  const auto orc = oracle(never_evict(4), t);
+  EXPECT_DOUBLE_EQ(orc.hit_ratio, want);
+}
+
+TEST(sim, prefix_sends_the_whole_conversation_trace_to_one_worker) {
+  const auto t = head_trace();  // real arrival times
+  auto r = simulate(never_evict(8), t, policy_kind::prefix);
+  ASSERT_TRUE(r) << r.err().message;
+  size_t busy = 0;
+  for (uint64_t a : r->assigned)
+    busy += a > 0;
+  EXPECT_EQ(busy, 1u);
+  EXPECT_EQ(r->completed, t.size());
+}
+
+TEST(sim, every_policy_completes_every_request) {
+  const auto t = head_trace();
+  sim_config cfg;
+  cfg.workers = 4;
+  cfg.gpu_blocks = 512;
+  cfg.host_blocks = 1024;
+  cfg.disk_blocks = 2048;
+  cfg.routers = 2;
+  cfg.state_delay_ms = 50;
+  for (policy_kind k : all_policies()) {
+    auto r = simulate(cfg, t, k);
+    ASSERT_TRUE(r) << to_string(k) << ": " << r.err().message;
+    EXPECT_EQ(r->completed, t.size()) << to_string(k);
+    uint64_t sum = 0;
+    for (uint64_t a : r->assigned)
+      sum += a;
+    EXPECT_EQ(sum, t.size()) << to_string(k);
+    EXPECT_GT(r->ttft_ms.mean, 0) << to_string(k);
+    EXPECT_GE(r->imbalance, 1.0) << to_string(k);
+  }
+}
+
+TEST(sim, no_policy_beats_the_oracle) {
+  const auto t = head_trace();
+  sim_config cfg;
+  cfg.workers = 4;
+  const auto orc = oracle(cfg, t);
+  for (policy_kind k : all_policies()) {
+    auto r = simulate(cfg, t, k);
+    ASSERT_TRUE(r);
+    EXPECT_GE(r->ttft_ms.mean, orc.ttft_ms.mean) << to_string(k);
+    EXPECT_LE(r->hit_ratio.total, orc.hit_ratio + 1e-12) << to_string(k);
+  }
+}
+
+TEST(sim, same_seed_same_result_other_seed_other_result) {
+  const auto t = head_trace();
+  sim_config cfg;
+  cfg.workers = 4;
+  cfg.seed = 7;
+  auto a = simulate(cfg, t, policy_kind::random);
+  auto b = simulate(cfg, t, policy_kind::random);
+  cfg.seed = 8;
+  auto c = simulate(cfg, t, policy_kind::random);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(a->assigned, b->assigned);
+  EXPECT_EQ(a->ttft_ms.mean, b->ttft_ms.mean);
+  EXPECT_NE(a->assigned, c->assigned);
+}
+
+TEST(sim, bad_configurations_are_errors) {
+  const auto t = head_trace();
+  sim_config cfg;
+  cfg.workers = 0;
+  auto r = simulate(cfg, t, policy_kind::kvmesh);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.err().message.find("--workers"), std::string::npos);
+  cfg = sim_config{};
+  cfg.worker_speeds = {1, 0.5};
+  r = simulate(cfg, t, policy_kind::kvmesh);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.err().message.find("--worker-speeds has 2 entries for 8"),
+            std::string::npos);
+  cfg = sim_config{};
+  r = simulate(cfg, {}, policy_kind::kvmesh);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err().code, ec::empty_input);
+  cfg.speedup = 0;
+  EXPECT_FALSE(validate(cfg));
+}
+
+// A worker that already holds a request's whole prefix on the GPU, with an
+// equal queue, wins the auction: reuse is priced.
+TEST(sim, kvmesh_follows_the_cache_when_loads_are_equal) {
+  std::vector<trace_request> t;
+  for (int i = 0; i < 4; ++i) {
+    trace_request r;
+    r.arrival_ms = 1e6 * i;
+    r.input_tokens = 4096;
+    r.output_tokens = 8;
+    r.blocks = {1, 2, 3, 4, 5, 6, 7, 8};
+    t.push_back(r);
+  }
+  auto r = simulate(never_evict(4), t, policy_kind::kvmesh);
+  ASSERT_TRUE(r);
+  size_t busy = 0;
+  for (uint64_t a : r->assigned)
+    busy += a > 0;
+  EXPECT_EQ(busy, 1u);
+  EXPECT_DOUBLE_EQ(r->hit_ratio.gpu, 24.0 / 32.0);
+}
+
+}  // namespace
+}  // namespace kvmesh
