@@ -105,9 +105,7 @@ json scenario_json(const sim_options& o) {
               {"refuse_growth", c.refuse_growth},
               {"policy", o.policies},
               {"price",
-               {{"c_host", c.price.c_host},
-                {"c_disk", c.price.c_disk},
-                {"beta", c.price.beta},
+               {{"beta", c.price.beta},
                 {"k", c.price.k},
                 {"overflow", c.price.overflow}}},
               {"seed", c.seed}};
@@ -261,12 +259,6 @@ void add_sim(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--k", price.k, "kvmesh: GPU credit decay with excess queue")
       ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--c-host", price.c_host, "kvmesh: credit of a host block")
-      ->check(CLI::Range(-4.0, 1.0))
-      ->capture_default_str();
-  cmd->add_option("--c-disk", price.c_disk, "kvmesh: credit of a disk block")
-      ->check(CLI::Range(-4.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--overflow", price.overflow,
                   "kvmesh: price per block beyond capacity")

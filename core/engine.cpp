@@ -54,6 +54,13 @@ double engine::load_ms(tier t) const {
   return 0;
 }
 
+double engine::recompute_ms() const {
+  const double full = cfg_.max_num_batched_tokens;
+  const double b = std::min<double>(cfg_.block_tokens, full);
+  return (prefill_ms(full) - prefill_ms(full - b)) * cfg_.model_factor /
+         cfg_.speed;
+}
+
 status engine::check(engine_request& req) const {
   if (req.prompt_tokens == 0)
     return make_error(ec::empty_input, "request " + std::to_string(req.id) +

@@ -91,6 +91,11 @@ class engine {
   void set_speed(double speed) { cfg_.speed = speed; }
   // Time to load one block from a tier (0 for GPU).
   double load_ms(tier t) const;
+  // Time to recompute one block in a full prefill chunk on this GPU.
+  double recompute_ms() const;
+  // What reusing a block from tier t saves, as a fraction of recomputing it:
+  // 1 - load / recompute. Negative when loading is slower than computing.
+  double tier_credit(tier t) const { return 1.0 - load_ms(t) / recompute_ms(); }
 
  private:
   struct sequence {

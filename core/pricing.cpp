@@ -2,6 +2,7 @@
 #include "core/pricing.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvmesh {
 
@@ -30,8 +31,8 @@ size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
     const double c_gpu = 1.0 / (1.0 + cfg.k * excess / size);
     p.worker = b.worker;
     p.credit_gpu = c_gpu * b.gpu;
-    p.credit_host = cfg.c_host * b.host;
-    p.credit_disk = cfg.c_disk * b.disk;
+    p.credit_host = (std::isnan(b.c_host) ? cfg.c_host : b.c_host) * b.host;
+    p.credit_disk = (std::isnan(b.c_disk) ? cfg.c_disk : b.c_disk) * b.disk;
     p.read = b.queued + b.reserved + n -
              (p.credit_gpu + p.credit_host + p.credit_disk);
     p.space = static_cast<double>(b.active) - b.active_overlap + n + o;

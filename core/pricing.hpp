@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 namespace kvmesh {
 
@@ -19,14 +20,19 @@ struct bid {
   uint32_t active_overlap = 0;  // this request's blocks among them
   uint64_t capacity = 0;        // GPU blocks
   double speed = 1.0;           // prefill speed relative to the reference GPU
+  // Credit of a host or disk block as this worker measures it (1 - load
+  // time / recompute time); NaN when it does not report one, and the
+  // router's configured c_host / c_disk apply.
+  double c_host = std::numeric_limits<double>::quiet_NaN();
+  double c_disk = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Every weight of the price, in one place; all can change at run time.
 struct price_config {
   double c_host = 0.75;   // credit of a block found in host memory
   double c_disk = 0.25;   // credit of a block found on disk
-  double beta = 1.0;      // weight of occupancy (space)
-  double k = 1.0;         // decay of GPU credit with excess queue, per request
+  double beta = 0.03;     // weight of occupancy (space); docs/pricing.md
+  double k = 0.25;        // decay of GPU credit with excess queue, per request
                           // size; 0 turns the decay off (Dynamo's default)
   double overflow = 1.0;  // price per block of space beyond capacity
   double overload_ceiling = 0;  // cheapest price per request block above

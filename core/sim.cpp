@@ -91,14 +91,17 @@ class simulation final : public bid_source {
       auto& ws = workers_[w];
       ws.ledger->expire(now_);
       out[w] = make_bid(ws.eng->cache(), *ws.ledger, r.blocks, r.n);
-      // Every bidder holds the request's full size: the same at all of them,
-      // so open auctions inflate every price alike and bias no one. Holding
-      // each bidder's own read cost instead would make the workers that
-      // cache the open requests' prefixes look lighter, the opposite of
-      // where that work is heading (measured: worse TTFT, see
+      // Each bidder holds its expected share of the request: the in-flight
+      // work of open auctions is visible, spread as a balanced fleet absorbs
+      // it (by speed), so it shifts every bidder's time alike and biases no
+      // one. Holding each bidder's own read cost instead made the workers
+      // caching the open requests' prefixes look lighter, the opposite of
+      // where that work heads; holding the full size at every bidder made
+      // slow GPUs look far busier than they are (both measured worse, see
       // docs/benchmarks.md). A refused reservation (too many open bids)
       // still leaves a valid bid.
-      (void)ws.ledger->reserve(r.id, r.n, now_ + reservation_ms(), r.n);
+      const double amount = expected_share(r.n, speeds_[w], total_speed_);
+      (void)ws.ledger->reserve(r.id, amount, now_ + reservation_ms(), r.n);
     }
   }
 
@@ -290,6 +293,7 @@ class simulation final : public bid_source {
   policy_kind kind_;
   std::vector<worker> workers_;
   std::vector<double> speeds_;
+  double total_speed_ = 0;
   std::vector<std::unique_ptr<router_policy>> routers_;
   std::priority_queue<event, std::vector<event>, later> queue_;
   uint64_t seq_ = 0;
@@ -317,6 +321,9 @@ expected<sim_result> simulation::run(
   const uint32_t n = cfg_.workers;
   speeds_ = cfg_.worker_speeds.empty() ? std::vector<double>(n, 1.0)
                                        : cfg_.worker_speeds;
+  total_speed_ = 0;
+  for (double sp : speeds_)
+    total_speed_ += sp;
   workers_.resize(n);
   for (uint32_t w = 0; w < n; ++w) {
     engine_config ec = cfg_.engine;
@@ -330,8 +337,9 @@ expected<sim_result> simulation::run(
     worker_config wc;
     wc.id = w;
     wc.speed = speeds_[w];
-    wc.c_host = cfg_.price.c_host;
-    wc.c_disk = cfg_.price.c_disk;
+    // Workers measure what a host or disk hit saves on their GPU.
+    wc.c_host = workers_[w].eng->tier_credit(tier::host);
+    wc.c_disk = workers_[w].eng->tier_credit(tier::disk);
     wc.refuse_growth = cfg_.refuse_growth;
     auto ledger = worker_ledger::make(wc);
     if (!ledger) return ledger.err();

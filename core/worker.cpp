@@ -129,6 +129,8 @@ bid make_bid(const tiered_cache& cache, const worker_ledger& ledger,
   b.active_overlap = m.active_overlap;
   b.capacity = cache.capacity(tier::gpu);
   b.speed = ledger.config().speed;
+  b.c_host = ledger.config().c_host;
+  b.c_disk = ledger.config().c_disk;
   return b;
 }
 

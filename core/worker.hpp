@@ -91,6 +91,12 @@ class worker_ledger {
   double reserved_ = 0;
 };
 
+// The read work a bidder holds for an open auction: its share of the
+// request's n blocks if the fleet absorbed the work by speed.
+inline double expected_share(uint32_t n, double speed, double bidders_speed) {
+  return bidders_speed > 0 ? n * speed / bidders_speed : 0;
+}
+
 // The bid of this worker for a request with prompt chain `chain` (n blocks).
 // Allocation-free.
 bid make_bid(const tiered_cache& cache, const worker_ledger& ledger,

@@ -188,6 +188,23 @@ TEST(engine, disk_hit_costs_its_bandwidth) {
   EXPECT_DOUBLE_EQ(make(cfg).load_ms(tier::disk), 1e3 * bytes / 1e9);
 }
 
+TEST(engine, tier_credit_compares_load_with_recompute) {
+  engine_config cfg;
+  cfg.block_tokens = 512;
+  auto g = make(cfg);
+  const double recompute = prefill_ms(8192) - prefill_ms(7680);
+  EXPECT_NEAR(g.recompute_ms(), recompute, 1e-9);
+  const double bytes = 512 * cfg.kv_bytes_per_token;
+  EXPECT_NEAR(g.tier_credit(tier::host),
+              1 - 1e3 * bytes / cfg.host_bandwidth / recompute, 1e-9);
+  EXPECT_GT(g.tier_credit(tier::host), 0.7);
+  EXPECT_LT(g.tier_credit(tier::disk), 0);  // NVMe is slower than an H100
+  EXPECT_DOUBLE_EQ(g.tier_credit(tier::gpu), 1.0);
+  // A slower GPU recomputes slower, so loading is worth more.
+  cfg.speed = 0.25;
+  EXPECT_GT(make(cfg).tier_credit(tier::disk), g.tier_credit(tier::disk));
+}
+
 TEST(engine, preemption_frees_blocks_and_recomputes) {
   // 12 blocks: two 5-block prompts fit, but decoding past 600 tokens each
   // needs 14. The newer sequence is preempted, then finishes later.

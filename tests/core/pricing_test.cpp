@@ -9,10 +9,19 @@
 namespace kvmesh {
 namespace {
 
-// A request of n = 10 prompt blocks and o = 2 expected output blocks; beta,
-// k and overflow at 1 unless a test says otherwise.
+// A request of n = 10 prompt blocks and o = 2 expected output blocks. The
+// worked examples use beta = k = overflow = 1 (round numbers), not the
+// tuned defaults, unless a test says otherwise.
 constexpr uint32_t n = 10;
 constexpr uint32_t o = 2;
+
+price_config unit() {
+  price_config cfg;
+  cfg.beta = 1;
+  cfg.k = 1;
+  cfg.overflow = 1;
+  return cfg;
+}
 
 bid idle(uint32_t worker) {
   bid b;
@@ -36,7 +45,7 @@ TEST(pricing, read_is_queued_plus_reserved_plus_request) {
   bid b = idle(0);
   b.queued = 5;
   b.reserved = 3;
-  auto p = price(price_config{}, {b});
+  auto p = price(unit(), {b});
   EXPECT_DOUBLE_EQ(p[0].read, 18.0);  // 5 + 3 + 10 - 0
   // space = 0 - 0 + 10 + 2 = 12; price = 18 / 1 + 1 * 12
   EXPECT_DOUBLE_EQ(p[0].price, 30.0);
@@ -48,11 +57,11 @@ TEST(pricing, gpu_credit_decays_with_excess_queue_per_request_size) {
   bid b = idle(1);
   b.gpu = 6;
   b.queued = 20;  // excess 20 = 2 request sizes -> c_gpu = 1 / (1 + 2)
-  auto p = price(price_config{}, {a, b});
+  auto p = price(unit(), {a, b});
   EXPECT_DOUBLE_EQ(p[0].credit_gpu, 6.0);
   EXPECT_DOUBLE_EQ(p[1].credit_gpu, 2.0);
   EXPECT_DOUBLE_EQ(p[1].read, 20 + 10 - 2.0);
-  price_config off;
+  price_config off = unit();
   off.k = 0;  // Dynamo's default: no decay
   EXPECT_DOUBLE_EQ(price(off, {a, b})[1].credit_gpu, 6.0);
 }
@@ -61,11 +70,11 @@ TEST(pricing, host_and_disk_credits_use_their_weights) {
   bid b = idle(0);
   b.host = 4;
   b.disk = 4;
-  auto p = price(price_config{}, {b});
+  auto p = price(unit(), {b});
   EXPECT_DOUBLE_EQ(p[0].credit_host, 3.0);  // 0.75 * 4
   EXPECT_DOUBLE_EQ(p[0].credit_disk, 1.0);  // 0.25 * 4
   EXPECT_DOUBLE_EQ(p[0].read, 10 - 4.0);
-  price_config cfg;
+  price_config cfg = unit();
   cfg.c_host = 0.5;
   cfg.c_disk = 0;
   p = price(cfg, {b});
@@ -73,13 +82,25 @@ TEST(pricing, host_and_disk_credits_use_their_weights) {
   EXPECT_DOUBLE_EQ(p[0].credit_disk, 0.0);
 }
 
+TEST(pricing, a_bidders_measured_credit_overrides_the_config) {
+  bid b = idle(0);
+  b.host = 4;
+  b.disk = 2;
+  b.c_host = 0.5;
+  b.c_disk = -1.0;  // its disk loads slower than it recomputes
+  auto p = price(unit(), {b});
+  EXPECT_DOUBLE_EQ(p[0].credit_host, 2.0);
+  EXPECT_DOUBLE_EQ(p[0].credit_disk, -2.0);
+  EXPECT_DOUBLE_EQ(p[0].read, 10 - 2.0 + 2.0);
+}
+
 TEST(pricing, space_is_occupancy_after_admission) {
   bid b = idle(0);
   b.active = 100;
   b.active_overlap = 3;
-  auto p = price(price_config{}, {b});
+  auto p = price(unit(), {b});
   EXPECT_DOUBLE_EQ(p[0].space, 109.0);  // 100 - 3 + 10 + 2
-  price_config cfg;
+  price_config cfg = unit();
   cfg.beta = 0.5;
   EXPECT_DOUBLE_EQ(price(cfg, {b})[0].price, 10 + 0.5 * 109);
 }
@@ -88,7 +109,7 @@ TEST(pricing, speed_divides_read_work) {
   bid b = idle(0);
   b.queued = 8;
   b.speed = 0.5;
-  auto p = price(price_config{}, {b});
+  auto p = price(unit(), {b});
   EXPECT_DOUBLE_EQ(p[0].read, 18.0);
   EXPECT_DOUBLE_EQ(p[0].price, 18.0 / 0.5 + 12);
 }
@@ -97,7 +118,7 @@ TEST(pricing, overflow_penalty_past_capacity) {
   bid b = idle(0);
   b.active = 100;
   b.capacity = 105;  // space 112 overflows by 7
-  price_config cfg;
+  price_config cfg = unit();
   cfg.overflow = 2;
   auto p = price(cfg, {b});
   EXPECT_DOUBLE_EQ(p[0].space, 112.0);
@@ -113,7 +134,7 @@ TEST(pricing, delta_is_relative_to_the_emptiest_bidder) {
   bid b = idle(1);
   b.queued = 1;  // the baseline
   b.active = 50;
-  auto p = price(price_config{}, {a, b});
+  auto p = price(unit(), {a, b});
   EXPECT_DOUBLE_EQ(p[1].delta, 0.0);
   EXPECT_DOUBLE_EQ(p[0].delta, p[0].price - p[1].price);
 }
@@ -124,13 +145,13 @@ TEST(pricing, cheapest_wins_and_cache_beats_an_idle_peer) {
   warm.queued = 5;  // c_gpu = 1 / 1.5
   bid cold = idle(1);
   size_t w = 0;
-  auto p = price(price_config{}, {warm, cold}, &w);
+  auto p = price(unit(), {warm, cold}, &w);
   // warm: read 5 + 10 - 8/1.5 = 9.667; cold: read 10. Same space.
   EXPECT_NEAR(p[0].read, 9.6667, 1e-3);
   EXPECT_EQ(w, 0u);
   // With a deeper queue the warm worker loses the request.
   warm.queued = 30;
-  price(price_config{}, {warm, cold}, &w);
+  price(unit(), {warm, cold}, &w);
   EXPECT_EQ(w, 1u);
 }
 
@@ -140,13 +161,13 @@ TEST(pricing, ties_go_to_smaller_read_then_random) {
   bid b = idle(1);
   b.active = 2;  // read 10, space 14 -> 24
   size_t w = 0;
-  price(price_config{}, {a, b}, &w);
+  price(unit(), {a, b}, &w);
   EXPECT_EQ(w, 1u);
   // Exact ties: every tied bidder wins for some seed.
   std::set<size_t> winners;
   std::vector<bid> same{idle(0), idle(1), idle(2)};
   for (uint64_t seed = 0; seed < 64; ++seed) {
-    price(price_config{}, same, &w, seed);
+    price(unit(), same, &w, seed);
     winners.insert(w);
   }
   EXPECT_EQ(winners.size(), 3u);
@@ -154,12 +175,11 @@ TEST(pricing, ties_go_to_smaller_read_then_random) {
 
 TEST(pricing, no_bids_no_winner) {
   uint64_t seed = 0;
-  EXPECT_EQ(price_bids(price_config{}, n, o, nullptr, 0, nullptr, seed),
-            no_winner);
+  EXPECT_EQ(price_bids(unit(), n, o, nullptr, 0, nullptr, seed), no_winner);
 }
 
 TEST(pricing, saturation_ceiling_in_request_sizes) {
-  price_config cfg;
+  price_config cfg = unit();
   EXPECT_FALSE(saturated(cfg, n, 1e9));  // off by default
   cfg.overload_ceiling = 50;
   EXPECT_FALSE(saturated(cfg, n, 500));

@@ -61,6 +61,32 @@ TEST(worker, queued_work_shrinks_with_progress) {
   EXPECT_EQ(l.queued_requests(), 0u);
 }
 
+TEST(worker, refuses_an_award_when_its_queue_grew_since_the_bid) {
+  worker_config cfg;
+  cfg.refuse_growth = 0.5;  // half a request size
+  auto l = ledger(cfg);
+  ASSERT_TRUE(l.reserve(1, 10, 100, 10));
+  ASSERT_TRUE(l.reserve(2, 10, 100, 10));
+  EXPECT_FALSE(l.should_refuse(1));
+  l.accept(3, 5);  // another router's award landed: +5 = half of 10
+  EXPECT_FALSE(l.should_refuse(1));
+  l.accept(4, 0.5);
+  EXPECT_TRUE(l.should_refuse(1));
+  EXPECT_TRUE(l.should_refuse(2));
+  EXPECT_FALSE(l.should_refuse(99));  // no reservation, nothing to refuse
+  cfg.refuse_growth = 0;
+  auto never = ledger(cfg);
+  ASSERT_TRUE(never.reserve(1, 10, 100, 10));
+  never.accept(3, 500);
+  EXPECT_FALSE(never.should_refuse(1));
+}
+
+TEST(worker, expected_share_follows_speed) {
+  EXPECT_DOUBLE_EQ(expected_share(10, 0.5, 2.0), 2.5);
+  EXPECT_DOUBLE_EQ(expected_share(10, 1.0, 2.0), 5.0);
+  EXPECT_DOUBLE_EQ(expected_share(10, 1.0, 0.0), 0.0);
+}
+
 TEST(worker, open_bids_are_bounded) {
   worker_config cfg;
   cfg.max_reservations = 2;
@@ -98,6 +124,8 @@ TEST(worker, bid_reports_exact_state) {
   EXPECT_DOUBLE_EQ(b.queued, 5.0);
   EXPECT_DOUBLE_EQ(b.reserved, 2.0);
   EXPECT_DOUBLE_EQ(b.speed, 2.0);
+  EXPECT_DOUBLE_EQ(b.c_host, 0.75);  // reports its tier credits
+  EXPECT_DOUBLE_EQ(b.c_disk, 0.25);
   EXPECT_DOUBLE_EQ(l.read_cost(b, 6), 6 - 2 - 1.5);
 }
 
