@@ -103,6 +103,7 @@ json scenario_json(const sim_options& o) {
               {"state_delay_ms", c.state_delay_ms},
               {"auction_ms", c.auction_ms},
               {"refuse_growth", c.refuse_growth},
+              {"max_auctions", c.max_auctions},
               {"policy", o.policies},
               {"price",
                {{"beta", c.price.beta},
@@ -249,6 +250,10 @@ void add_sim(CLI::App& app, std::function<int()>& run) {
                   "kvmesh: a worker refuses an award when its queue grew by "
                   "more than X request sizes since its bid (0: never)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-auctions", o->cfg.max_auctions,
+                  "kvmesh: auctions per request at most (refusals re-auction)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--policy", o->policies, "comma-separated policies, or all")
       ->capture_default_str();

@@ -33,6 +33,7 @@ status validate(const sim_config& cfg) {
     return bad("--auction-ms must be >= 0");
   if (!(cfg.refuse_growth >= 0) || !std::isfinite(cfg.refuse_growth))
     return bad("--refuse-growth must be >= 0");
+  if (cfg.max_auctions == 0) return bad("--max-auctions must be at least 1");
   if (!cfg.worker_speeds.empty()) {
     if (cfg.worker_speeds.size() != cfg.workers)
       return bad("--worker-speeds has " +
@@ -114,7 +115,6 @@ class simulation final : public bid_source {
   };
 
   double reservation_ms() const { return 10 * cfg_.auction_ms + 100; }
-  static constexpr uint32_t max_auctions = 2;
 
   void push(double t, event::kind_t k, uint32_t a, uint32_t b = 0) {
     queue_.push(event{t, seq_++, k, a, b});
@@ -205,7 +205,7 @@ class simulation final : public bid_source {
 
   void award(uint32_t idx, uint32_t winner) {
     record& rec = records_[idx];
-    if (rec.auctions < max_auctions &&
+    if (rec.auctions + 1 < cfg_.max_auctions &&
         workers_[winner].ledger->should_refuse(idx)) {
       // Awards from other routers landed since the bid: the router runs a
       // fresh auction on the state as it is now.
