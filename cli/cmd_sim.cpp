@@ -1,5 +1,7 @@
 // `kvmesh sim`: replays a trace through simulated GPUs for several routing
 // policies and compares them (text table, optional JSON).
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -171,10 +173,13 @@ int run_sim(sim_options o) {
   if (!trace) return fail(trace.err().message);
   const oracle_result orc = oracle(o.cfg, *trace);
   std::vector<sim_result> results;
+  // Percentages overwrite each other on a terminal; a log gets one line per
+  // policy.
+  const bool tty = isatty(fileno(stderr)) != 0;
   for (policy_kind k : *policies) {
     const auto t0 = std::chrono::steady_clock::now();
     auto progress = [&](double f) {
-      if (!o.quiet && f < 1)
+      if (!o.quiet && tty && f < 1)
         std::fprintf(stderr, "\rsim: %-13s %3.0f%%", to_string(k), 100 * f);
     };
     auto r = simulate(o.cfg, *trace, k, progress);
