@@ -21,14 +21,15 @@ size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
       baseline = i;
   }
   const double queued_min = bids[baseline].queued;
-  const double size = n > 0 ? n : 1;
+  // Decay per block of excess queue: k per request size.
+  const double decay = cfg.k / (n > 0 ? n : 1);
   size_t winner = 0;
   uint32_t ties = 1;
   for (size_t i = 0; i < count; ++i) {
     const bid& b = bids[i];
     price_breakdown& p = out[i];
     const double excess = std::max(0.0, b.queued - queued_min);
-    const double c_gpu = 1.0 / (1.0 + cfg.k * excess / size);
+    const double c_gpu = 1.0 / (1.0 + decay * excess);
     p.worker = b.worker;
     p.credit_gpu = c_gpu * b.gpu;
     p.credit_host = (std::isnan(b.c_host) ? cfg.c_host : b.c_host) * b.host;
