@@ -188,7 +188,13 @@ int run_sim(sim_options o) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
             .count();
     if (!o.quiet)
-      std::fprintf(stderr, "\rsim: %-13s done in %.2f s\n", to_string(k), secs);
+      std::fprintf(stderr,
+                   "%ssim: %-13s done in %.2f s (%lu preemptions, %lu "
+                   "re-auctions, %lu refused)\n",
+                   tty ? "\r" : "", to_string(k), secs,
+                   static_cast<unsigned long>(r->preemptions),
+                   static_cast<unsigned long>(r->reauctions),
+                   static_cast<unsigned long>(r->refused));
     results.push_back(std::move(*r));
   }
   print_table(orc, results);

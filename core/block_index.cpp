@@ -82,18 +82,7 @@ void block_index::match(const uint64_t* chain, size_t n, size_t workers,
       if (h.worker >= workers || depth_[h.worker] != i) continue;
       depth_[h.worker] = static_cast<uint32_t>(i + 1);
       any = true;
-      tier_match& m = out[h.worker];
-      switch (h.where) {
-        case tier::gpu:
-          ++m.gpu;
-          break;
-        case tier::host:
-          ++m.host;
-          break;
-        case tier::disk:
-          ++m.disk;
-          break;
-      }
+      out[h.worker].add(h.where);
     }
     if (!any) return;
   }

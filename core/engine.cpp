@@ -158,7 +158,6 @@ bool engine::admit(uint32_t slot, double& load) {
       std::min<uint64_t>(uint64_t{hit} * cfg_.block_tokens, context - 1);
   s.done_tokens = static_cast<uint32_t>(cached);
   s.prefill_end = context;
-  s.admitted = true;
   if (!s.first_token_sent) std::copy(in_tier, in_tier + tier_count, s.hits);
   load += load_time;
   return true;
@@ -170,7 +169,6 @@ void engine::release_blocks(sequence& s) {
   cache_.free_anonymous(s.anon);
   s.held = 0;
   s.anon = 0;
-  s.admitted = false;
 }
 
 void engine::preempt(uint32_t slot) {

@@ -103,7 +103,6 @@ class engine {
     double arrival_ms = 0;
     uint32_t generated = 0;  // output tokens produced so far
     bool first_token_sent = false;
-    bool admitted = false;
     uint32_t held = 0;         // req.blocks[0, held) are referenced
     uint32_t anon = 0;         // anonymous GPU blocks held
     uint32_t done_tokens = 0;  // tokens of the context in the KV cache

@@ -210,7 +210,7 @@ class simulation final : public bid_source {
       // Awards from other routers landed since the bid: the router runs a
       // fresh auction on the state as it is now.
       ++rec.auctions;
-      ++refusals_;
+      ++reauctions_;
       routers_[rec.router]->refused(idx, winner);
       for (uint32_t w = 0; w < cfg_.workers; ++w)
         workers_[w].ledger->release(idx);
@@ -310,7 +310,7 @@ class simulation final : public bid_source {
   double imbalance_time_ = 0;
   uint64_t completed_ = 0;
   uint64_t refused_ = 0;
-  uint64_t refusals_ = 0;
+  uint64_t reauctions_ = 0;
 };
 
 expected<sim_result> simulation::run(
@@ -438,6 +438,8 @@ expected<sim_result> simulation::run(
   res.imbalance = imbalance_time_ > 0 ? imbalance_area_ / imbalance_time_ : 1;
   for (const auto& ws : workers_)
     res.preemptions += ws.eng->preemptions();
+  res.refused = refused_;
+  res.reauctions = reauctions_;
   return res;
 }
 

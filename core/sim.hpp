@@ -52,6 +52,8 @@ struct sim_result {
   uint64_t completed = 0;
   uint64_t requests = 0;
   uint64_t preemptions = 0;
+  uint64_t refused = 0;     // requests an engine turned away (too large)
+  uint64_t reauctions = 0;  // kvmesh: awards refused and auctioned again
 };
 
 struct oracle_result {

@@ -110,18 +110,8 @@ tier_match tiered_cache::match(const uint64_t* chain, size_t n) const {
     if (i + ahead < n) map_.prefetch(chain[i + ahead]);
     uint8_t meta = 0;
     if (map_.find(chain[i], &meta) == block_map::npos) break;
-    switch (static_cast<tier>(meta & 3)) {
-      case tier::gpu:
-        ++m.gpu;
-        m.active_overlap += (meta >> 2) & 1;
-        break;
-      case tier::host:
-        ++m.host;
-        break;
-      case tier::disk:
-        ++m.disk;
-        break;
-    }
+    m.add(static_cast<tier>(meta & 3));
+    m.active_overlap += (meta >> 2) & 1;  // only GPU blocks are ever held
   }
   return m;
 }

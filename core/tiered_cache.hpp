@@ -25,6 +25,9 @@ struct tier_match {
   uint32_t disk = 0;
   uint32_t active_overlap = 0;  // matched GPU blocks held by running sequences
   uint32_t total() const { return gpu + host + disk; }
+  void add(tier t) {
+    (t == tier::gpu ? gpu : t == tier::host ? host : disk) += 1;
+  }
 };
 
 // What a real engine reports of its cache: a block appeared in or left a tier.
