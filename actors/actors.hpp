@@ -1,0 +1,153 @@
+// Every actor interface of kvmesh (CAF 0.17 typed actors), their atoms and
+// the messages they exchange.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/pricing.hpp"
+
+// kvmesh::ec travels as a CAF error of category "kvmesh".
+CAF_ERROR_CODE_ENUM(kvmesh::ec, "kvmesh")
+
+namespace kvmesh {
+
+// -- atoms (10 characters at most; the text is the identity on the wire) ---
+
+using bid_atom = caf::atom_constant<caf::atom("bid")>;
+using award_atom = caf::atom_constant<caf::atom("award")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using route_atom = caf::atom_constant<caf::atom("route")>;
+using step_atom = caf::atom_constant<caf::atom("step")>;
+using weights_atom = caf::atom_constant<caf::atom("weights")>;
+using get_atom = caf::atom_constant<caf::atom("get")>;
+using put_atom = caf::atom_constant<caf::atom("put")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+
+// -- messages ---------------------------------------------------------------
+
+// A request to route: its prompt's chained block hashes, its size in tokens
+// and, when the client knows it, its expected output.
+struct route_request_msg {
+  uint64_t id = 0;
+  std::vector<uint64_t> blocks;
+  uint32_t input_tokens = 0;
+  uint32_t output_tokens = 0;  // 0: unknown (the router estimates)
+};
+
+// A router's call for bids. `share` is the part of the request each bidder
+// holds per unit of its speed (see expected_share in core/worker.hpp).
+struct call_for_bids {
+  route_request_msg request;
+  double bidders_speed = 1;
+};
+
+// A worker's answer to an award.
+struct award_reply {
+  bool accepted = false;
+  std::string reason;  // why it refused
+};
+
+// The router's answer to a route request: the winner and why.
+struct decision {
+  uint64_t request = 0;
+  uint32_t worker = 0;
+  uint32_t auctions = 0;  // 1 unless awards were refused or unanswered
+  std::vector<price_breakdown> prices;
+};
+
+// What a worker reports about itself (admin, heartbeats).
+struct worker_status {
+  uint32_t worker = 0;
+  double queued = 0;
+  double reserved = 0;
+  uint64_t waiting = 0;
+  uint64_t running = 0;
+  uint64_t gpu_blocks = 0;
+  uint64_t host_blocks = 0;
+  uint64_t disk_blocks = 0;
+  uint64_t active = 0;
+  uint64_t completed = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, route_request_msg& x) {
+  return f(caf::meta::type_name("route_request"), x.id, x.blocks,
+           x.input_tokens, x.output_tokens);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, call_for_bids& x) {
+  return f(caf::meta::type_name("call_for_bids"), x.request, x.bidders_speed);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, award_reply& x) {
+  return f(caf::meta::type_name("award_reply"), x.accepted, x.reason);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, bid& x) {
+  return f(caf::meta::type_name("bid"), x.worker, x.gpu, x.host, x.disk,
+           x.queued, x.reserved, x.active, x.active_overlap, x.capacity,
+           x.speed, x.c_host, x.c_disk);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, price_breakdown& x) {
+  return f(caf::meta::type_name("price_breakdown"), x.worker, x.read,
+           x.credit_gpu, x.credit_host, x.credit_disk, x.space, x.speed,
+           x.overflow, x.price, x.delta);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, decision& x) {
+  return f(caf::meta::type_name("decision"), x.request, x.worker, x.auctions,
+           x.prices);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, price_config& x) {
+  return f(caf::meta::type_name("price_config"), x.c_host, x.c_disk, x.beta,
+           x.k, x.overflow, x.overload_ceiling);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
+  return f(caf::meta::type_name("worker_status"), x.worker, x.queued,
+           x.reserved, x.waiting, x.running, x.gpu_blocks, x.host_blocks,
+           x.disk_blocks, x.active, x.completed);
+}
+
+// -- interfaces ---------------------------------------------------------------
+
+// WORKER: one GPU (or data-parallel rank), its queue and cache tiers.
+using worker_actor = caf::typed_actor<
+    // Bids for a request from exact state and holds a soft reservation.
+    caf::replies_to<bid_atom, call_for_bids>::with<bid>,
+    // Takes an awarded request, or refuses it when its bid no longer holds.
+    caf::replies_to<award_atom, route_request_msg>::with<award_reply>,
+    // Drops the reservation of a request that went elsewhere.
+    caf::reacts_to<release_atom, uint64_t>,
+    // Reports queue, tiers and load.
+    caf::replies_to<status_atom>::with<worker_status>,
+    // Ends the engine step in progress (sent to itself on the actor clock).
+    caf::reacts_to<step_atom>>;
+
+// ROUTER: runs one auction per request over its workers.
+using router_actor = caf::typed_actor<
+    // Routes a request: the winner and every bidder's price breakdown.
+    caf::replies_to<route_atom, route_request_msg>::with<decision>,
+    // Reads the price weights.
+    caf::replies_to<get_atom, weights_atom>::with<price_config>,
+    // Replaces the price weights; the next auction uses them.
+    caf::reacts_to<put_atom, weights_atom, price_config>>;
+
+// Registers the error category and message types with a configuration.
+void register_types(caf::actor_system_config& cfg);
+
+}  // namespace kvmesh

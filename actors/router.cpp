@@ -1,0 +1,159 @@
+// ROUTER: call for bids, gather them until all answered or the deadline,
+// price, award the cheapest, and on refusal or silence try again.
+#include "actors/router.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace kvmesh {
+
+namespace {
+
+using rpointer = router_actor::stateful_pointer<router_state>;
+using auction_ptr = std::shared_ptr<auction>;
+
+void call_for_bids_(rpointer self, auction_ptr a);
+
+void fail(auction_ptr a, ec code, const std::string& what) {
+  a->promise.deliver(caf::make_error(code, what));
+}
+
+// Releases the reservations of every bidder but `keep`.
+void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
+  for (const bid& b : a->bids)
+    if (b.worker != keep)
+      self->send(self->state.opt.workers[b.worker], release_atom::value,
+                 a->request.id);
+}
+
+void award_next(rpointer self, auction_ptr a) {
+  auto& st = self->state;
+  if (a->next >= a->ranked.size()) {
+    fail(a, ec::not_found,
+         "no worker took request " + std::to_string(a->request.id));
+    return;
+  }
+  const uint32_t idx = a->ranked[a->next++];
+  const uint32_t w = a->bids[idx].worker;
+  const price_breakdown& p = a->prices[idx];
+  // The winner's own read work, as the router counts it until confirmed.
+  a->pending =
+      std::max(0.0, p.read - (a->bids[idx].queued + a->bids[idx].reserved));
+  st.pending[w] += a->pending;
+  auto settle = [=] {
+    auto& st = self->state;
+    st.pending[w] = std::max(0.0, st.pending[w] - a->pending);
+  };
+  self->request(st.opt.workers[w], st.opt.award_deadline, award_atom::value,
+                a->request)
+      .then(
+          [=](const award_reply& reply) {
+            settle();
+            if (reply.accepted) {
+              release_others(self, a, w);
+              ++self->state.decisions;
+              a->promise.deliver(
+                  decision{a->request.id, w, a->round, a->prices});
+              return;
+            }
+            // The bid no longer holds: auction again on fresh bids while
+            // rounds are left, else try the runner-up.
+            if (a->round < self->state.opt.max_auctions) {
+              ++self->state.reauctions;
+              release_others(self, a, UINT32_MAX);
+              call_for_bids_(self, a);
+            } else {
+              award_next(self, a);
+            }
+          },
+          [=](caf::error&) {
+            // Silence past the deadline: the worker may be gone.
+            settle();
+            award_next(self, a);
+          });
+}
+
+void decide(rpointer self, auction_ptr a) {
+  auto& st = self->state;
+  if (a->bids.empty()) {
+    fail(a, ec::not_found,
+         "no worker answered the call for bids for request " +
+             std::to_string(a->request.id));
+    return;
+  }
+  for (bid& b : a->bids)
+    b.queued += st.pending[b.worker];
+  const uint32_t n = static_cast<uint32_t>(a->request.blocks.size());
+  const uint32_t o = (a->request.output_tokens + 511) / 512;
+  a->prices.resize(a->bids.size());
+  const size_t win = price_bids(st.opt.price, n, o, a->bids.data(),
+                                a->bids.size(), a->prices.data(), st.rng);
+  a->ranked.resize(a->bids.size());
+  std::iota(a->ranked.begin(), a->ranked.end(), 0u);
+  std::stable_sort(a->ranked.begin(), a->ranked.end(),
+                   [&](uint32_t x, uint32_t y) {
+                     return a->prices[x].price < a->prices[y].price;
+                   });
+  // The pricing's own tie-break picked the winner; put it first.
+  std::rotate(a->ranked.begin(),
+              std::find(a->ranked.begin(), a->ranked.end(), win),
+              std::find(a->ranked.begin(), a->ranked.end(), win) + 1);
+  a->next = 0;
+  award_next(self, a);
+}
+
+void call_for_bids_(rpointer self, auction_ptr a) {
+  auto& st = self->state;
+  ++a->round;
+  a->bids.clear();
+  a->outstanding = st.opt.workers.size();
+  const call_for_bids cfb{a->request, st.bidders_speed};
+  for (auto& w : st.opt.workers) {
+    self->request(w, st.opt.bid_deadline, bid_atom::value, cfb)
+        .then(
+            [=](const bid& b) {
+              a->bids.push_back(b);
+              if (--a->outstanding == 0) decide(self, a);
+            },
+            [=](caf::error&) {
+              // A silent bidder is left out of this auction.
+              if (--a->outstanding == 0) decide(self, a);
+            });
+  }
+}
+
+}  // namespace
+
+router_actor::behavior_type router(rpointer self, router_options opt) {
+  auto& st = self->state;
+  st.opt = std::move(opt);
+  st.rng = st.opt.seed;
+  st.pending.assign(st.opt.workers.size(), 0);
+  if (st.opt.speeds.empty()) st.opt.speeds.assign(st.opt.workers.size(), 1.0);
+  st.bidders_speed =
+      std::accumulate(st.opt.speeds.begin(), st.opt.speeds.end(), 0.0);
+  return {
+      [=](route_atom, route_request_msg& r) -> caf::result<decision> {
+        auto& st = self->state;
+        if (st.opt.workers.empty())
+          return caf::make_error(ec::not_found, "router has no workers");
+        if (r.blocks.empty() || r.input_tokens == 0)
+          return caf::make_error(
+              ec::empty_input,
+              "request " + std::to_string(r.id) + " has no prompt blocks");
+        auto a = std::make_shared<auction>();
+        a->request = std::move(r);
+        a->promise = self->make_response_promise<decision>();
+        call_for_bids_(self, a);
+        return a->promise;
+      },
+      [=](get_atom, weights_atom) -> price_config {
+        return self->state.opt.price;
+      },
+      [=](put_atom, weights_atom, const price_config& p) {
+        self->state.opt.price = p;
+      },
+  };
+}
+
+}  // namespace kvmesh

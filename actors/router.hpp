@@ -1,0 +1,50 @@
+// The ROUTER actor: one auction per request over its workers.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/actors.hpp"
+
+namespace kvmesh {
+
+struct router_options {
+  std::vector<worker_actor> workers;
+  std::vector<double> speeds;  // per worker; empty: all 1
+  price_config price;
+  caf::timespan bid_deadline = std::chrono::milliseconds(50);
+  caf::timespan award_deadline = std::chrono::milliseconds(50);
+  uint32_t max_auctions = 8;  // auctions per request, refusals included
+  uint64_t seed = 1;
+};
+
+// One request's auction, from call for bids to a confirmed award.
+struct auction {
+  route_request_msg request;
+  caf::typed_response_promise<decision> promise;
+  uint32_t round = 0;            // auctions run so far
+  size_t outstanding = 0;        // bids still expected
+  std::vector<bid> bids;         // answered bids, in arrival order
+  std::vector<uint32_t> ranked;  // bidder indices, cheapest first
+  std::vector<price_breakdown> prices;
+  size_t next = 0;     // next entry of ranked to award
+  double pending = 0;  // read work added to the awardee's queue
+};
+
+struct router_state {
+  static inline const char* name = "router";
+  router_options opt;
+  uint64_t rng = 1;
+  double bidders_speed = 0;
+  // Read work of awards sent and not yet answered, per worker: the bids of
+  // concurrent auctions do not show it yet.
+  std::vector<double> pending;
+  uint64_t decisions = 0;
+  uint64_t reauctions = 0;
+};
+
+router_actor::behavior_type router(
+    router_actor::stateful_pointer<router_state> self, router_options opt);
+
+}  // namespace kvmesh

@@ -1,0 +1,29 @@
+// Registration of kvmesh's error category and message types with CAF.
+#include "actors/actors.hpp"
+
+namespace kvmesh {
+
+void register_types(caf::actor_system_config& cfg) {
+  // Renders as "kvmesh: <code> <context>". (CAF 0.17.6's templated
+  // add_error_category<T> does not compile: it passes a renderer of the
+  // wrong signature.)
+  cfg.add_error_category(caf::atom("kvmesh"), [](uint8_t code, caf::atom_value,
+                                                 const caf::message& ctx) {
+    std::string s = "kvmesh: ";
+    s += to_string(static_cast<ec>(code));
+    if (!ctx.empty()) s += " " + caf::to_string(ctx);
+    return s;
+  });
+  cfg.add_message_type<route_request_msg>("route_request");
+  cfg.add_message_type<call_for_bids>("call_for_bids");
+  cfg.add_message_type<award_reply>("award_reply");
+  cfg.add_message_type<bid>("bid");
+  cfg.add_message_type<price_breakdown>("price_breakdown");
+  cfg.add_message_type<std::vector<price_breakdown>>(
+      "std::vector<price_breakdown>");
+  cfg.add_message_type<decision>("decision");
+  cfg.add_message_type<price_config>("price_config");
+  cfg.add_message_type<worker_status>("worker_status");
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,136 @@
+// WORKER: bids from exact state, takes or refuses awards, drives its engine
+// on the actor clock.
+#include "actors/worker.hpp"
+
+#include <chrono>
+
+namespace kvmesh {
+
+namespace {
+
+using wpointer = worker_actor::stateful_pointer<worker_state>;
+
+double now_ms(wpointer self) {
+  const auto d = self->clock().now() - self->state.origin;
+  return std::chrono::duration<double, std::milli>(d).count() *
+         self->state.time_scale;
+}
+
+// Starts the engine's next step if it is idle and has work, and schedules
+// its end on the actor clock.
+void maybe_step(wpointer self) {
+  auto& st = self->state;
+  if (st.stepping) return;
+  const double now = now_ms(self);
+  if (auto end = st.eng->start_step(now)) {
+    st.stepping = true;
+    const double wall = (*end - now) / st.time_scale;
+    self->delayed_send(self,
+                       std::chrono::duration_cast<caf::timespan>(
+                           std::chrono::duration<double, std::milli>(wall)),
+                       step_atom::value);
+  }
+}
+
+void finish_step(wpointer self) {
+  auto& st = self->state;
+  st.stepping = false;
+  st.events.clear();
+  st.eng->finish_step(st.events);
+  const double bt = st.eng->config().block_tokens;
+  for (const engine_event& e : st.events) {
+    switch (e.kind) {
+      case engine_event::progress:
+        st.ledger->progress(e.request, e.remaining / bt);
+        break;
+      case engine_event::first_token:
+        st.ledger->done(e.request);
+        break;
+      case engine_event::finished:
+        ++st.completed;
+        break;
+      default:
+        break;
+    }
+  }
+  maybe_step(self);
+}
+
+}  // namespace
+
+worker_actor::behavior_type worker(wpointer self, worker_options opt) {
+  auto& st = self->state;
+  // spawn_worker validated the options: these cannot fail here.
+  st.eng = std::make_unique<engine>(std::move(*engine::make(opt.engine)));
+  st.ledger = std::make_unique<worker_ledger>(
+      std::move(*worker_ledger::make(opt.ledger)));
+  st.time_scale = opt.time_scale;
+  st.origin = self->clock().now();
+  return {
+      [=](bid_atom, const call_for_bids& cfb) -> bid {
+        auto& st = self->state;
+        const double now = now_ms(self);
+        st.ledger->expire(now);
+        const auto& r = cfb.request;
+        const uint32_t n = static_cast<uint32_t>(r.blocks.size());
+        bid b = make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
+        // A full table of open bids still yields a valid bid; the auction just
+        // cannot hold the work here.
+        (void)st.ledger->reserve(
+            r.id,
+            expected_share(n, st.ledger->config().speed, cfb.bidders_speed),
+            now + st.ledger->config().reservation_ms, n);
+        return b;
+      },
+      [=](award_atom, route_request_msg& r) -> award_reply {
+        auto& st = self->state;
+        if (st.ledger->should_refuse(r.id))
+          return {false, "queue grew since the bid"};
+        const uint32_t n = static_cast<uint32_t>(r.blocks.size());
+        const double read = st.ledger->read_cost(
+            make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n), n);
+        engine_request req;
+        req.id = r.id;
+        req.prompt_tokens = r.input_tokens;
+        req.output_tokens = r.output_tokens;
+        req.blocks = std::move(r.blocks);
+        if (auto ok = st.eng->submit(std::move(req), now_ms(self)); !ok) {
+          st.ledger->release(r.id);
+          return {false, ok.err().message};
+        }
+        st.ledger->accept(r.id, read);
+        maybe_step(self);
+        return {true, {}};
+      },
+      [=](release_atom, uint64_t request) {
+        self->state.ledger->release(request);
+      },
+      [=](status_atom) -> worker_status {
+        auto& st = self->state;
+        worker_status s;
+        s.worker = st.ledger->config().id;
+        s.queued = st.ledger->queued();
+        s.reserved = st.ledger->reserved();
+        s.waiting = st.eng->waiting();
+        s.running = st.eng->running();
+        s.gpu_blocks = st.eng->cache().size(tier::gpu);
+        s.host_blocks = st.eng->cache().size(tier::host);
+        s.disk_blocks = st.eng->cache().size(tier::disk);
+        s.active = st.eng->cache().active();
+        s.completed = st.completed;
+        return s;
+      },
+      [=](step_atom) { finish_step(self); },
+  };
+}
+
+expected<worker_actor> spawn_worker(caf::actor_system& sys,
+                                    const worker_options& opt) {
+  if (!(opt.time_scale > 0))
+    return make_error(ec::invalid_argument, "time scale must be > 0");
+  if (auto e = engine::make(opt.engine); !e) return e.err();
+  if (auto l = worker_ledger::make(opt.ledger); !l) return l.err();
+  return sys.spawn(worker, opt);
+}
+
+}  // namespace kvmesh

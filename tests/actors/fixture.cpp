@@ -1,0 +1,26 @@
+// The deterministic actor-test fixture.
+#include "fixture.hpp"
+
+namespace kvmesh::test {
+
+actor_fixture::actor_fixture() {
+  register_types(cfg);
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  sys = std::make_unique<caf::actor_system>(cfg);
+  sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+}
+
+actor_fixture::~actor_fixture() {
+  // Pending delayed messages (an engine's next step, a request's deadline)
+  // keep their actors alive, and the system waits for every actor on
+  // shutdown: play the clock out first.
+  for (int i = 0; i < 1000000; ++i)
+    if (sched->run() == 0 && sched->trigger_timeouts() == 0) break;
+  for (auto& addr : tracked_)
+    caf::anon_send_exit(addr, caf::exit_reason::user_shutdown);
+  tracked_.clear();
+  for (int i = 0; i < 1000000; ++i)
+    if (sched->run() == 0 && sched->trigger_timeouts() == 0) break;
+}
+
+}  // namespace kvmesh::test

@@ -1,0 +1,211 @@
+// Tests of actors/router: auctions with all bids, silent bidders, refused
+// and unanswered awards, and weight changes.
+#include "actors/router.hpp"
+
+#include "actors/worker.hpp"
+#include "fixture.hpp"
+
+namespace kvmesh::test {
+namespace {
+
+// A worker double implementing the full interface: it bids what it is told
+// and can stay silent or refuse.
+struct mock_spec {
+  bid b;
+  bool silent_bids = false;
+  bool silent_awards = false;
+  bool refuse = false;
+  std::shared_ptr<int> awards = std::make_shared<int>(0);
+  std::shared_ptr<int> releases = std::make_shared<int>(0);
+};
+
+struct mock_state {
+  static inline const char* name = "mock_worker";
+  std::vector<caf::typed_response_promise<bid>> unanswered_bids;
+  std::vector<caf::typed_response_promise<award_reply>> unanswered_awards;
+};
+
+worker_actor::behavior_type mock_worker(
+    worker_actor::stateful_pointer<mock_state> self, mock_spec spec) {
+  return {
+      [=](bid_atom, const call_for_bids&) -> caf::result<bid> {
+        if (spec.silent_bids) {
+          auto p = self->make_response_promise<bid>();
+          self->state.unanswered_bids.push_back(p);
+          return p;
+        }
+        return spec.b;
+      },
+      [=](award_atom, const route_request_msg&) -> caf::result<award_reply> {
+        ++*spec.awards;
+        if (spec.silent_awards) {
+          auto p = self->make_response_promise<award_reply>();
+          self->state.unanswered_awards.push_back(p);
+          return p;
+        }
+        return award_reply{!spec.refuse, spec.refuse ? "busy" : ""};
+      },
+      [=](release_atom, uint64_t) { ++*spec.releases; },
+      [=](status_atom) -> worker_status { return {}; },
+      [=](step_atom) {},
+  };
+}
+
+mock_spec bidder(uint32_t id, double queued, uint64_t active = 0) {
+  mock_spec s;
+  s.b.worker = id;
+  s.b.queued = queued;
+  s.b.active = active;
+  s.b.capacity = 10000;
+  return s;
+}
+
+route_request_msg request(uint64_t id) {
+  route_request_msg r;
+  r.id = id;
+  r.blocks = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  r.input_tokens = 5120;
+  return r;
+}
+
+class router_test : public actor_fixture {
+ protected:
+  router_actor spawn_router(std::vector<worker_actor> workers,
+                            uint32_t max_auctions = 8) {
+    router_options opt;
+    opt.workers = std::move(workers);
+    opt.max_auctions = max_auctions;
+    return track(sys->spawn(router, opt));
+  }
+  // Indices in a worker list are the bidders' ids in these tests.
+  std::vector<worker_actor> mocks(const std::vector<mock_spec>& specs) {
+    std::vector<worker_actor> out;
+    for (const auto& s : specs)
+      out.push_back(track(sys->spawn(mock_worker, s)));
+    return out;
+  }
+  decision route(const router_actor& r, uint64_t id) {
+    auto d = ask<decision>(r, route_atom::value, request(id));
+    EXPECT_TRUE(d->has_value() && **d);
+    return d->has_value() && **d ? ***d : decision{};
+  }
+};
+
+TEST_F(router_test, awards_the_cheapest_of_all_bids) {
+  std::vector<worker_actor> workers;
+  for (uint32_t i = 0; i < 3; ++i) {
+    worker_options opt;
+    opt.engine.block_tokens = 512;
+    opt.engine.cache = {1024, 0, 0};
+    opt.ledger.id = i;
+    workers.push_back(track(*spawn_worker(*sys, opt)));
+  }
+  // Worker 1 is busy: it has taken a big request already.
+  route_request_msg big = request(99);
+  for (uint64_t h = 100; h < 140; ++h)
+    big.blocks.push_back(h);
+  big.input_tokens = 50 * 512;
+  ask<award_reply>(workers[1], award_atom::value, big);
+  auto r = spawn_router(workers);
+  const decision d = route(r, 1);
+  ASSERT_EQ(d.prices.size(), 3u);
+  EXPECT_EQ(d.auctions, 1u);
+  EXPECT_NE(d.worker, 1u);
+  double winner = -1;
+  for (const auto& p : d.prices)
+    if (p.worker == d.worker) winner = p.price;
+  ASSERT_GE(winner, 0);
+  for (const auto& p : d.prices)
+    EXPECT_LE(winner, p.price) << "worker " << p.worker;
+  // The losers dropped their reservations; the winner queued the request.
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto s = ask<worker_status>(workers[i], status_atom::value);
+    EXPECT_DOUBLE_EQ((**s)->reserved, 0.0) << "worker " << i;
+  }
+  auto s = ask<worker_status>(workers[d.worker], status_atom::value);
+  EXPECT_EQ((**s)->running + (**s)->waiting, 1u);
+}
+
+TEST_F(router_test, a_silent_bidder_is_left_out_at_the_deadline) {
+  auto silent = bidder(0, 0);
+  silent.silent_bids = true;
+  auto ws = mocks({silent, bidder(1, 5), bidder(2, 1)});
+  auto r = spawn_router(ws);
+  auto d = ask<decision>(r, route_atom::value, request(1));
+  EXPECT_FALSE(d->has_value());            // still waiting for the silent one
+  advance(std::chrono::milliseconds(60));  // past the 50 ms bid deadline
+  ASSERT_TRUE(d->has_value() && **d);
+  EXPECT_EQ((**d)->worker, 2u);
+  EXPECT_EQ((**d)->prices.size(), 2u);
+  EXPECT_EQ(*silent.awards, 0);
+}
+
+TEST_F(router_test, a_refused_award_is_auctioned_again_then_goes_on) {
+  auto refuser = bidder(0, 0);  // cheapest, but its bid never holds
+  refuser.refuse = true;
+  auto other = bidder(1, 20);
+  auto ws = mocks({refuser, other});
+  auto r = spawn_router(ws, 2);
+  const decision d = route(r, 1);
+  EXPECT_EQ(d.worker, 1u);
+  EXPECT_EQ(d.auctions, 2u);      // one re-auction, then the runner-up
+  EXPECT_EQ(*refuser.awards, 2);  // refused in both rounds
+  EXPECT_EQ(*other.awards, 1);
+}
+
+TEST_F(router_test, an_unanswered_award_goes_to_the_runner_up) {
+  auto mute = bidder(0, 0);
+  mute.silent_awards = true;
+  auto ws = mocks({mute, bidder(1, 20)});
+  auto r = spawn_router(ws);
+  auto d = ask<decision>(r, route_atom::value, request(1));
+  EXPECT_FALSE(d->has_value());
+  advance(std::chrono::milliseconds(60));  // past the award deadline
+  ASSERT_TRUE(d->has_value() && **d);
+  EXPECT_EQ((**d)->worker, 1u);
+}
+
+TEST_F(router_test, no_bids_at_all_is_an_error) {
+  auto a = bidder(0, 0);
+  a.silent_bids = true;
+  auto r = spawn_router(mocks({a}));
+  auto d = ask<decision>(r, route_atom::value, request(1));
+  advance(std::chrono::milliseconds(60));
+  ASSERT_TRUE(d->has_value());
+  ASSERT_FALSE(**d);
+  EXPECT_NE(sys->render((**d).error()).find("no worker answered"),
+            std::string::npos);
+}
+
+TEST_F(router_test, a_weight_change_takes_effect_on_the_next_auction) {
+  // A: 10 blocks queued, empty GPU. B: nothing queued, 1000 blocks busy.
+  // With the default beta (0.03) B's occupancy costs 30: A wins. With
+  // beta = 0.001 it costs 1: B wins.
+  auto ws = mocks({bidder(0, 10, 0), bidder(1, 0, 1000)});
+  auto r = spawn_router(ws);
+  EXPECT_EQ(route(r, 1).worker, 0u);
+  auto w = ask<price_config>(r, get_atom::value, weights_atom::value);
+  ASSERT_TRUE(w->has_value() && **w);
+  price_config p = ***w;
+  EXPECT_DOUBLE_EQ(p.beta, 0.03);
+  p.beta = 0.001;
+  sys->spawn([=](caf::event_based_actor* self) {
+    self->send(r, put_atom::value, weights_atom::value, p);
+  });
+  run();
+  w = ask<price_config>(r, get_atom::value, weights_atom::value);
+  EXPECT_DOUBLE_EQ((**w)->beta, 0.001);
+  EXPECT_EQ(route(r, 2).worker, 1u);
+}
+
+TEST_F(router_test, a_request_without_blocks_is_an_error) {
+  auto r = spawn_router(mocks({bidder(0, 0)}));
+  route_request_msg empty;
+  empty.id = 7;
+  auto d = ask<decision>(r, route_atom::value, empty);
+  ASSERT_TRUE(d->has_value());
+  EXPECT_FALSE(**d);
+}
+
+}  // namespace
+}  // namespace kvmesh::test

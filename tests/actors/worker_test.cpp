@@ -1,0 +1,114 @@
+// Tests of actors/worker: bids, reservations, awards and the engine clock.
+#include "actors/worker.hpp"
+
+#include "fixture.hpp"
+
+namespace kvmesh::test {
+namespace {
+
+class worker_test : public actor_fixture {
+ protected:
+  worker_actor spawn(uint32_t id = 0, double refuse_growth = 0) {
+    worker_options opt;
+    opt.engine.block_tokens = 16;
+    opt.engine.cache = {64, 64, 0};
+    opt.ledger.id = id;
+    opt.ledger.refuse_growth = refuse_growth;
+    opt.ledger.reservation_ms = 500;
+    auto w = spawn_worker(*sys, opt);
+    EXPECT_TRUE(w) << w.err().message;
+    return track(*w);
+  }
+
+  static route_request_msg request(uint64_t id, uint64_t first_hash,
+                                   uint32_t blocks = 4) {
+    route_request_msg r;
+    r.id = id;
+    for (uint32_t i = 0; i < blocks; ++i)
+      r.blocks.push_back(first_hash + i);
+    r.input_tokens = 16 * blocks;
+    r.output_tokens = 2;
+    return r;
+  }
+
+  worker_status status(const worker_actor& w) {
+    auto s = ask<worker_status>(w, status_atom::value);
+    EXPECT_TRUE(s->has_value() && **s);
+    return ***s;
+  }
+};
+
+TEST_F(worker_test, bids_and_holds_its_share) {
+  auto w = spawn(3);
+  call_for_bids cfb{request(1, 100), 4.0};  // four bidders of speed 1
+  auto b = ask<bid>(w, bid_atom::value, cfb);
+  ASSERT_TRUE(b->has_value() && **b);
+  EXPECT_EQ((**b)->worker, 3u);
+  EXPECT_EQ((**b)->gpu, 0u);
+  EXPECT_EQ((**b)->capacity, 64u);
+  EXPECT_DOUBLE_EQ(status(w).reserved, 1.0);  // 4 blocks / 4 bidders
+}
+
+TEST_F(worker_test, reservations_expire_on_the_actor_clock) {
+  auto w = spawn();
+  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0});
+  EXPECT_DOUBLE_EQ(status(w).reserved, 4.0);
+  advance(std::chrono::milliseconds(400));
+  ask<bid>(w, bid_atom::value, call_for_bids{request(2, 200), 1.0});
+  EXPECT_DOUBLE_EQ(status(w).reserved, 8.0);  // both still open
+  advance(std::chrono::milliseconds(200));    // request 1's is past 500 ms
+  ask<bid>(w, bid_atom::value, call_for_bids{request(3, 300), 1.0});
+  EXPECT_DOUBLE_EQ(status(w).reserved, 8.0);  // 2 and 3
+}
+
+TEST_F(worker_test, award_runs_the_request_on_the_engine_clock) {
+  auto w = spawn();
+  auto reply = ask<award_reply>(w, award_atom::value, request(1, 100));
+  ASSERT_TRUE(reply->has_value() && **reply);
+  EXPECT_TRUE((**reply)->accepted);
+  auto s = status(w);
+  EXPECT_EQ(s.running, 1u);
+  EXPECT_GT(s.queued, 0.0);
+  // The engine's steps take tens of milliseconds of actor time.
+  for (int i = 0; i < 10 && status(w).completed == 0; ++i)
+    advance(std::chrono::milliseconds(100));
+  s = status(w);
+  EXPECT_EQ(s.completed, 1u);
+  EXPECT_DOUBLE_EQ(s.queued, 0.0);
+  EXPECT_EQ(s.gpu_blocks, 4u);  // its prompt stays cached
+  // A second request with the same prompt now bids with a full GPU match.
+  auto b = ask<bid>(w, bid_atom::value, call_for_bids{request(2, 100), 1.0});
+  EXPECT_EQ((**b)->gpu, 4u);
+}
+
+TEST_F(worker_test, refuses_an_award_once_its_queue_moved) {
+  auto w = spawn(0, 0.5);
+  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0});
+  // Another router's award lands first: 4 blocks of queued work.
+  auto first = ask<award_reply>(w, award_atom::value, request(2, 200));
+  EXPECT_TRUE((**first)->accepted);
+  auto second = ask<award_reply>(w, award_atom::value, request(1, 100));
+  ASSERT_TRUE(second->has_value() && **second);
+  EXPECT_FALSE((**second)->accepted);
+  EXPECT_NE((**second)->reason.find("queue grew"), std::string::npos);
+}
+
+TEST_F(worker_test, refuses_what_can_never_fit) {
+  auto w = spawn();
+  auto reply = ask<award_reply>(w, award_atom::value, request(1, 100, 80));
+  EXPECT_FALSE((**reply)->accepted);
+  EXPECT_NE((**reply)->reason.find("KV blocks"), std::string::npos);
+  EXPECT_DOUBLE_EQ(status(w).queued, 0.0);
+}
+
+TEST_F(worker_test, bad_options_are_errors) {
+  worker_options opt;
+  opt.engine.cache.gpu_blocks = 0;
+  EXPECT_FALSE(spawn_worker(*sys, opt));
+  opt = {};
+  opt.time_scale = 0;
+  EXPECT_FALSE(spawn_worker(*sys, opt));
+}
+
+}  // namespace
+}  // namespace kvmesh::test
