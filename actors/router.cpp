@@ -33,33 +33,27 @@ void award_next(rpointer self, auction_ptr a) {
          "no worker took request " + std::to_string(a->request.id));
     return;
   }
-  const uint32_t idx = a->ranked[a->next++];
+  const uint32_t idx = a->ranked[a->next];
+  if (a->next++ > 0)  // a runner-up: its award is now the pending one
+    st.auction->award(a->request.id, a->bids[idx], a->prices[idx]);
   const uint32_t w = a->bids[idx].worker;
-  const price_breakdown& p = a->prices[idx];
-  // The winner's own read work, as the router counts it until confirmed.
-  a->pending =
-      std::max(0.0, p.read - (a->bids[idx].queued + a->bids[idx].reserved));
-  st.pending[w] += a->pending;
-  auto settle = [=] {
-    auto& st = self->state;
-    st.pending[w] = std::max(0.0, st.pending[w] - a->pending);
-  };
   self->request(st.opt.workers[w], st.opt.award_deadline, award_atom::value,
                 a->request)
       .then(
           [=](const award_reply& reply) {
-            settle();
+            auto& st = self->state;
+            st.auction->settle(a->request.id);
             if (reply.accepted) {
               release_others(self, a, w);
-              ++self->state.decisions;
+              ++st.decisions;
               a->promise.deliver(
                   decision{a->request.id, w, a->round, a->prices});
               return;
             }
             // The bid no longer holds: auction again on fresh bids while
             // rounds are left, else try the runner-up.
-            if (a->round < self->state.opt.max_auctions) {
-              ++self->state.reauctions;
+            if (a->round < st.opt.max_auctions) {
+              ++st.reauctions;
               release_others(self, a, UINT32_MAX);
               call_for_bids_(self, a);
             } else {
@@ -68,7 +62,7 @@ void award_next(rpointer self, auction_ptr a) {
           },
           [=](caf::error&) {
             // Silence past the deadline: the worker may be gone.
-            settle();
+            self->state.auction->settle(a->request.id);
             award_next(self, a);
           });
 }
@@ -81,23 +75,19 @@ void decide(rpointer self, auction_ptr a) {
              std::to_string(a->request.id));
     return;
   }
-  for (bid& b : a->bids)
-    b.queued += st.pending[b.worker];
   const uint32_t n = static_cast<uint32_t>(a->request.blocks.size());
-  const uint32_t o = (a->request.output_tokens + 511) / 512;
   a->prices.resize(a->bids.size());
-  const size_t win = price_bids(st.opt.price, n, o, a->bids.data(),
-                                a->bids.size(), a->prices.data(), st.rng);
-  a->ranked.resize(a->bids.size());
-  std::iota(a->ranked.begin(), a->ranked.end(), 0u);
-  std::stable_sort(a->ranked.begin(), a->ranked.end(),
+  const size_t win = st.auction->decide(a->request.id, n, a->bids.data(),
+                                        a->bids.size(), a->prices.data());
+  // The winner first (the pricing broke its ties), then the rest by price.
+  a->ranked.clear();
+  a->ranked.push_back(static_cast<uint32_t>(win));
+  for (uint32_t i = 0; i < a->bids.size(); ++i)
+    if (i != win) a->ranked.push_back(i);
+  std::stable_sort(a->ranked.begin() + 1, a->ranked.end(),
                    [&](uint32_t x, uint32_t y) {
                      return a->prices[x].price < a->prices[y].price;
                    });
-  // The pricing's own tie-break picked the winner; put it first.
-  std::rotate(a->ranked.begin(),
-              std::find(a->ranked.begin(), a->ranked.end(), win),
-              std::find(a->ranked.begin(), a->ranked.end(), win) + 1);
   a->next = 0;
   award_next(self, a);
 }
@@ -108,10 +98,11 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   a->bids.clear();
   a->outstanding = st.opt.workers.size();
   const call_for_bids cfb{a->request, st.bidders_speed};
-  for (auto& w : st.opt.workers) {
-    self->request(w, st.opt.bid_deadline, bid_atom::value, cfb)
+  for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
+    self->request(st.opt.workers[i], st.opt.bid_deadline, bid_atom::value, cfb)
         .then(
-            [=](const bid& b) {
+            [=](bid b) {
+              b.worker = i;  // this router's numbering of its workers
               a->bids.push_back(b);
               if (--a->outstanding == 0) decide(self, a);
             },
@@ -127,8 +118,8 @@ void call_for_bids_(rpointer self, auction_ptr a) {
 router_actor::behavior_type router(rpointer self, router_options opt) {
   auto& st = self->state;
   st.opt = std::move(opt);
-  st.rng = st.opt.seed;
-  st.pending.assign(st.opt.workers.size(), 0);
+  st.auction = std::make_unique<auctioneer>(
+      st.opt.workers.size(), st.opt.block_tokens, st.opt.price, st.opt.seed);
   if (st.opt.speeds.empty()) st.opt.speeds.assign(st.opt.workers.size(), 1.0);
   st.bidders_speed =
       std::accumulate(st.opt.speeds.begin(), st.opt.speeds.end(), 0.0);
@@ -148,10 +139,10 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         return a->promise;
       },
       [=](get_atom, weights_atom) -> price_config {
-        return self->state.opt.price;
+        return self->state.auction->price();
       },
       [=](put_atom, weights_atom, const price_config& p) {
-        self->state.opt.price = p;
+        self->state.auction->set_price(p);
       },
   };
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "actors/actors.hpp"
+#include "core/auction.hpp"
 
 namespace kvmesh {
 
@@ -15,7 +16,8 @@ struct router_options {
   price_config price;
   caf::timespan bid_deadline = std::chrono::milliseconds(50);
   caf::timespan award_deadline = std::chrono::milliseconds(50);
-  uint32_t max_auctions = 8;  // auctions per request, refusals included
+  uint32_t max_auctions = 8;    // auctions per request, refusals included
+  uint32_t block_tokens = 512;  // for the output-length estimate
   uint64_t seed = 1;
 };
 
@@ -35,11 +37,8 @@ struct auction {
 struct router_state {
   static inline const char* name = "router";
   router_options opt;
-  uint64_t rng = 1;
+  std::unique_ptr<auctioneer> auction;  // pricing and pending awards
   double bidders_speed = 0;
-  // Read work of awards sent and not yet answered, per worker: the bids of
-  // concurrent auctions do not show it yet.
-  std::vector<double> pending;
   uint64_t decisions = 0;
   uint64_t reauctions = 0;
 };

@@ -7,6 +7,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "core/auction.hpp"
 #include "core/engine.hpp"
 #include "core/routed_index.hpp"
 
@@ -472,62 +473,28 @@ class mooncake_policy final : public router_policy {
 class kvmesh_policy final : public router_policy {
  public:
   explicit kvmesh_policy(const policy_config& c)
-      : cfg_(c),
-        rng_(c.seed),
+      : auction_(c.workers, c.block_tokens, c.price, c.seed),
         bids_(c.workers),
-        prices_(c.workers),
-        pending_(c.workers, 0) {}
+        prices_(c.workers) {}
   uint32_t route(const route_request& r, const fleet_view& v) override {
     v.bids->call_for_bids(r, bids_.data());
-    // Awards this router made that the winner has not confirmed yet are not
-    // in its bid: add them, so that a burst of auctions does not herd.
-    for (size_t w = 0; w < bids_.size(); ++w)
-      bids_[w].queued += pending_[w];
-    const size_t w =
-        price_bids(cfg_.price, r.n, expected_output_blocks(), bids_.data(),
-                   bids_.size(), prices_.data(), rng_);
-    award a;
-    a.worker = static_cast<uint32_t>(w);
-    a.read =
-        std::max(0.0, prices_[w].read - (bids_[w].queued + bids_[w].reserved));
-    pending_[w] += a.read;
-    awards_[r.id] = a;
-    return static_cast<uint32_t>(w);
+    return static_cast<uint32_t>(
+        auction_.decide(r.id, r.n, bids_.data(), bids_.size(), prices_.data()));
   }
-  void refused(uint64_t request, uint32_t worker) override {
-    confirmed(request, worker);  // the pending award is void either way
+  void refused(uint64_t request, uint32_t) override {
+    auction_.settle(request);
   }
   void confirmed(uint64_t request, uint32_t) override {
-    auto it = awards_.find(request);
-    if (it == awards_.end()) return;
-    double& p = pending_[it->second.worker];
-    p = std::max(0.0, p - it->second.read);
-    awards_.erase(it);
+    auction_.settle(request);
   }
   void finished(uint64_t, uint32_t, uint32_t out) override {
-    // Running mean of output length: requests carry no reliable hint.
-    ++finished_;
-    mean_output_ += (out - mean_output_) / finished_;
+    auction_.finished(out);
   }
 
  private:
-  struct award {
-    uint32_t worker = 0;
-    double read = 0;
-  };
-
-  uint32_t expected_output_blocks() const {
-    return static_cast<uint32_t>(std::ceil(mean_output_ / cfg_.block_tokens));
-  }
-
-  policy_config cfg_;
-  uint64_t rng_;
+  auctioneer auction_;
   std::vector<bid> bids_;
   std::vector<price_breakdown> prices_;
-  std::vector<double> pending_;
-  std::unordered_map<uint64_t, award> awards_;
-  double mean_output_ = 0;
-  uint64_t finished_ = 0;
 };
 
 }  // namespace

@@ -359,8 +359,7 @@ expected<sim_result> simulation::run(
     pc.model_factor = cfg_.model_factor;
     pc.max_batched_tokens = cfg_.engine.max_num_batched_tokens;
     pc.price = cfg_.price;
-    uint64_t s = cfg_.seed * 1000003 + r;
-    pc.seed = next_random(s);
+    pc.seed = router_seed(cfg_.seed, r);
     auto p = make_policy(kind_, pc);
     if (!p) return p.err();
     routers_.push_back(std::move(*p));
@@ -404,6 +403,9 @@ expected<sim_result> simulation::run(
   res.requests = trace_.size();
   res.completed = completed_;
   res.assigned = assigned_;
+  res.worker_of.reserve(records_.size());
+  for (const record& rec : records_)
+    res.worker_of.push_back(rec.worker);
   std::vector<double> ttft, e2e, itl;
   uint64_t blocks = 0, hits[tier_count] = {0, 0, 0}, out_tokens = 0;
   double first_arrival = std::numeric_limits<double>::infinity(), last = 0;
@@ -444,6 +446,11 @@ expected<sim_result> simulation::run(
 }
 
 }  // namespace
+
+uint64_t router_seed(uint64_t seed, uint32_t r) {
+  uint64_t s = seed * 1000003 + r;
+  return next_random(s);
+}
 
 expected<sim_result> simulate(const sim_config& cfg,
                               const std::vector<trace_request>& trace,

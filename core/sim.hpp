@@ -49,6 +49,7 @@ struct sim_result {
   double throughput_tok_s = 0;
   double imbalance = 0;  // time-averaged max/mean of queued read work
   std::vector<uint64_t> assigned;
+  std::vector<uint32_t> worker_of;  // per request, in trace order
   uint64_t completed = 0;
   uint64_t requests = 0;
   uint64_t preemptions = 0;
@@ -63,6 +64,10 @@ struct oracle_result {
 
 // Checks a configuration; errors name the bad field.
 status validate(const sim_config& cfg);
+
+// Seed of router replica r's policy for a run seeded with `seed` (the live
+// mesh uses it to reproduce a simulated run).
+uint64_t router_seed(uint64_t seed, uint32_t r);
 
 // Runs one policy over the trace. `progress`, if set, is called now and then
 // with the fraction of requests routed.

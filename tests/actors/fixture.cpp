@@ -10,6 +10,18 @@ actor_fixture::actor_fixture() {
   sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
 }
 
+void actor_fixture::advance(caf::timespan d) {
+  auto& clock = sched->clock();
+  const auto target = clock.current_time + d;
+  run();
+  while (!clock.schedule().empty() &&
+         clock.schedule().begin()->first <= target) {
+    clock.trigger_timeout();
+    run();
+  }
+  clock.current_time = target;
+}
+
 actor_fixture::~actor_fixture() {
   // Pending delayed messages (an engine's next step, a request's deadline)
   // keep their actors alive, and the system waits for every actor on

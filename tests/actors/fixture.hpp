@@ -19,11 +19,10 @@ class actor_fixture : public ::testing::Test {
 
   // Runs every ready job; returns how many ran.
   size_t run() { return sched->run(); }
-  // Advances the clock by `d`, firing what falls due, and runs.
-  void advance(caf::timespan d) {
-    sched->advance_time(d);
-    run();
-  }
+  // Advances the clock by `d` one due message at a time, running the
+  // actors after each, so that what they schedule meanwhile (an engine's
+  // next step) also fires at its own time within `d`.
+  void advance(caf::timespan d);
 
   // Sends `xs` to `dest` as a request from a fresh actor and runs until
   // idle; the reply (or error) lands in the returned slot.

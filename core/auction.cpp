@@ -1,0 +1,55 @@
+// The router's auction bookkeeping.
+#include "core/auction.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvmesh {
+
+auctioneer::auctioneer(size_t workers, uint32_t block_tokens,
+                       const price_config& price, uint64_t seed)
+    : price_(price),
+      block_tokens_(block_tokens > 0 ? block_tokens : 1),
+      rng_(seed),
+      pending_(workers, 0) {}
+
+size_t auctioneer::decide(uint64_t request, uint32_t n, bid* bids, size_t count,
+                          price_breakdown* prices) {
+  for (size_t i = 0; i < count; ++i)
+    if (bids[i].worker < pending_.size())
+      bids[i].queued += pending_[bids[i].worker];
+  const size_t w = price_bids(price_, n, expected_output_blocks(), bids, count,
+                              prices, rng_);
+  if (w != no_winner) award(request, bids[w], prices[w]);
+  return w;
+}
+
+void auctioneer::award(uint64_t request, const bid& b,
+                       const price_breakdown& p) {
+  settle(request);
+  if (b.worker >= pending_.size()) return;
+  // The winner's own read work: its price's read less what it already had.
+  const double read = std::max(0.0, p.read - (b.queued + b.reserved));
+  pending_[b.worker] += read;
+  awards_[request] = open_award{b.worker, read};
+}
+
+void auctioneer::settle(uint64_t request) {
+  auto it = awards_.find(request);
+  if (it == awards_.end()) return;
+  double& p = pending_[it->second.worker];
+  p = std::max(0.0, p - it->second.read);
+  awards_.erase(it);
+}
+
+void auctioneer::finished(uint32_t output_tokens) {
+  // Requests carry no reliable hint of their output: keep a running mean.
+  ++finished_;
+  mean_output_ += (output_tokens - mean_output_) / finished_;
+}
+
+uint32_t auctioneer::expected_output_blocks() const {
+  return static_cast<uint32_t>(std::ceil(mean_output_ / block_tokens_));
+}
+
+}  // namespace kvmesh

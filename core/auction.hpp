@@ -1,0 +1,58 @@
+// A router's side of kvmesh's auctions: pricing the bids, its own awards not
+// yet confirmed, and the running estimate of output length. One copy, used
+// by the simulator's kvmesh policy and by the ROUTER actor.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "core/pricing.hpp"
+
+namespace kvmesh {
+
+class auctioneer {
+ public:
+  // `workers` bounds the bidders' ids (bid::worker).
+  auctioneer(size_t workers, uint32_t block_tokens, const price_config& price,
+             uint64_t seed);
+
+  const price_config& price() const { return price_; }
+  void set_price(const price_config& p) { price_ = p; }
+
+  // Prices `count` bids for request `request` of n prompt blocks into
+  // prices[0..count) and returns the winner's index, or no_winner. Each
+  // bidder's queue first gains the read work of this router's awards it has
+  // not confirmed yet (concurrent auctions must not all pick one worker);
+  // the winner's award is then recorded as pending. Allocation-free in the
+  // steady state.
+  size_t decide(uint64_t request, uint32_t n, bid* bids, size_t count,
+                price_breakdown* prices);
+  // Records that `request` is now awarded to `b` (the runner-up, after the
+  // first choice stayed silent), replacing its previous pending award.
+  void award(uint64_t request, const bid& b, const price_breakdown& p);
+  // The awardee answered (confirmed or refused): the award is no longer
+  // pending.
+  void settle(uint64_t request);
+  // A request ended after `output_tokens` tokens.
+  void finished(uint32_t output_tokens);
+
+  uint32_t expected_output_blocks() const;
+  double pending(uint32_t worker) const { return pending_[worker]; }
+
+ private:
+  struct open_award {
+    uint32_t worker = 0;
+    double read = 0;
+  };
+
+  price_config price_;
+  uint32_t block_tokens_;
+  uint64_t rng_;
+  std::vector<double> pending_;
+  std::unordered_map<uint64_t, open_award> awards_;
+  double mean_output_ = 0;
+  uint64_t finished_ = 0;
+};
+
+}  // namespace kvmesh
