@@ -27,6 +27,10 @@ using weights_atom = caf::atom_constant<caf::atom("weights")>;
 using get_atom = caf::atom_constant<caf::atom("get")>;
 using put_atom = caf::atom_constant<caf::atom("put")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
+using first_atom = caf::atom_constant<caf::atom("first")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using arrive_atom = caf::atom_constant<caf::atom("arrive")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
 
 // -- messages ---------------------------------------------------------------
 
@@ -146,6 +150,13 @@ using router_actor = caf::typed_actor<
     caf::replies_to<get_atom, weights_atom>::with<price_config>,
     // Replaces the price weights; the next auction uses them.
     caf::reacts_to<put_atom, weights_atom, price_config>>;
+
+// LISTENER: follows requests as an engine's client sees them.
+using listener_actor = caf::typed_actor<
+    // A request's first token, with the blocks it reused per tier.
+    caf::reacts_to<first_atom, uint64_t, uint32_t, uint32_t, uint32_t>,
+    // A request's last token.
+    caf::reacts_to<done_atom, uint64_t>>;
 
 // Registers the error category and message types with a configuration.
 void register_types(caf::actor_system_config& cfg);

@@ -45,9 +45,13 @@ void finish_step(wpointer self) {
         break;
       case engine_event::first_token:
         st.ledger->done(e.request);
+        if (st.listener)
+          self->send(st.listener, first_atom::value, e.request, e.hits[0],
+                     e.hits[1], e.hits[2]);
         break;
       case engine_event::finished:
         ++st.completed;
+        if (st.listener) self->send(st.listener, done_atom::value, e.request);
         break;
       default:
         break;
@@ -65,6 +69,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.ledger = std::make_unique<worker_ledger>(
       std::move(*worker_ledger::make(opt.ledger)));
   st.time_scale = opt.time_scale;
+  st.listener = opt.listener;
   st.origin = self->clock().now();
   return {
       [=](bid_atom, const call_for_bids& cfb) -> bid {

@@ -16,6 +16,9 @@ struct worker_options {
   // Engine milliseconds per wall-clock millisecond: 10 runs a simulated
   // GPU ten times faster than real time.
   double time_scale = 1;
+  // Told of each request's first token, (first_atom, id, gpu, host, disk
+  // hit blocks), and end, (done_atom, id): what a client of the engine sees.
+  listener_actor listener;
 };
 
 struct worker_state {
@@ -27,6 +30,7 @@ struct worker_state {
   bool stepping = false;
   uint64_t completed = 0;
   std::vector<engine_event> events;
+  listener_actor listener;
 };
 
 worker_actor::behavior_type worker(

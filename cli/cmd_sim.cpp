@@ -11,13 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/report.hpp"
 #include "core/sim.hpp"
 
 namespace kvmesh::cli {
 
 namespace {
-
-using json = nlohmann::ordered_json;
 
 struct sim_options {
   std::string trace;
@@ -83,10 +82,6 @@ expected<std::vector<policy_kind>> parse_policies(const std::string& text) {
   return out;
 }
 
-json to_json(const summary& s) {
-  return json{{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}};
-}
-
 json scenario_json(const sim_options& o) {
   const sim_config& c = o.cfg;
   json speeds = json::array();
@@ -112,48 +107,6 @@ json scenario_json(const sim_options& o) {
                 {"k", c.price.k},
                 {"overflow", c.price.overflow}}},
               {"seed", c.seed}};
-}
-
-json result_json(const sim_result& r) {
-  json assigned = json::array();
-  for (uint64_t a : r.assigned)
-    assigned.push_back(a);
-  return json{{"policy", to_string(r.policy)},
-              {"ttft_ms", to_json(r.ttft_ms)},
-              {"e2e_ms", to_json(r.e2e_ms)},
-              {"itl_ms", to_json(r.itl_ms)},
-              {"hit_ratio",
-               {{"gpu", r.hit_ratio.gpu},
-                {"host", r.hit_ratio.host},
-                {"disk", r.hit_ratio.disk},
-                {"total", r.hit_ratio.total}}},
-              {"prefill_blocks", r.prefill_blocks},
-              {"throughput_tok_s", r.throughput_tok_s},
-              {"imbalance", r.imbalance},
-              {"assigned", assigned},
-              {"completed", r.completed},
-              {"requests", r.requests}};
-}
-
-void print_table(const oracle_result& oracle,
-                 const std::vector<sim_result>& results) {
-  std::printf("%-13s %9s %9s %9s %9s %9s %9s  %5s %5s %5s %5s %9s %9s %6s\n",
-              "policy", "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99",
-              "e2e_p50", "itl_mean", "gpu%", "host%", "disk%", "hit%",
-              "prefill", "tok/s", "imbal");
-  for (const auto& r : results)
-    std::printf(
-        "%-13s %9.0f %9.0f %9.0f %9.0f %9.0f %9.1f  %5.1f %5.1f %5.1f %5.1f "
-        "%9lu %9.0f %6.2f\n",
-        to_string(r.policy), r.ttft_ms.mean, r.ttft_ms.p50, r.ttft_ms.p90,
-        r.ttft_ms.p99, r.e2e_ms.p50, r.itl_ms.mean, 100 * r.hit_ratio.gpu,
-        100 * r.hit_ratio.host, 100 * r.hit_ratio.disk, 100 * r.hit_ratio.total,
-        static_cast<unsigned long>(r.prefill_blocks), r.throughput_tok_s,
-        r.imbalance);
-  std::printf("%-13s %9.0f %9.0f %9.0f %9.0f %9s %9s  %5s %5s %5s %5.1f\n",
-              "oracle", oracle.ttft_ms.mean, oracle.ttft_ms.p50,
-              oracle.ttft_ms.p90, oracle.ttft_ms.p99, "-", "-", "-", "-", "-",
-              100 * oracle.hit_ratio);
 }
 
 int run_sim(sim_options o) {

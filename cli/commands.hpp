@@ -12,5 +12,6 @@ namespace kvmesh::cli {
 void add_hash(CLI::App& app, std::function<int()>& run);
 void add_engine(CLI::App& app, std::function<int()>& run);
 void add_sim(CLI::App& app, std::function<int()>& run);
+void add_up(CLI::App& app, std::function<int()>& run);
 
 }  // namespace kvmesh::cli

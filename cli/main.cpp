@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   kvmesh::cli::add_hash(app, run);
   kvmesh::cli::add_engine(app, run);
   kvmesh::cli::add_sim(app, run);
+  kvmesh::cli::add_up(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -104,4 +104,15 @@ expect sim_bad_trace_line 2 'bad.jsonl:2: field .input_length. is missing' -- \
 expect sim_empty_trace 2 'trace has no requests' -- \
   sim --trace "$tmp/empty.jsonl"
 
+# kvmesh up --embedded: the actor mesh on the wall clock, 50x real time.
+expect up_embedded_replay 0 '^kvmesh ' -- \
+  up --embedded --workers 2 --routers 2 --trace "$data/sample_trace.jsonl" \
+  --speedup 4 --time-scale 50 --gpu-blocks 2000
+expect up_needs_embedded 2 'only --embedded' -- \
+  up --workers 2 --trace "$data/sample_trace.jsonl"
+expect up_no_shards_yet 2 'INDEX SHARD actors are not built yet' -- \
+  up --embedded --shards 2 --trace "$data/sample_trace.jsonl"
+expect up_missing_trace 2 'cannot open trace file' -- \
+  up --embedded --trace /nonexistent.jsonl
+
 [ "$fails" -eq 0 ] || { echo "$fails CLI checks failed"; exit 1; }
