@@ -31,6 +31,7 @@ using first_atom = caf::atom_constant<caf::atom("first")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using arrive_atom = caf::atom_constant<caf::atom("arrive")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
 // -- messages ---------------------------------------------------------------
 
@@ -77,6 +78,22 @@ struct worker_status {
   uint64_t active = 0;
   uint64_t completed = 0;
 };
+
+// What a router reports about itself.
+struct router_status {
+  uint64_t decisions = 0;
+  uint64_t reauctions = 0;
+  uint64_t held = 0;        // requests waiting in the overload queue
+  uint64_t overloaded = 0;  // requests answered "overloaded"
+  uint64_t live_workers = 0;
+  uint64_t workers = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, router_status& x) {
+  return f(caf::meta::type_name("router_status"), x.decisions, x.reauctions,
+           x.held, x.overloaded, x.live_workers, x.workers);
+}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, route_request_msg& x) {
@@ -149,7 +166,11 @@ using router_actor = caf::typed_actor<
     // Reads the price weights.
     caf::replies_to<get_atom, weights_atom>::with<price_config>,
     // Replaces the price weights; the next auction uses them.
-    caf::reacts_to<put_atom, weights_atom, price_config>>;
+    caf::reacts_to<put_atom, weights_atom, price_config>,
+    // Reports auctions, the overload queue and membership.
+    caf::replies_to<status_atom>::with<router_status>,
+    // Checks workers' liveness and retries held requests (sent to itself).
+    caf::reacts_to<tick_atom>>;
 
 // LISTENER: follows requests as an engine's client sees them.
 using listener_actor = caf::typed_actor<

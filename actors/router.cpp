@@ -79,6 +79,21 @@ void decide(rpointer self, auction_ptr a) {
   a->prices.resize(a->bids.size());
   const size_t win = st.auction->decide(a->request.id, n, a->bids.data(),
                                         a->bids.size(), a->prices.data());
+  if (saturated(st.auction->price(), n, a->prices[win].price)) {
+    // Even the cheapest worker is past the ceiling: hold the request and
+    // try again on the next tick, or turn it away when the queue is full.
+    st.auction->settle(a->request.id);
+    release_others(self, a, UINT32_MAX);
+    if (st.held.size() < st.opt.max_held) {
+      st.held.push_back(a);
+      return;
+    }
+    ++st.overloaded;
+    fail(a, ec::capacity_exceeded,
+         "overloaded: every worker is past the price ceiling and " +
+             std::to_string(st.held.size()) + " requests are held");
+    return;
+  }
   // The winner first (the pricing broke its ties), then the rest by price.
   a->ranked.clear();
   a->ranked.push_back(static_cast<uint32_t>(win));
@@ -96,9 +111,24 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   auto& st = self->state;
   ++a->round;
   a->bids.clear();
-  a->outstanding = st.opt.workers.size();
-  const call_for_bids cfb{a->request, st.bidders_speed};
+  // Candidates: the live workers; their total speed sizes the reservations.
+  double bidders_speed = 0;
+  size_t live = 0;
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
+    if (st.members[i].live) {
+      ++live;
+      bidders_speed += st.opt.speeds[i];
+    }
+  }
+  if (live == 0) {
+    fail(a, ec::not_found,
+         "no live worker for request " + std::to_string(a->request.id));
+    return;
+  }
+  a->outstanding = live;
+  const call_for_bids cfb{a->request, bidders_speed};
+  for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
+    if (!st.members[i].live) continue;
     self->request(st.opt.workers[i], st.opt.bid_deadline, bid_atom::value, cfb)
         .then(
             [=](bid b) {
@@ -113,6 +143,31 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   }
 }
 
+// Heartbeats, pulled: a worker that misses missed_beats in a row leaves
+// the auctions until it answers again. Then held requests get another try.
+void tick(rpointer self) {
+  auto& st = self->state;
+  for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
+    self->request(st.opt.workers[i], st.opt.heartbeat, status_atom::value)
+        .then(
+            [=](const worker_status& s) {
+              auto& m = self->state.members[i];
+              m.live = true;
+              m.missed = 0;
+              m.last = s;
+            },
+            [=](caf::error&) {
+              auto& m = self->state.members[i];
+              if (++m.missed >= self->state.opt.missed_beats) m.live = false;
+            });
+  }
+  auto held = std::move(st.held);
+  st.held.clear();
+  for (auto& a : held)
+    call_for_bids_(self, a);
+  self->delayed_send(self, st.opt.heartbeat, tick_atom::value);
+}
+
 }  // namespace
 
 router_actor::behavior_type router(rpointer self, router_options opt) {
@@ -120,9 +175,10 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
   st.opt = std::move(opt);
   st.auction = std::make_unique<auctioneer>(
       st.opt.workers.size(), st.opt.block_tokens, st.opt.price, st.opt.seed);
-  if (st.opt.speeds.empty()) st.opt.speeds.assign(st.opt.workers.size(), 1.0);
-  st.bidders_speed =
-      std::accumulate(st.opt.speeds.begin(), st.opt.speeds.end(), 0.0);
+  if (st.opt.speeds.size() != st.opt.workers.size())
+    st.opt.speeds.assign(st.opt.workers.size(), 1.0);
+  st.members.resize(st.opt.workers.size());
+  self->delayed_send(self, st.opt.heartbeat, tick_atom::value);
   return {
       [=](route_atom, route_request_msg& r) -> caf::result<decision> {
         auto& st = self->state;
@@ -144,6 +200,19 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
       [=](put_atom, weights_atom, const price_config& p) {
         self->state.auction->set_price(p);
       },
+      [=](status_atom) -> router_status {
+        auto& st = self->state;
+        router_status s;
+        s.decisions = st.decisions;
+        s.reauctions = st.reauctions;
+        s.held = st.held.size();
+        s.overloaded = st.overloaded;
+        s.workers = st.members.size();
+        for (const auto& m : st.members)
+          s.live_workers += m.live;
+        return s;
+      },
+      [=](tick_atom) { tick(self); },
   };
 }
 

@@ -1,6 +1,7 @@
 // The ROUTER actor: one auction per request over its workers.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -19,6 +20,13 @@ struct router_options {
   uint32_t max_auctions = 8;    // auctions per request, refusals included
   uint32_t block_tokens = 512;  // for the output-length estimate
   uint64_t seed = 1;
+  // Liveness: a worker that misses this many heartbeats in a row is out of
+  // the auctions until it answers again.
+  caf::timespan heartbeat = std::chrono::seconds(1);
+  uint32_t missed_beats = 3;
+  // Requests held while the fleet is saturated (price_config::
+  // overload_ceiling); past this many, "overloaded".
+  size_t max_held = 1024;
 };
 
 // One request's auction, from call for bids to a confirmed award.
@@ -30,17 +38,23 @@ struct auction {
   std::vector<bid> bids;         // answered bids, in arrival order
   std::vector<uint32_t> ranked;  // bidder indices, cheapest first
   std::vector<price_breakdown> prices;
-  size_t next = 0;     // next entry of ranked to award
-  double pending = 0;  // read work added to the awardee's queue
+  size_t next = 0;  // next entry of ranked to award
 };
 
 struct router_state {
   static inline const char* name = "router";
+  struct member {
+    bool live = true;  // until it misses its beats
+    uint32_t missed = 0;
+    worker_status last;
+  };
   router_options opt;
   std::unique_ptr<auctioneer> auction;  // pricing and pending awards
-  double bidders_speed = 0;
+  std::vector<member> members;          // one per worker
+  std::deque<std::shared_ptr<kvmesh::auction>> held;  // the overload queue
   uint64_t decisions = 0;
   uint64_t reauctions = 0;
+  uint64_t overloaded = 0;
 };
 
 router_actor::behavior_type router(

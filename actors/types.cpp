@@ -24,6 +24,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<decision>("decision");
   cfg.add_message_type<price_config>("price_config");
   cfg.add_message_type<worker_status>("worker_status");
+  cfg.add_message_type<router_status>("router_status");
 }
 
 }  // namespace kvmesh

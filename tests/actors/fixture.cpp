@@ -23,15 +23,14 @@ void actor_fixture::advance(caf::timespan d) {
 }
 
 actor_fixture::~actor_fixture() {
-  // Pending delayed messages (an engine's next step, a request's deadline)
-  // keep their actors alive, and the system waits for every actor on
-  // shutdown: play the clock out first.
-  for (int i = 0; i < 1000000; ++i)
-    if (sched->run() == 0 && sched->trigger_timeouts() == 0) break;
+  // Held promises and handles can form reference cycles, pending delayed
+  // messages (an engine's next step, a router's next tick) keep actors
+  // alive, and the system waits for every actor on shutdown: stop the
+  // actors under test, then play out what is left.
   for (auto& addr : tracked_)
     caf::anon_send_exit(addr, caf::exit_reason::user_shutdown);
   tracked_.clear();
-  for (int i = 0; i < 1000000; ++i)
+  for (int i = 0; i < 100000; ++i)
     if (sched->run() == 0 && sched->trigger_timeouts() == 0) break;
 }
 

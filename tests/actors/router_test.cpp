@@ -15,6 +15,7 @@ struct mock_spec {
   bool silent_bids = false;
   bool silent_awards = false;
   bool refuse = false;
+  bool silent_status = false;  // misses its heartbeats
   std::shared_ptr<int> awards = std::make_shared<int>(0);
   std::shared_ptr<int> releases = std::make_shared<int>(0);
 };
@@ -23,6 +24,7 @@ struct mock_state {
   static inline const char* name = "mock_worker";
   std::vector<caf::typed_response_promise<bid>> unanswered_bids;
   std::vector<caf::typed_response_promise<award_reply>> unanswered_awards;
+  std::vector<caf::typed_response_promise<worker_status>> unanswered_status;
 };
 
 worker_actor::behavior_type mock_worker(
@@ -46,7 +48,14 @@ worker_actor::behavior_type mock_worker(
         return award_reply{!spec.refuse, spec.refuse ? "busy" : ""};
       },
       [=](release_atom, uint64_t) { ++*spec.releases; },
-      [=](status_atom) -> worker_status { return {}; },
+      [=](status_atom) -> caf::result<worker_status> {
+        if (spec.silent_status) {
+          auto p = self->make_response_promise<worker_status>();
+          self->state.unanswered_status.push_back(p);
+          return p;
+        }
+        return worker_status{};
+      },
       [=](step_atom) {},
   };
 }
@@ -71,11 +80,19 @@ route_request_msg request(uint64_t id) {
 class router_test : public actor_fixture {
  protected:
   router_actor spawn_router(std::vector<worker_actor> workers,
-                            uint32_t max_auctions = 8) {
+                            uint32_t max_auctions = 8, price_config price = {},
+                            size_t max_held = 1024) {
     router_options opt;
     opt.workers = std::move(workers);
     opt.max_auctions = max_auctions;
+    opt.price = price;
+    opt.max_held = max_held;
     return track(sys->spawn(router, opt));
+  }
+  router_status status(const router_actor& r) {
+    auto s = ask<router_status>(r, status_atom::value);
+    EXPECT_TRUE(s->has_value() && **s);
+    return s->has_value() && **s ? ***s : router_status{};
   }
   // Indices in a worker list are the bidders' ids in these tests.
   std::vector<worker_actor> mocks(const std::vector<mock_spec>& specs) {
@@ -196,6 +213,46 @@ TEST_F(router_test, a_weight_change_takes_effect_on_the_next_auction) {
   w = ask<price_config>(r, get_atom::value, weights_atom::value);
   EXPECT_DOUBLE_EQ((**w)->beta, 0.001);
   EXPECT_EQ(route(r, 2).worker, 1u);
+}
+
+TEST_F(router_test, a_worker_missing_three_heartbeats_is_out) {
+  auto gone = bidder(1, 0);  // the cheaper one, until it stops answering
+  gone.silent_status = true;
+  auto ws = mocks({bidder(0, 10), gone});
+  auto r = spawn_router(ws);
+  EXPECT_EQ(route(r, 1).worker, 1u);
+  advance(std::chrono::milliseconds(3500));  // two beats missed so far
+  EXPECT_EQ(status(r).live_workers, 2u);
+  advance(std::chrono::milliseconds(1000));  // the third
+  EXPECT_EQ(status(r).live_workers, 1u);
+  const decision d = route(r, 2);
+  EXPECT_EQ(d.worker, 0u);
+  EXPECT_EQ(d.prices.size(), 1u);  // it was not even asked
+}
+
+TEST_F(router_test, a_saturated_fleet_holds_requests_then_says_overloaded) {
+  price_config tight;
+  tight.overload_ceiling = 0.01;  // every price is past it
+  auto r = spawn_router(mocks({bidder(0, 0)}), 8, tight, 1);
+  auto first = ask<decision>(r, route_atom::value, request(1));
+  EXPECT_FALSE(first->has_value());  // held
+  auto second = ask<decision>(r, route_atom::value, request(2));
+  ASSERT_TRUE(second->has_value());
+  ASSERT_FALSE(**second);
+  EXPECT_EQ((**second).error(), caf::make_error(ec::capacity_exceeded));
+  EXPECT_NE(sys->render((**second).error()).find("overloaded"),
+            std::string::npos);
+  auto s = status(r);
+  EXPECT_EQ(s.held, 1u);
+  EXPECT_EQ(s.overloaded, 1u);
+  // The ceiling lifts; the next tick routes the held request.
+  sys->spawn([=](caf::event_based_actor* self) {
+    self->send(r, put_atom::value, weights_atom::value, price_config{});
+  });
+  advance(std::chrono::seconds(1));
+  ASSERT_TRUE(first->has_value() && **first);
+  EXPECT_EQ((**first)->worker, 0u);
+  EXPECT_EQ(status(r).held, 0u);
 }
 
 TEST_F(router_test, a_request_without_blocks_is_an_error) {
