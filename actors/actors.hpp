@@ -32,6 +32,9 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 using arrive_atom = caf::atom_constant<caf::atom("arrive")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using workers_atom = caf::atom_constant<caf::atom("workers")>;
+using routers_atom = caf::atom_constant<caf::atom("routers")>;
 
 // -- messages ---------------------------------------------------------------
 
@@ -77,6 +80,7 @@ struct worker_status {
   uint64_t disk_blocks = 0;
   uint64_t active = 0;
   uint64_t completed = 0;
+  bool draining = false;  // refuses awards; routers leave it out
 };
 
 // What a router reports about itself.
@@ -141,7 +145,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker, x.queued,
            x.reserved, x.waiting, x.running, x.gpu_blocks, x.host_blocks,
-           x.disk_blocks, x.active, x.completed);
+           x.disk_blocks, x.active, x.completed, x.draining);
 }
 
 // -- interfaces ---------------------------------------------------------------
@@ -156,6 +160,8 @@ using worker_actor = caf::typed_actor<
     caf::reacts_to<release_atom, uint64_t>,
     // Reports queue, tiers and load.
     caf::replies_to<status_atom>::with<worker_status>,
+    // Starts (true) or ends (false) draining: awards are refused meanwhile.
+    caf::reacts_to<put_atom, drain_atom, bool>,
     // Ends the engine step in progress (sent to itself on the actor clock).
     caf::reacts_to<step_atom>>;
 
@@ -178,6 +184,19 @@ using listener_actor = caf::typed_actor<
     caf::reacts_to<first_atom, uint64_t, uint32_t, uint32_t, uint32_t>,
     // A request's last token.
     caf::reacts_to<done_atom, uint64_t>>;
+
+// ADMIN: what operators see and steer.
+using admin_actor = caf::typed_actor<
+    // Every worker's status, in worker order.
+    caf::replies_to<get_atom, workers_atom>::with<std::vector<worker_status>>,
+    // Every router's status.
+    caf::replies_to<get_atom, routers_atom>::with<std::vector<router_status>>,
+    // The price weights (as the first router has them).
+    caf::replies_to<get_atom, weights_atom>::with<price_config>,
+    // Sets the price weights on every router; replies how many took them.
+    caf::replies_to<put_atom, weights_atom, price_config>::with<uint32_t>,
+    // Drains (true) or undrains (false) worker N.
+    caf::replies_to<put_atom, drain_atom, uint32_t, bool>::with<bool>>;
 
 // Registers the error category and message types with a configuration.
 void register_types(caf::actor_system_config& cfg);

@@ -43,6 +43,9 @@ void award_next(rpointer self, auction_ptr a) {
           [=](const award_reply& reply) {
             auto& st = self->state;
             st.auction->settle(a->request.id);
+            // A draining worker stays out until a heartbeat says otherwise.
+            if (!reply.accepted && reply.reason == "draining")
+              st.members[w].last.draining = true;
             if (reply.accepted) {
               release_others(self, a, w);
               ++st.decisions;
@@ -115,7 +118,7 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   double bidders_speed = 0;
   size_t live = 0;
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
-    if (st.members[i].live) {
+    if (st.members[i].live && !st.members[i].last.draining) {
       ++live;
       bidders_speed += st.opt.speeds[i];
     }
@@ -128,7 +131,7 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   a->outstanding = live;
   const call_for_bids cfb{a->request, bidders_speed};
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
-    if (!st.members[i].live) continue;
+    if (!st.members[i].live || st.members[i].last.draining) continue;
     self->request(st.opt.workers[i], st.opt.bid_deadline, bid_atom::value, cfb)
         .then(
             [=](bid b) {

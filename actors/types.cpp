@@ -25,6 +25,10 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<price_config>("price_config");
   cfg.add_message_type<worker_status>("worker_status");
   cfg.add_message_type<router_status>("router_status");
+  cfg.add_message_type<std::vector<worker_status>>(
+      "std::vector<worker_status>");
+  cfg.add_message_type<std::vector<router_status>>(
+      "std::vector<router_status>");
 }
 
 }  // namespace kvmesh

@@ -89,6 +89,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
       },
       [=](award_atom, route_request_msg& r) -> award_reply {
         auto& st = self->state;
+        if (st.draining) return {false, "draining"};
         if (st.ledger->should_refuse(r.id))
           return {false, "queue grew since the bid"};
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
@@ -123,8 +124,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         s.disk_blocks = st.eng->cache().size(tier::disk);
         s.active = st.eng->cache().active();
         s.completed = st.completed;
+        s.draining = st.draining;
         return s;
       },
+      [=](put_atom, drain_atom, bool on) { self->state.draining = on; },
       [=](step_atom) { finish_step(self); },
   };
 }

@@ -29,6 +29,7 @@ struct worker_state {
   caf::actor_clock::time_point origin;
   bool stepping = false;
   uint64_t completed = 0;
+  bool draining = false;
   std::vector<engine_event> events;
   listener_actor listener;
 };

@@ -56,6 +56,7 @@ worker_actor::behavior_type mock_worker(
         }
         return worker_status{};
       },
+      [=](put_atom, drain_atom, bool) {},
       [=](step_atom) {},
   };
 }
