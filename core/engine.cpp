@@ -190,6 +190,7 @@ void engine::flush_cache_events(double t) {
                                                  : engine_event::removed};
     e.where = c.where;
     e.hash = c.hash;
+    e.root = c.root;
     e.time_ms = t;
     pending_.push_back(e);
   }
@@ -300,7 +301,7 @@ void engine::finish_step(std::vector<engine_event>& out) {
       const uint32_t hashed =
           std::min<uint32_t>(full, static_cast<uint32_t>(s.req.blocks.size()));
       for (; s.held < hashed; ++s.held) {
-        cache_.commit(s.req.blocks[s.held]);
+        cache_.commit(s.req.blocks[s.held], s.req.blocks[0]);
         --s.anon;
       }
       if (s.done_tokens == s.prefill_end) {

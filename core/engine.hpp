@@ -49,6 +49,7 @@ struct engine_event {
   kind_t kind;
   tier where = tier::gpu;
   uint64_t hash = 0;
+  uint64_t root = 0;  // stored, removed: the first block of hash's chain
   uint64_t request = 0;
   double time_ms = 0;
   uint32_t remaining = 0;

@@ -65,7 +65,7 @@ uint32_t tiered_cache::new_entry(uint64_t hash, tier t) {
     e = static_cast<uint32_t>(entries_.size());
     entries_.emplace_back();
   }
-  entries_[e] = entry{hash, nil, nil, 0, t};
+  entries_[e] = entry{hash, hash, nil, nil, 0, t};
   map_.put(hash, e, meta_of(entries_[e]));
   return e;
 }
@@ -83,7 +83,7 @@ bool tiered_cache::make_room(tier t) {
   if (victim == nil) return false;
   unlink(l, victim);
   --used_[i];
-  emit(cache_event::removed, t, entries_[victim].hash);
+  emit(cache_event::removed, t, victim);
   if (i + 1 < tier_count && cap_[i + 1] > 0) {
     const tier below = static_cast<tier>(i + 1);
     if (make_room(below)) {
@@ -91,7 +91,7 @@ bool tiered_cache::make_room(tier t) {
       sync(victim);
       link_front(list(below), victim);
       ++used_[i + 1];
-      emit(cache_event::stored, below, entries_[victim].hash);
+      emit(cache_event::stored, below, victim);
       return true;
     }
   }
@@ -123,7 +123,7 @@ bool tiered_cache::find(uint64_t hash, tier* where) const {
   return true;
 }
 
-bool tiered_cache::store(uint64_t hash, tier t) {
+bool tiered_cache::store(uint64_t hash, tier t, uint64_t root) {
   if (cap_[idx(t)] == 0) return false;
   const uint32_t e = map_.find(hash);
   if (e != block_map::npos) {
@@ -145,19 +145,20 @@ bool tiered_cache::store(uint64_t hash, tier t) {
       ++used_[idx(from)];
       return false;
     }
-    emit(cache_event::removed, from, hash);
+    emit(cache_event::removed, from, e);
     entries_[e].where = t;
     sync(e);
     link_front(list(t), e);
     ++used_[idx(t)];
-    emit(cache_event::stored, t, hash);
+    emit(cache_event::stored, t, e);
     return true;
   }
   if (!make_room(t)) return false;
   const uint32_t n = new_entry(hash, t);
+  if (root != 0) entries_[n].root = root;
   link_front(list(t), n);
   ++used_[idx(t)];
-  emit(cache_event::stored, t, hash);
+  emit(cache_event::stored, t, n);
   return true;
 }
 
@@ -169,7 +170,7 @@ bool tiered_cache::remove(uint64_t hash) {
   const tier t = en.where;
   unlink(list(t), e);
   --used_[idx(t)];
-  emit(cache_event::removed, t, hash);
+  emit(cache_event::removed, t, e);
   drop_entry(e);
   return true;
 }
@@ -191,7 +192,7 @@ void tiered_cache::clear() {
       const uint32_t e = l.tail;
       unlink(l, e);
       --used_[i];
-      emit(cache_event::removed, t, entries_[e].hash);
+      emit(cache_event::removed, t, e);
       drop_entry(e);
     }
   }
@@ -216,13 +217,13 @@ bool tiered_cache::acquire(uint64_t hash, tier* found) {
       ++used_[idx(from)];
       return false;
     }
-    emit(cache_event::removed, from, hash);
+    emit(cache_event::removed, from, e);
     entries_[e].where = tier::gpu;
     entries_[e].refs = 1;
     sync(e);
     ++used_[0];
     ++held_;
-    emit(cache_event::stored, tier::gpu, hash);
+    emit(cache_event::stored, tier::gpu, e);
   }
   if (found) *found = from;
   return true;
@@ -256,7 +257,7 @@ void tiered_cache::free_anonymous(uint64_t n) {
   used_[0] -= n;
 }
 
-void tiered_cache::commit(uint64_t hash) {
+void tiered_cache::commit(uint64_t hash, uint64_t root) {
   const uint32_t e = map_.find(hash);
   if (e != block_map::npos && entries_[e].where == tier::gpu) {
     entry& en = entries_[e];
@@ -281,16 +282,17 @@ void tiered_cache::commit(uint64_t hash) {
     const tier from = entries_[e].where;
     unlink(list(from), e);
     --used_[idx(from)];
-    emit(cache_event::removed, from, hash);
+    emit(cache_event::removed, from, e);
     n = e;
     entries_[n].where = tier::gpu;
   } else {
     n = new_entry(hash, tier::gpu);
+    if (root != 0) entries_[n].root = root;
   }
   entries_[n].refs = 1;
   sync(n);
   ++held_;
-  emit(cache_event::stored, tier::gpu, hash);
+  emit(cache_event::stored, tier::gpu, n);
 }
 
 }  // namespace kvmesh

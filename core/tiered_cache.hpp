@@ -35,6 +35,9 @@ struct cache_event {
   enum kind_t : uint8_t { stored, removed } kind;
   tier where;
   uint64_t hash;
+  // The first block of the chain `hash` was computed in: index shards are
+  // chosen by it, so that one prefix query touches one shard.
+  uint64_t root = 0;
 };
 
 struct cache_config {
@@ -73,7 +76,7 @@ class tiered_cache {
   // --- a plain tiered set (mirroring an engine's reported state) ----------
   // Places `hash` in tier `t` as most recently used (moving it if another
   // tier holds it). Returns false if tier t has no room that can be freed.
-  bool store(uint64_t hash, tier t);
+  bool store(uint64_t hash, tier t, uint64_t root = 0);
   // Removes `hash` from whatever tier holds it (a no-op for held blocks).
   bool remove(uint64_t hash);
   // Marks `hash` most recently used in its tier.
@@ -94,7 +97,7 @@ class tiered_cache {
   // Turns one anonymous block into the cached, held block `hash` (the block
   // was just computed). If a tier already holds `hash`, that copy is reused
   // and the anonymous block freed. Never fails: the block already has room.
-  void commit(uint64_t hash);
+  void commit(uint64_t hash, uint64_t root = 0);
 
  private:
   static constexpr uint32_t nil = UINT32_MAX;
@@ -102,6 +105,7 @@ class tiered_cache {
 
   struct entry {
     uint64_t hash = 0;
+    uint64_t root = 0;
     uint32_t prev = nil;
     uint32_t next = nil;
     uint32_t refs = 0;
@@ -134,8 +138,9 @@ class tiered_cache {
   // Makes room for one more block in tier t by evicting its LRU block
   // downwards. Returns false if nothing evictable.
   bool make_room(tier t);
-  void emit(cache_event::kind_t k, tier t, uint64_t h) {
-    if (sink_) sink_->push_back(cache_event{k, t, h});
+  void emit(cache_event::kind_t k, tier t, uint32_t e) {
+    if (sink_)
+      sink_->push_back(cache_event{k, t, entries_[e].hash, entries_[e].root});
   }
 
   std::array<uint64_t, tier_count> cap_{};

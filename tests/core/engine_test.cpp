@@ -125,6 +125,25 @@ TEST(engine, a_cached_prefix_is_not_recomputed) {
   EXPECT_EQ(r2.count(engine_event::stored), 0u);
 }
 
+TEST(engine, kv_events_name_the_root_of_their_chain) {
+  auto g = make(small(10, 10));
+  ASSERT_TRUE(g.submit(request(1, 1000, 1, 500), 0));
+  auto r1 = drain(g);
+  ASSERT_TRUE(g.submit(request(2, 1000, 1, 700), 1000));
+  auto r2 = drain(g, 1000);
+  size_t checked = 0;
+  for (const auto* r : {&r1, &r2}) {
+    for (const auto& e : r->events) {
+      if (e.kind != engine_event::stored && e.kind != engine_event::removed)
+        continue;
+      // Offloads of request 1's blocks keep its root; request 2's are its.
+      EXPECT_EQ(e.root, e.hash < 700 ? 500u : 700u) << e.hash;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 40u);  // 10 + 10 stored, 10 GPU removals, 10 to host
+}
+
 TEST(engine, eviction_reports_removed_blocks) {
   auto g = make(small(20));
   ASSERT_TRUE(g.submit(request(1, 1000, 1, 0), 0));
