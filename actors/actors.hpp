@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/pricing.hpp"
+#include "core/tiered_cache.hpp"
 
 // kvmesh::ec travels as a CAF error of category "kvmesh".
 CAF_ERROR_CODE_ENUM(kvmesh::ec, "kvmesh")
@@ -35,6 +36,9 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using workers_atom = caf::atom_constant<caf::atom("workers")>;
 using routers_atom = caf::atom_constant<caf::atom("routers")>;
+using kv_atom = caf::atom_constant<caf::atom("kv")>;
+using query_atom = caf::atom_constant<caf::atom("query")>;
+using drop_atom = caf::atom_constant<caf::atom("drop")>;
 
 // -- messages ---------------------------------------------------------------
 
@@ -82,6 +86,52 @@ struct worker_status {
   uint64_t completed = 0;
   bool draining = false;  // refuses awards; routers leave it out
 };
+
+// One holder's match of a prefix, as an index shard knows it.
+struct holder_match {
+  uint32_t worker = 0;
+  uint32_t gpu = 0;
+  uint32_t host = 0;
+  uint32_t disk = 0;
+};
+
+// What an index shard reports about itself.
+struct shard_status {
+  uint32_t shard = 0;
+  uint64_t blocks = 0;   // distinct block hashes
+  uint64_t entries = 0;  // (block, holder) pairs
+  uint64_t disk_bytes = 0;
+  uint64_t events = 0;  // KV events applied
+  uint64_t errors = 0;  // batches refused or failed to persist
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, holder_match& x) {
+  return f(caf::meta::type_name("holder_match"), x.worker, x.gpu, x.host,
+           x.disk);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_status& x) {
+  return f(caf::meta::type_name("shard_status"), x.shard, x.blocks, x.entries,
+           x.disk_bytes, x.events, x.errors);
+}
+
+// KV events travel with their enums as bytes.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cache_event& x) {
+  auto kind = static_cast<uint8_t>(x.kind);
+  auto where = static_cast<uint8_t>(x.where);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    if (kind > cache_event::removed || where > static_cast<uint8_t>(tier::disk))
+      return caf::make_error(ec::parse_error, "bad KV event kind or tier");
+    x.kind = static_cast<cache_event::kind_t>(kind);
+    x.where = static_cast<tier>(where);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("cache_event"), kind, where, x.hash, x.root,
+           load);
+}
 
 // What a router reports about itself.
 struct router_status {
@@ -184,6 +234,27 @@ using listener_actor = caf::typed_actor<
     caf::reacts_to<first_atom, uint64_t, uint32_t, uint32_t, uint32_t>,
     // A request's last token.
     caf::reacts_to<done_atom, uint64_t>>;
+
+// INDEX SHARD: block hash -> holders by tier for the chains whose first
+// block maps here, in memory and in RocksDB.
+using index_shard_actor = caf::typed_actor<
+    // Applies one worker's batch of KV events (persisted, then counted).
+    caf::reacts_to<kv_atom, uint32_t, std::vector<cache_event>>,
+    // Each holder's match of a prefix, deepest first.
+    caf::replies_to<query_atom,
+                    std::vector<uint64_t>>::with<std::vector<holder_match>>,
+    // Forgets every block of a worker that left.
+    caf::reacts_to<drop_atom, uint32_t>,
+    // Reports blocks, holders and disk use.
+    caf::replies_to<status_atom>::with<shard_status>>;
+
+// The shard that indexes chains starting with block `root`.
+inline size_t shard_of(uint64_t root, size_t shards) {
+  return shards == 0
+             ? 0
+             : static_cast<size_t>((root * 0x9E3779B97F4A7C15ull) >> 32) %
+                   shards;
+}
 
 // ADMIN: what operators see and steer.
 using admin_actor = caf::typed_actor<

@@ -25,6 +25,11 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<price_config>("price_config");
   cfg.add_message_type<worker_status>("worker_status");
   cfg.add_message_type<router_status>("router_status");
+  cfg.add_message_type<holder_match>("holder_match");
+  cfg.add_message_type<std::vector<holder_match>>("std::vector<holder_match>");
+  cfg.add_message_type<shard_status>("shard_status");
+  cfg.add_message_type<cache_event>("cache_event");
+  cfg.add_message_type<std::vector<cache_event>>("std::vector<cache_event>");
   cfg.add_message_type<std::vector<worker_status>>(
       "std::vector<worker_status>");
   cfg.add_message_type<std::vector<router_status>>(

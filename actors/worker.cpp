@@ -53,9 +53,24 @@ void finish_step(wpointer self) {
         ++st.completed;
         if (st.listener) self->send(st.listener, done_atom::value, e.request);
         break;
+      case engine_event::stored:
+      case engine_event::removed:
+        if (!st.shards.empty())
+          st.kv_out[shard_of(e.root, st.shards.size())].push_back(
+              cache_event{e.kind == engine_event::stored ? cache_event::stored
+                                                         : cache_event::removed,
+                          e.where, e.hash, e.root});
+        break;
       default:
         break;
     }
+  }
+  // One batch per shard and step: shards write batches, not single events.
+  for (size_t i = 0; i < st.kv_out.size(); ++i) {
+    if (st.kv_out[i].empty()) continue;
+    self->send(st.shards[i], kv_atom::value, st.ledger->config().id,
+               std::move(st.kv_out[i]));
+    st.kv_out[i].clear();
   }
   maybe_step(self);
 }
@@ -70,6 +85,8 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
       std::move(*worker_ledger::make(opt.ledger)));
   st.time_scale = opt.time_scale;
   st.listener = opt.listener;
+  st.shards = opt.shards;
+  st.kv_out.resize(st.shards.size());
   st.origin = self->clock().now();
   return {
       [=](bid_atom, const call_for_bids& cfb) -> bid {

@@ -19,6 +19,9 @@ struct worker_options {
   // Told of each request's first token, (first_atom, id, gpu, host, disk
   // hit blocks), and end, (done_atom, id): what a client of the engine sees.
   listener_actor listener;
+  // Index shards that get this worker's KV events, each batch to the shard
+  // of its chains' first block (shard_of).
+  std::vector<index_shard_actor> shards;
 };
 
 struct worker_state {
@@ -32,6 +35,8 @@ struct worker_state {
   bool draining = false;
   std::vector<engine_event> events;
   listener_actor listener;
+  std::vector<index_shard_actor> shards;
+  std::vector<std::vector<cache_event>> kv_out;  // one batch per shard
 };
 
 worker_actor::behavior_type worker(

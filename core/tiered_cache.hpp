@@ -32,9 +32,9 @@ struct tier_match {
 
 // What a real engine reports of its cache: a block appeared in or left a tier.
 struct cache_event {
-  enum kind_t : uint8_t { stored, removed } kind;
-  tier where;
-  uint64_t hash;
+  enum kind_t : uint8_t { stored, removed } kind = stored;
+  tier where = tier::gpu;
+  uint64_t hash = 0;
   // The first block of the chain `hash` was computed in: index shards are
   // chosen by it, so that one prefix query touches one shard.
   uint64_t root = 0;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "core/block_index.hpp"
 #include "core/pricing.hpp"
 #include "core/worker.hpp"
 
@@ -58,6 +59,25 @@ TEST(hot_path, bid_and_price_do_not_allocate) {
   EXPECT_EQ(after - before, 0u);
   EXPECT_LT(w, bids.size());
   EXPECT_EQ(bids[0].gpu + bids[0].host + bids[0].disk, 128u);
+}
+
+// The index's "who holds this prefix", asked on every routed request,
+// including chains through blocks with three or more holders.
+TEST(hot_path, block_index_match_does_not_allocate) {
+  block_index idx;
+  std::vector<uint64_t> chain;
+  for (uint64_t h = 1; h <= 64; ++h) {
+    chain.push_back(h * 0x9E3779B97F4A7C15ull);
+    for (uint32_t w = 0; w < (h % 4) + 1; ++w)
+      idx.apply(w, cache_event{cache_event::stored, tier::host, chain.back()});
+  }
+  tier_match out[8];
+  const size_t before = allocations.load();
+  idx.match(chain.data(), chain.size(), 8, out);
+  const size_t after = allocations.load();
+  EXPECT_EQ(after - before, 0u);
+  EXPECT_EQ(out[0].host, 64u);
+  EXPECT_EQ(out[1].host, 3u);  // the 4th block has worker 0 alone
 }
 
 }  // namespace
