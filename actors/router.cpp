@@ -110,28 +110,17 @@ void decide(rpointer self, auction_ptr a) {
   award_next(self, a);
 }
 
-void call_for_bids_(rpointer self, auction_ptr a) {
+// Sends the call for bids to `candidates` (indices into opt.workers).
+void send_bids(rpointer self, auction_ptr a,
+               const std::vector<uint32_t>& candidates) {
   auto& st = self->state;
-  ++a->round;
-  a->bids.clear();
-  // Candidates: the live workers; their total speed sizes the reservations.
+  // Their total speed sizes each bidder's reservation (expected_share).
   double bidders_speed = 0;
-  size_t live = 0;
-  for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
-    if (st.members[i].live && !st.members[i].last.draining) {
-      ++live;
-      bidders_speed += st.opt.speeds[i];
-    }
-  }
-  if (live == 0) {
-    fail(a, ec::not_found,
-         "no live worker for request " + std::to_string(a->request.id));
-    return;
-  }
-  a->outstanding = live;
+  for (uint32_t i : candidates)
+    bidders_speed += st.opt.speeds[i];
+  a->outstanding = candidates.size();
   const call_for_bids cfb{a->request, bidders_speed};
-  for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
-    if (!st.members[i].live || st.members[i].last.draining) continue;
+  for (uint32_t i : candidates) {
     self->request(st.opt.workers[i], st.opt.bid_deadline, bid_atom::value, cfb)
         .then(
             [=](bid b) {
@@ -144,6 +133,74 @@ void call_for_bids_(rpointer self, auction_ptr a) {
               if (--a->outstanding == 0) decide(self, a);
             });
   }
+}
+
+// Up to `fanout` candidates: first the holders (deepest first) that are
+// eligible, then the least loaded of the rest by their last heartbeat.
+std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
+                           const std::vector<holder_match>& holders) {
+  auto& st = self->state;
+  const size_t fanout = std::max<size_t>(st.opt.fanout, 1);
+  std::vector<uint32_t> out;
+  std::vector<bool> taken(st.opt.workers.size(), false);
+  std::vector<bool> ok(st.opt.workers.size(), false);
+  for (uint32_t i : eligible)
+    ok[i] = true;
+  for (const auto& h : holders) {
+    if (out.size() >= (fanout + 1) / 2) break;
+    if (h.worker < ok.size() && ok[h.worker] && !taken[h.worker]) {
+      out.push_back(h.worker);
+      taken[h.worker] = true;
+    }
+  }
+  std::vector<uint32_t> rest;
+  for (uint32_t i : eligible)
+    if (!taken[i]) rest.push_back(i);
+  std::stable_sort(rest.begin(), rest.end(), [&](uint32_t x, uint32_t y) {
+    const auto& sx = st.members[x].last;
+    const auto& sy = st.members[y].last;
+    // The last heartbeat plus what this router awarded since.
+    return sx.queued + sx.reserved + st.auction->pending(x) <
+           sy.queued + sy.reserved + st.auction->pending(y);
+  });
+  for (uint32_t i : rest) {
+    if (out.size() >= fanout) break;
+    out.push_back(i);
+  }
+  return out;
+}
+
+void call_for_bids_(rpointer self, auction_ptr a) {
+  auto& st = self->state;
+  ++a->round;
+  a->bids.clear();
+  std::vector<uint32_t> eligible;
+  for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
+    if (st.members[i].live && !st.members[i].last.draining)
+      eligible.push_back(i);
+  if (eligible.empty()) {
+    fail(a, ec::not_found,
+         "no live worker for request " + std::to_string(a->request.id));
+    return;
+  }
+  if (eligible.size() <= st.opt.fanout || st.opt.shards.empty()) {
+    send_bids(self, a, eligible);
+    return;
+  }
+  // Too many to ask them all: ask the shard of the chain's first block who
+  // holds the prefix.
+  const auto& shard =
+      st.opt.shards[shard_of(a->request.blocks.front(), st.opt.shards.size())];
+  self->request(shard, st.opt.query_deadline, query_atom::value,
+                a->request.blocks)
+      .then(
+          [=](const std::vector<holder_match>& holders) {
+            send_bids(self, a, pick(self, eligible, holders));
+          },
+          [=](caf::error&) {
+            // No index answer: the least loaded alone.
+            send_bids(self, a, pick(self, eligible, {}));
+          });
 }
 
 // Heartbeats, pulled: a worker that misses missed_beats in a row leaves

@@ -27,6 +27,12 @@ struct router_options {
   // Requests held while the fleet is saturated (price_config::
   // overload_ceiling); past this many, "overloaded".
   size_t max_held = 1024;
+  // Above `fanout` eligible workers, a call for bids goes to the index's
+  // best holders of the prefix (half of fanout) plus the least loaded by
+  // heartbeat, not to every worker.
+  std::vector<index_shard_actor> shards;
+  size_t fanout = 64;
+  caf::timespan query_deadline = std::chrono::milliseconds(20);
 };
 
 // One request's auction, from call for bids to a confirmed award.

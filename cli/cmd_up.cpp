@@ -1,6 +1,7 @@
 // `kvmesh up --embedded`: the whole mesh (WORKERs with simulated GPUs and
 // ROUTERs) in one process; with --trace it replays a trace through it on
 // the wall clock and prints the same table as `kvmesh sim`.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "actors/index_shard.hpp"
 #include "actors/replay.hpp"
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
@@ -22,7 +24,8 @@ struct up_options {
   bool embedded = false;
   uint32_t workers = 4;
   uint32_t routers = 1;
-  uint32_t shards = 0;
+  uint32_t shards = 1;
+  size_t fanout = 64;
   std::string data_dir;
   std::string trace;
   std::string json_path;
@@ -43,10 +46,6 @@ int run_up(const up_options& o) {
         "only --embedded (one process, in-process bus) is available "
         "so far; the NATS mesh comes with `kvmesh agent` and "
         "`kvmesh router`");
-  if (o.shards > 0)
-    return fail(
-        "--shards: INDEX SHARD actors are not built yet; run with "
-        "--shards 0 (routers then call every worker for bids)");
   sim_config cfg = o.cfg;
   cfg.workers = o.workers;
   cfg.routers = o.routers;
@@ -74,6 +73,18 @@ int run_up(const up_options& o) {
     ro.done = promise;
     client = sys.spawn(replay, ro);
   }
+  // Index shards: RocksDB under --data-dir, else in memory only.
+  std::vector<index_shard_actor> shards;
+  for (uint32_t i = 0; i < o.shards; ++i) {
+    index_shard_options so;
+    so.shard = i;
+    if (!o.data_dir.empty())
+      so.dir = o.data_dir + "/shard-" + std::to_string(i);
+    auto s = spawn_index_shard(sys, so);
+    if (!s)
+      return fail("index shard " + std::to_string(i) + ": " + s.err().message);
+    shards.push_back(*s);
+  }
   std::vector<worker_actor> workers;
   for (uint32_t w = 0; w < cfg.workers; ++w) {
     worker_options wo;
@@ -91,6 +102,7 @@ int run_up(const up_options& o) {
     wo.ledger.refuse_growth = cfg.refuse_growth;
     wo.time_scale = o.time_scale;
     wo.listener = client;
+    wo.shards = shards;
     auto a = spawn_worker(sys, wo);
     if (!a) return fail(a.err().message);
     workers.push_back(*a);
@@ -106,17 +118,26 @@ int run_up(const up_options& o) {
     ro.max_auctions = cfg.max_auctions;
     ro.block_tokens = cfg.block_tokens;
     ro.seed = router_seed(cfg.seed, r);
+    ro.shards = shards;
+    // Heartbeats every second of engine time, whatever the time scale.
+    ro.heartbeat = std::max<caf::timespan>(
+        std::chrono::milliseconds(10),
+        std::chrono::duration_cast<caf::timespan>(
+            std::chrono::duration<double>(1.0 / o.time_scale)));
+    ro.fanout = o.fanout;
     routers.push_back(sys.spawn(router, ro));
   }
   std::fprintf(stderr,
-               "kvmesh up: %u workers, %u routers in one process "
-               "(time scale %g)\n",
-               cfg.workers, cfg.routers, o.time_scale);
+               "kvmesh up: %u workers, %u routers, %u index shards in one "
+               "process (time scale %g)\n",
+               cfg.workers, cfg.routers, o.shards, o.time_scale);
   auto shutdown = [&] {
     for (auto& w : workers)
       caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
     for (auto& r : routers)
       caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+    for (auto& s : shards)
+      caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
     if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
   };
   std::signal(SIGINT, [](int) { interrupted = 1; });
@@ -169,7 +190,12 @@ void add_up(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--routers", o->routers, "ROUTER actors")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--shards", o->shards, "INDEX SHARD actors (not yet)")
+  cmd->add_option("--fanout", o->fanout,
+                  "above this many workers, bids come from the index's "
+                  "holders plus the least loaded")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--shards", o->shards, "INDEX SHARD actors")
       ->capture_default_str();
   cmd->add_option("--data-dir", o->data_dir, "where shards keep RocksDB");
   cmd->add_option("--trace", o->trace, "replay this JSONL trace, then exit");

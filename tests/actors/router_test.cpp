@@ -2,6 +2,8 @@
 // and unanswered awards, and weight changes.
 #include "actors/router.hpp"
 
+#include "actors/index_shard.hpp"
+
 #include "actors/worker.hpp"
 #include "fixture.hpp"
 
@@ -254,6 +256,30 @@ TEST_F(router_test, a_saturated_fleet_holds_requests_then_says_overloaded) {
   ASSERT_TRUE(first->has_value() && **first);
   EXPECT_EQ((**first)->worker, 0u);
   EXPECT_EQ(status(r).held, 0u);
+}
+
+TEST_F(router_test, above_the_fanout_bound_it_asks_holders_and_least_loaded) {
+  auto shard = track(*spawn_index_shard(*sys, index_shard_options{}));
+  // Worker 3 holds the request's whole prefix.
+  const auto r1 = request(1);
+  std::vector<cache_event> held;
+  for (uint64_t h : r1.blocks)
+    held.push_back(cache_event{cache_event::stored, tier::gpu, h, 1});
+  sys->spawn([=](caf::event_based_actor* self) {
+    self->send(shard, kv_atom::value, uint32_t{3}, held);
+  });
+  run();
+  router_options opt;
+  opt.workers = mocks({bidder(0, 0), bidder(1, 0), bidder(2, 0), bidder(3, 0)});
+  opt.shards = {shard};
+  opt.fanout = 2;
+  auto r = track(sys->spawn(router, opt));
+  const decision d = route(r, 1);
+  ASSERT_EQ(d.prices.size(), 2u);  // not all four were asked
+  std::vector<uint32_t> asked{d.prices[0].worker, d.prices[1].worker};
+  std::sort(asked.begin(), asked.end());
+  // The holder, and the least loaded (all equal: the first) of the rest.
+  EXPECT_EQ(asked, (std::vector<uint32_t>{0, 3}));
 }
 
 TEST_F(router_test, a_request_without_blocks_is_an_error) {

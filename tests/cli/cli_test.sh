@@ -110,8 +110,18 @@ expect up_embedded_replay 0 '^kvmesh ' -- \
   --speedup 4 --time-scale 50 --gpu-blocks 2000
 expect up_needs_embedded 2 'only --embedded' -- \
   up --workers 2 --trace "$data/sample_trace.jsonl"
-expect up_no_shards_yet 2 'INDEX SHARD actors are not built yet' -- \
-  up --embedded --shards 2 --trace "$data/sample_trace.jsonl"
+mkdir -p "$tmp/mesh"
+expect up_with_persistent_shards 0 '^kvmesh ' -- \
+  up --embedded --workers 3 --shards 2 --fanout 2 --data-dir "$tmp/mesh" \
+  --trace "$data/sample_trace.jsonl" --speedup 4 --time-scale 50 \
+  --gpu-blocks 2000
+if [ ! -d "$tmp/mesh/shard-0" ] || [ ! -d "$tmp/mesh/shard-1" ]; then
+  echo "FAIL up_shard_directories"; fails=$((fails + 1))
+fi
+printf 'garbage\n' > "$tmp/mesh/shard-1/CURRENT"
+expect up_corrupted_shard 2 'index shard 1: .*shard-1' -- \
+  up --embedded --shards 2 --data-dir "$tmp/mesh" \
+  --trace "$data/sample_trace.jsonl"
 expect up_missing_trace 2 'cannot open trace file' -- \
   up --embedded --trace /nonexistent.jsonl
 
