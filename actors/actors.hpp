@@ -39,6 +39,7 @@ using routers_atom = caf::atom_constant<caf::atom("routers")>;
 using kv_atom = caf::atom_constant<caf::atom("kv")>;
 using query_atom = caf::atom_constant<caf::atom("query")>;
 using drop_atom = caf::atom_constant<caf::atom("drop")>;
+using shards_atom = caf::atom_constant<caf::atom("shards")>;
 
 // -- messages ---------------------------------------------------------------
 
@@ -267,7 +268,12 @@ using admin_actor = caf::typed_actor<
     // Sets the price weights on every router; replies how many took them.
     caf::replies_to<put_atom, weights_atom, price_config>::with<uint32_t>,
     // Drains (true) or undrains (false) worker N.
-    caf::replies_to<put_atom, drain_atom, uint32_t, bool>::with<bool>>;
+    caf::replies_to<put_atom, drain_atom, uint32_t, bool>::with<bool>,
+    // Every index shard's status.
+    caf::replies_to<get_atom, shards_atom>::with<std::vector<shard_status>>,
+    // Who holds how much of a prefix (from the shard of its first block).
+    caf::replies_to<query_atom,
+                    std::vector<uint64_t>>::with<std::vector<holder_match>>>;
 
 // Registers the error category and message types with a configuration.
 void register_types(caf::actor_system_config& cfg);

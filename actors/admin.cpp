@@ -73,6 +73,20 @@ admin_actor::behavior_type admin(apointer self, admin_options opt) {
         self->send(ws[worker], put_atom::value, drain_atom::value, on);
         return on;
       },
+      [=](get_atom, shards_atom) -> caf::result<std::vector<shard_status>> {
+        return gather<shard_status>(self, self->state.opt.shards,
+                                    status_atom::value);
+      },
+      [=](query_atom, std::vector<uint64_t>& chain)
+          -> caf::result<std::vector<holder_match>> {
+        const auto& shards = self->state.opt.shards;
+        if (shards.empty())
+          return caf::make_error(ec::not_found, "no index shards");
+        if (chain.empty())
+          return caf::make_error(ec::empty_input, "the prefix has no blocks");
+        const auto& shard = shards[shard_of(chain.front(), shards.size())];
+        return self->delegate(shard, query_atom::value, std::move(chain));
+      },
   };
 }
 

@@ -10,6 +10,7 @@ namespace kvmesh {
 struct admin_options {
   std::vector<worker_actor> workers;
   std::vector<router_actor> routers;
+  std::vector<index_shard_actor> shards;
   caf::timespan deadline = std::chrono::seconds(2);
 };
 

@@ -28,6 +28,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<holder_match>("holder_match");
   cfg.add_message_type<std::vector<holder_match>>("std::vector<holder_match>");
   cfg.add_message_type<shard_status>("shard_status");
+  cfg.add_message_type<std::vector<shard_status>>("std::vector<shard_status>");
   cfg.add_message_type<cache_event>("cache_event");
   cfg.add_message_type<std::vector<cache_event>>("std::vector<cache_event>");
   cfg.add_message_type<std::vector<worker_status>>(

@@ -1,6 +1,7 @@
 // Tests of actors/admin: status of workers and routers, weights, drain.
 #include "actors/admin.hpp"
 
+#include "actors/index_shard.hpp"
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
 #include "fixture.hpp"
@@ -11,8 +12,10 @@ namespace {
 class admin_test : public actor_fixture {
  protected:
   admin_test() {
+    shard = track(*spawn_index_shard(*sys, index_shard_options{}));
     for (uint32_t i = 0; i < 2; ++i) {
       worker_options opt;
+      opt.shards = {shard};
       opt.engine.block_tokens = 512;
       opt.engine.cache = {1024, 0, 0};
       opt.ledger.id = i;
@@ -24,6 +27,7 @@ class admin_test : public actor_fixture {
     admin_options ao;
     ao.workers = workers;
     ao.routers = {r};
+    ao.shards = {shard};
     a = track(sys->spawn(admin, ao));
   }
 
@@ -38,6 +42,7 @@ class admin_test : public actor_fixture {
     return d->has_value() && **d ? (**d)->worker : UINT32_MAX;
   }
 
+  index_shard_actor shard;
   std::vector<worker_actor> workers;
   router_actor r;
   admin_actor a;
@@ -84,6 +89,26 @@ TEST_F(admin_test, a_drained_worker_gets_nothing_until_undrained) {
   advance(std::chrono::milliseconds(1500));  // a heartbeat tells the router
   // Worker 0 still decodes four requests: the next goes to worker 1.
   EXPECT_EQ(route(5), 1u);
+}
+
+TEST_F(admin_test, shows_shards_and_a_prefixs_holders) {
+  const uint32_t w = route(1);
+  advance(std::chrono::seconds(1));  // the request runs; KV events flow
+  auto ss =
+      ask<std::vector<shard_status>>(a, get_atom::value, shards_atom::value);
+  ASSERT_TRUE(ss->has_value() && **ss);
+  ASSERT_EQ((**ss)->size(), 1u);
+  EXPECT_EQ((**ss)->at(0).blocks, 3u);
+  std::vector<uint64_t> prefix{100, 101};
+  auto h = ask<std::vector<holder_match>>(a, query_atom::value, prefix);
+  ASSERT_TRUE(h->has_value() && **h);
+  ASSERT_EQ((**h)->size(), 1u);
+  EXPECT_EQ((**h)->at(0).worker, w);
+  EXPECT_EQ((**h)->at(0).gpu, 2u);
+  auto none = ask<std::vector<holder_match>>(a, query_atom::value,
+                                             std::vector<uint64_t>{});
+  ASSERT_TRUE(none->has_value());
+  EXPECT_FALSE(**none);
 }
 
 TEST_F(admin_test, draining_an_unknown_worker_is_an_error) {
