@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "core/stats.hpp"
-
 namespace kvmesh {
 
 namespace {
@@ -34,37 +32,20 @@ void finish_if_done(rself self) {
   res.requests = st.records.size();
   res.completed = st.ended;
   res.assigned = st.assigned;
-  std::vector<double> ttft, e2e, itl;
-  uint64_t blocks = 0, hits[3] = {0, 0, 0}, out_tokens = 0;
-  double last = 0;
+  std::vector<request_outcome> outcomes(st.records.size());
   for (size_t i = 0; i < st.records.size(); ++i) {
     const auto& r = st.records[i];
     const auto& t = (*st.opt.trace)[i];
-    res.worker_of.push_back(r.worker);
-    if (r.ttft_ms < 0) continue;
-    ttft.push_back(r.ttft_ms);
-    blocks += t.blocks.size();
-    for (int k = 0; k < 3; ++k)
-      hits[k] += r.hits[k];
-    if (r.e2e_ms >= 0) {
-      e2e.push_back(r.e2e_ms);
-      const uint32_t out = std::max<uint32_t>(1, t.output_tokens);
-      out_tokens += out;
-      last = std::max(last, t.arrival_ms / st.opt.speedup + r.e2e_ms);
-      if (out > 1) itl.push_back((r.e2e_ms - r.ttft_ms) / (out - 1));
-    }
+    request_outcome& o = outcomes[i];
+    o.arrival_ms = t.arrival_ms / st.opt.speedup;
+    o.ttft_ms = r.ttft_ms;
+    o.e2e_ms = r.e2e_ms;
+    o.worker = r.worker;
+    o.prompt_blocks = static_cast<uint32_t>(t.blocks.size());
+    o.output_tokens = std::max<uint32_t>(1, t.output_tokens);
+    std::copy(r.hits, r.hits + 3, o.hits);
   }
-  res.ttft_ms = summarize(ttft);
-  res.e2e_ms = summarize(e2e);
-  res.itl_ms = summarize(itl);
-  const double b = blocks ? static_cast<double>(blocks) : 1.0;
-  res.hit_ratio.gpu = hits[0] / b;
-  res.hit_ratio.host = hits[1] / b;
-  res.hit_ratio.disk = hits[2] / b;
-  res.hit_ratio.total = (hits[0] + hits[1] + hits[2]) / b;
-  res.prefill_blocks = blocks - (hits[0] + hits[1] + hits[2]);
-  const double first = st.opt.trace->front().arrival_ms / st.opt.speedup;
-  if (last > first) res.throughput_tok_s = out_tokens / ((last - first) / 1e3);
+  summarize_outcomes(outcomes, res);
   res.refused = st.failed;
   st.opt.done->set_value(std::move(res));
   self->quit();

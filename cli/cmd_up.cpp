@@ -88,18 +88,10 @@ int run_up(const up_options& o) {
   std::vector<worker_actor> workers;
   for (uint32_t w = 0; w < cfg.workers; ++w) {
     worker_options wo;
-    wo.engine = cfg.engine;
-    wo.engine.block_tokens = cfg.block_tokens;
-    wo.engine.cache = {cfg.gpu_blocks, cfg.host_blocks, cfg.disk_blocks};
-    wo.engine.speed = cfg.worker_speeds.empty() ? 1.0 : cfg.worker_speeds[w];
-    wo.engine.model_factor = cfg.model_factor;
+    wo.engine = fleet_engine_config(cfg, w);
     auto probe = engine::make(wo.engine);
     if (!probe) return fail(probe.err().message);
-    wo.ledger.id = w;
-    wo.ledger.speed = wo.engine.speed;
-    wo.ledger.c_host = probe->tier_credit(tier::host);
-    wo.ledger.c_disk = probe->tier_credit(tier::disk);
-    wo.ledger.refuse_growth = cfg.refuse_growth;
+    wo.ledger = fleet_worker_config(cfg, w, *probe);
     wo.time_scale = o.time_scale;
     wo.listener = client;
     wo.shards = shards;

@@ -326,21 +326,10 @@ expected<sim_result> simulation::run(
     total_speed_ += sp;
   workers_.resize(n);
   for (uint32_t w = 0; w < n; ++w) {
-    engine_config ec = cfg_.engine;
-    ec.block_tokens = cfg_.block_tokens;
-    ec.cache = {cfg_.gpu_blocks, cfg_.host_blocks, cfg_.disk_blocks};
-    ec.speed = speeds_[w];
-    ec.model_factor = cfg_.model_factor;
-    auto eng = engine::make(ec);
+    auto eng = engine::make(fleet_engine_config(cfg_, w));
     if (!eng) return eng.err();
     workers_[w].eng = std::make_unique<engine>(std::move(*eng));
-    worker_config wc;
-    wc.id = w;
-    wc.speed = speeds_[w];
-    // Workers measure what a host or disk hit saves on their GPU.
-    wc.c_host = workers_[w].eng->tier_credit(tier::host);
-    wc.c_disk = workers_[w].eng->tier_credit(tier::disk);
-    wc.refuse_growth = cfg_.refuse_growth;
+    const worker_config wc = fleet_worker_config(cfg_, w, *workers_[w].eng);
     auto ledger = worker_ledger::make(wc);
     if (!ledger) return ledger.err();
     workers_[w].ledger = std::make_unique<worker_ledger>(std::move(*ledger));
@@ -403,27 +392,49 @@ expected<sim_result> simulation::run(
   res.requests = trace_.size();
   res.completed = completed_;
   res.assigned = assigned_;
-  res.worker_of.reserve(records_.size());
-  for (const record& rec : records_)
-    res.worker_of.push_back(rec.worker);
-  std::vector<double> ttft, e2e, itl;
-  uint64_t blocks = 0, hits[tier_count] = {0, 0, 0}, out_tokens = 0;
-  double first_arrival = std::numeric_limits<double>::infinity(), last = 0;
+  std::vector<request_outcome> outcomes(records_.size());
   for (size_t i = 0; i < records_.size(); ++i) {
     const record& rec = records_[i];
-    if (rec.first < 0) continue;
-    const trace_request& t = trace_[i];
-    const uint32_t out = std::max<uint32_t>(1, t.output_tokens);
-    blocks += t.blocks.size();
+    request_outcome& o = outcomes[i];
+    o.arrival_ms = rec.arrival;
+    o.worker = rec.worker;
+    o.prompt_blocks = static_cast<uint32_t>(trace_[i].blocks.size());
+    o.output_tokens = std::max<uint32_t>(1, trace_[i].output_tokens);
+    std::copy(rec.hits, rec.hits + tier_count, o.hits);
+    if (rec.first >= 0) o.ttft_ms = rec.first - rec.arrival;
+    if (rec.finish >= 0) o.e2e_ms = rec.finish - rec.arrival;
+  }
+  summarize_outcomes(outcomes, res);
+  res.imbalance = imbalance_time_ > 0 ? imbalance_area_ / imbalance_time_ : 1;
+  for (const auto& ws : workers_)
+    res.preemptions += ws.eng->preemptions();
+  res.refused = refused_;
+  res.reauctions = reauctions_;
+  return res;
+}
+
+}  // namespace
+
+void summarize_outcomes(const std::vector<request_outcome>& outcomes,
+                        sim_result& res) {
+  std::vector<double> ttft, e2e, itl;
+  uint64_t blocks = 0, hits[tier_count] = {0, 0, 0}, out_tokens = 0;
+  double first = std::numeric_limits<double>::infinity(), last = 0;
+  res.worker_of.clear();
+  for (const request_outcome& o : outcomes) {
+    res.worker_of.push_back(o.worker);
+    if (o.ttft_ms < 0) continue;
+    ttft.push_back(o.ttft_ms);
+    blocks += o.prompt_blocks;
     for (size_t k = 0; k < tier_count; ++k)
-      hits[k] += rec.hits[k];
-    ttft.push_back(rec.first - rec.arrival);
-    first_arrival = std::min(first_arrival, rec.arrival);
-    if (rec.finish >= 0) {
-      e2e.push_back(rec.finish - rec.arrival);
-      out_tokens += out;
-      last = std::max(last, rec.finish);
-      if (out > 1) itl.push_back((rec.finish - rec.first) / (out - 1));
+      hits[k] += o.hits[k];
+    first = std::min(first, o.arrival_ms);
+    if (o.e2e_ms >= 0) {
+      e2e.push_back(o.e2e_ms);
+      out_tokens += o.output_tokens;
+      last = std::max(last, o.arrival_ms + o.e2e_ms);
+      if (o.output_tokens > 1)
+        itl.push_back((o.e2e_ms - o.ttft_ms) / (o.output_tokens - 1));
     }
   }
   res.ttft_ms = summarize(ttft);
@@ -435,17 +446,29 @@ expected<sim_result> simulation::run(
   res.hit_ratio.disk = hits[2] / b;
   res.hit_ratio.total = (hits[0] + hits[1] + hits[2]) / b;
   res.prefill_blocks = blocks - (hits[0] + hits[1] + hits[2]);
-  if (last > first_arrival)
-    res.throughput_tok_s = out_tokens / ((last - first_arrival) / 1e3);
-  res.imbalance = imbalance_time_ > 0 ? imbalance_area_ / imbalance_time_ : 1;
-  for (const auto& ws : workers_)
-    res.preemptions += ws.eng->preemptions();
-  res.refused = refused_;
-  res.reauctions = reauctions_;
-  return res;
+  res.throughput_tok_s = last > first ? out_tokens / ((last - first) / 1e3) : 0;
 }
 
-}  // namespace
+engine_config fleet_engine_config(const sim_config& cfg, uint32_t w) {
+  engine_config ec = cfg.engine;
+  ec.block_tokens = cfg.block_tokens;
+  ec.cache = {cfg.gpu_blocks, cfg.host_blocks, cfg.disk_blocks};
+  ec.speed = w < cfg.worker_speeds.size() ? cfg.worker_speeds[w] : 1.0;
+  ec.model_factor = cfg.model_factor;
+  return ec;
+}
+
+worker_config fleet_worker_config(const sim_config& cfg, uint32_t w,
+                                  const engine& eng) {
+  worker_config wc;
+  wc.id = w;
+  wc.speed = eng.config().speed;
+  // Workers measure what a host or disk hit saves on their GPU.
+  wc.c_host = eng.tier_credit(tier::host);
+  wc.c_disk = eng.tier_credit(tier::disk);
+  wc.refuse_growth = cfg.refuse_growth;
+  return wc;
+}
 
 uint64_t router_seed(uint64_t seed, uint32_t r) {
   uint64_t s = seed * 1000003 + r;

@@ -12,6 +12,7 @@
 #include "core/policy.hpp"
 #include "core/stats.hpp"
 #include "core/trace.hpp"
+#include "core/worker.hpp"
 
 namespace kvmesh {
 
@@ -62,8 +63,32 @@ struct oracle_result {
   double hit_ratio = 0;
 };
 
+// What happened to one request, as its client saw it; times in ms from its
+// arrival. Negative times: it never got there.
+struct request_outcome {
+  double arrival_ms = 0;  // on the run's clock
+  double ttft_ms = -1;
+  double e2e_ms = -1;
+  uint32_t worker = 0;
+  uint32_t prompt_blocks = 0;
+  uint32_t output_tokens = 1;
+  uint32_t hits[tier_count] = {0, 0, 0};
+};
+
+// Fills the latency, reuse and throughput fields of `res` (and worker_of)
+// from every request's outcome: shared by the simulator and the live mesh.
+void summarize_outcomes(const std::vector<request_outcome>& outcomes,
+                        sim_result& res);
+
 // Checks a configuration; errors name the bad field.
 status validate(const sim_config& cfg);
+
+// Worker w of the fleet `cfg` describes: its engine, and its ledger with the
+// tier credits it measures on that engine. The simulator and the live mesh
+// build their workers from these.
+engine_config fleet_engine_config(const sim_config& cfg, uint32_t w);
+worker_config fleet_worker_config(const sim_config& cfg, uint32_t w,
+                                  const engine& eng);
 
 // Seed of router replica r's policy for a run seeded with `seed` (the live
 // mesh uses it to reproduce a simulated run).

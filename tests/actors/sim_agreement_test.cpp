@@ -34,15 +34,10 @@ TEST_F(sim_agreement, mesh_and_simulator_award_the_same_workers) {
   std::vector<worker_actor> workers;
   for (uint32_t w = 0; w < cfg.workers; ++w) {
     worker_options opt;
-    opt.engine = cfg.engine;
-    opt.engine.block_tokens = cfg.block_tokens;
-    opt.engine.cache = {cfg.gpu_blocks, cfg.host_blocks, cfg.disk_blocks};
+    opt.engine = fleet_engine_config(cfg, w);
     auto probe = engine::make(opt.engine);
     ASSERT_TRUE(probe);
-    opt.ledger.id = w;
-    opt.ledger.c_host = probe->tier_credit(tier::host);
-    opt.ledger.c_disk = probe->tier_credit(tier::disk);
-    opt.ledger.refuse_growth = cfg.refuse_growth;
+    opt.ledger = fleet_worker_config(cfg, w, *probe);
     auto a = spawn_worker(*sys, opt);
     ASSERT_TRUE(a) << a.err().message;
     workers.push_back(track(*a));
