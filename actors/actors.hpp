@@ -206,7 +206,10 @@ using worker_actor = caf::typed_actor<
     // Bids for a request from exact state and holds a soft reservation.
     caf::replies_to<bid_atom, call_for_bids>::with<bid>,
     // Takes an awarded request, or refuses it when its bid no longer holds.
-    caf::replies_to<award_atom, route_request_msg>::with<award_reply>,
+    // The double is the queue the router priced it with (its own
+    // unconfirmed awards included; -1: unknown): growth the router knew
+    // of is no reason to refuse.
+    caf::replies_to<award_atom, route_request_msg, double>::with<award_reply>,
     // Drops the reservation of a request that went elsewhere.
     caf::reacts_to<release_atom, uint64_t>,
     // Reports queue, tiers and load.

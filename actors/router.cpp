@@ -38,7 +38,7 @@ void award_next(rpointer self, auction_ptr a) {
     st.auction->award(a->request.id, a->bids[idx], a->prices[idx]);
   const uint32_t w = a->bids[idx].worker;
   self->request(st.opt.workers[w], st.opt.award_deadline, award_atom::value,
-                a->request)
+                a->request, st.auction->expected_queued(a->request.id))
       .then(
           [=](const award_reply& reply) {
             auto& st = self->state;

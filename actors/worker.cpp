@@ -104,10 +104,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
             now + st.ledger->config().reservation_ms, n);
         return b;
       },
-      [=](award_atom, route_request_msg& r) -> award_reply {
+      [=](award_atom, route_request_msg& r, double expected) -> award_reply {
         auto& st = self->state;
         if (st.draining) return {false, "draining"};
-        if (st.ledger->should_refuse(r.id))
+        if (st.ledger->should_refuse(r.id, expected))
           return {false, "queue grew since the bid"};
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
         const double read = st.ledger->read_cost(

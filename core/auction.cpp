@@ -31,7 +31,7 @@ void auctioneer::award(uint64_t request, const bid& b,
   // The winner's own read work: its price's read less what it already had.
   const double read = std::max(0.0, p.read - (b.queued + b.reserved));
   pending_[b.worker] += read;
-  awards_[request] = open_award{b.worker, read};
+  awards_[request] = open_award{b.worker, read, b.queued};
 }
 
 void auctioneer::settle(uint64_t request) {

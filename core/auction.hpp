@@ -39,11 +39,18 @@ class auctioneer {
 
   uint32_t expected_output_blocks() const;
   double pending(uint32_t worker) const { return pending_[worker]; }
+  // The queue the awardee of `request` was priced with (its bid's queue
+  // plus this router's unconfirmed awards there), or -1.
+  double expected_queued(uint64_t request) const {
+    auto it = awards_.find(request);
+    return it == awards_.end() ? -1 : it->second.expected_queued;
+  }
 
  private:
   struct open_award {
     uint32_t worker = 0;
     double read = 0;
+    double expected_queued = 0;
   };
 
   price_config price_;

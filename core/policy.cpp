@@ -484,6 +484,9 @@ class kvmesh_policy final : public router_policy {
   void refused(uint64_t request, uint32_t) override {
     auction_.settle(request);
   }
+  double expected_queued(uint64_t request) const override {
+    return auction_.expected_queued(request);
+  }
   void confirmed(uint64_t request, uint32_t) override {
     auction_.settle(request);
   }

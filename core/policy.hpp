@@ -87,6 +87,8 @@ class router_policy {
   // The winner refused the award (its state moved since the bid); the
   // router auctions the request again.
   virtual void refused(uint64_t /*request*/, uint32_t /*worker*/) {}
+  // The queue the router expects at the awardee (kvmesh), or -1.
+  virtual double expected_queued(uint64_t /*request*/) const { return -1; }
   // A router sees each request's response stream: first token and end.
   virtual void first_token(uint64_t /*request*/, uint32_t /*worker*/) {}
   virtual void finished(uint64_t /*request*/, uint32_t /*worker*/,

@@ -206,7 +206,8 @@ class simulation final : public bid_source {
   void award(uint32_t idx, uint32_t winner) {
     record& rec = records_[idx];
     if (rec.auctions + 1 < cfg_.max_auctions &&
-        workers_[winner].ledger->should_refuse(idx)) {
+        workers_[winner].ledger->should_refuse(
+            idx, routers_[rec.router]->expected_queued(idx))) {
       // Awards from other routers landed since the bid: the router runs a
       // fresh auction on the state as it is now.
       ++rec.auctions;

@@ -26,12 +26,12 @@ struct sim_config {
   double speedup = 1;       // arrival times are divided by this
   double model_factor = 1;  // scales every engine step
   uint32_t routers = 1;
-  double state_delay_ms = 0;   // KV events and load reports reach routers late
-  double auction_ms = 1;       // kvmesh: call for bids to award, round trip
-  uint32_t max_auctions = 8;   // kvmesh: auctions per request at most
-  double refuse_growth = 0.1;  // kvmesh: a worker refuses an award when its
-                               // queue grew by more than this many request
-                               // sizes since its bid
+  double state_delay_ms = 0;    // KV events and load reports reach routers late
+  double auction_ms = 1;        // kvmesh: call for bids to award, round trip
+  uint32_t max_auctions = 8;    // kvmesh: auctions per request at most
+  double refuse_growth = 0.05;  // kvmesh: a worker refuses an award when its
+                                // queue grew by more than this many request
+                                // sizes since its bid
   uint64_t seed = 1;
   engine_config engine;  // block size, tiers, speed and model factor are set
                          // from the fields above

@@ -79,11 +79,12 @@ bool worker_ledger::has_reservation(uint64_t request) const {
   return false;
 }
 
-bool worker_ledger::should_refuse(uint64_t request) const {
+bool worker_ledger::should_refuse(uint64_t request,
+                                  double expected_queued) const {
   if (!(cfg_.refuse_growth > 0)) return false;
   for (const auto& r : reservations_)
     if (r.request == request)
-      return queued_ - r.queued_at_bid >
+      return queued_ - std::max(r.queued_at_bid, expected_queued) >
              cfg_.refuse_growth * std::max<uint32_t>(r.n, 1);
   return false;
 }

@@ -57,7 +57,10 @@ class worker_ledger {
   bool has_reservation(uint64_t request) const;
   // Whether an award for `request` should be refused: the queue grew past
   // refuse_growth since the bid (false without a reservation or bound).
-  bool should_refuse(uint64_t request) const;
+  // `expected_queued`, when given (>= 0), is the queue the router priced
+  // with, its own unconfirmed awards included: growth it knew of is no
+  // reason to refuse.
+  bool should_refuse(uint64_t request, double expected_queued = -1) const;
 
   // The request was awarded here: its reservation (if any) becomes queued
   // work of `read` blocks.

@@ -40,7 +40,8 @@ worker_actor::behavior_type mock_worker(
         }
         return spec.b;
       },
-      [=](award_atom, const route_request_msg&) -> caf::result<award_reply> {
+      [=](award_atom, const route_request_msg&,
+          double) -> caf::result<award_reply> {
         ++*spec.awards;
         if (spec.silent_awards) {
           auto p = self->make_response_promise<award_reply>();
@@ -125,7 +126,7 @@ TEST_F(router_test, awards_the_cheapest_of_all_bids) {
   for (uint64_t h = 100; h < 140; ++h)
     big.blocks.push_back(h);
   big.input_tokens = 50 * 512;
-  ask<award_reply>(workers[1], award_atom::value, big);
+  ask<award_reply>(workers[1], award_atom::value, big, -1.0);
   auto r = spawn_router(workers);
   const decision d = route(r, 1);
   ASSERT_EQ(d.prices.size(), 3u);

@@ -63,7 +63,7 @@ TEST_F(worker_test, reservations_expire_on_the_actor_clock) {
 
 TEST_F(worker_test, award_runs_the_request_on_the_engine_clock) {
   auto w = spawn();
-  auto reply = ask<award_reply>(w, award_atom::value, request(1, 100));
+  auto reply = ask<award_reply>(w, award_atom::value, request(1, 100), -1.0);
   ASSERT_TRUE(reply->has_value() && **reply);
   EXPECT_TRUE((**reply)->accepted);
   auto s = status(w);
@@ -85,17 +85,28 @@ TEST_F(worker_test, refuses_an_award_once_its_queue_moved) {
   auto w = spawn(0, 0.5);
   ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0});
   // Another router's award lands first: 4 blocks of queued work.
-  auto first = ask<award_reply>(w, award_atom::value, request(2, 200));
+  auto first = ask<award_reply>(w, award_atom::value, request(2, 200), -1.0);
   EXPECT_TRUE((**first)->accepted);
-  auto second = ask<award_reply>(w, award_atom::value, request(1, 100));
+  auto second = ask<award_reply>(w, award_atom::value, request(1, 100), -1.0);
   ASSERT_TRUE(second->has_value() && **second);
   EXPECT_FALSE((**second)->accepted);
   EXPECT_NE((**second)->reason.find("queue grew"), std::string::npos);
 }
 
+TEST_F(worker_test, takes_an_award_whose_growth_the_router_expected) {
+  auto w = spawn(0, 0.5);
+  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0});
+  ask<award_reply>(w, award_atom::value, request(2, 200), -1.0);
+  // The router priced request 1 knowing request 2 was coming: 4 blocks.
+  auto reply = ask<award_reply>(w, award_atom::value, request(1, 100), 4.0);
+  ASSERT_TRUE(reply->has_value() && **reply);
+  EXPECT_TRUE((**reply)->accepted);
+}
+
 TEST_F(worker_test, refuses_what_can_never_fit) {
   auto w = spawn();
-  auto reply = ask<award_reply>(w, award_atom::value, request(1, 100, 80));
+  auto reply =
+      ask<award_reply>(w, award_atom::value, request(1, 100, 80), -1.0);
   EXPECT_FALSE((**reply)->accepted);
   EXPECT_NE((**reply)->reason.find("KV blocks"), std::string::npos);
   EXPECT_DOUBLE_EQ(status(w).queued, 0.0);

@@ -74,6 +74,9 @@ TEST(worker, refuses_an_award_when_its_queue_grew_since_the_bid) {
   EXPECT_TRUE(l.should_refuse(1));
   EXPECT_TRUE(l.should_refuse(2));
   EXPECT_FALSE(l.should_refuse(99));  // no reservation, nothing to refuse
+  // Growth the router priced in (its own awards) is no reason to refuse.
+  EXPECT_FALSE(l.should_refuse(1, 5.5));
+  EXPECT_TRUE(l.should_refuse(1, 0.4));
   cfg.refuse_growth = 0;
   auto never = ledger(cfg);
   ASSERT_TRUE(never.reserve(1, 10, 100, 10));
