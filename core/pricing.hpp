@@ -32,7 +32,7 @@ struct price_config {
   double c_host = 0.75;   // credit of a block found in host memory
   double c_disk = 0.25;   // credit of a block found on disk
   double beta = 0.03;     // weight of occupancy (space); docs/pricing.md
-  double k = 0.25;        // decay of GPU credit with excess queue, per request
+  double k = 0.1;         // decay of GPU credit with excess queue, per request
                           // size; 0 turns the decay off (Dynamo's default)
   double overflow = 1.0;  // price per block of space beyond capacity
   double overload_ceiling = 0;  // cheapest price per request block above
