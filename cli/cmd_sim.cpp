@@ -212,7 +212,8 @@ void add_sim(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--refuse-growth", o->cfg.refuse_growth,
                   "kvmesh: a worker refuses an award when its queue grew by "
-                  "more than X request sizes since its bid (0: never)")
+                  "more than X request sizes beyond what the router priced "
+                  "(0: never)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-auctions", o->cfg.max_auctions,
