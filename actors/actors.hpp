@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/pricing.hpp"
 #include "core/tiered_cache.hpp"
+#include "messages/types.hpp"
 
 // kvmesh::ec travels as a CAF error of category "kvmesh".
 CAF_ERROR_CODE_ENUM(kvmesh::ec, "kvmesh")
@@ -41,70 +42,7 @@ using query_atom = caf::atom_constant<caf::atom("query")>;
 using drop_atom = caf::atom_constant<caf::atom("drop")>;
 using shards_atom = caf::atom_constant<caf::atom("shards")>;
 
-// -- messages ---------------------------------------------------------------
-
-// A request to route: its prompt's chained block hashes, its size in tokens
-// and, when the client knows it, its expected output.
-struct route_request_msg {
-  uint64_t id = 0;
-  std::vector<uint64_t> blocks;
-  uint32_t input_tokens = 0;
-  uint32_t output_tokens = 0;  // 0: unknown (the router estimates)
-};
-
-// A router's call for bids. `share` is the part of the request each bidder
-// holds per unit of its speed (see expected_share in core/worker.hpp).
-struct call_for_bids {
-  route_request_msg request;
-  double bidders_speed = 1;
-};
-
-// A worker's answer to an award.
-struct award_reply {
-  bool accepted = false;
-  std::string reason;  // why it refused
-};
-
-// The router's answer to a route request: the winner and why.
-struct decision {
-  uint64_t request = 0;
-  uint32_t worker = 0;
-  uint32_t auctions = 0;  // 1 unless awards were refused or unanswered
-  std::vector<price_breakdown> prices;
-};
-
-// What a worker reports about itself (admin, heartbeats).
-struct worker_status {
-  uint32_t worker = 0;
-  double queued = 0;
-  double reserved = 0;
-  uint64_t waiting = 0;
-  uint64_t running = 0;
-  uint64_t gpu_blocks = 0;
-  uint64_t host_blocks = 0;
-  uint64_t disk_blocks = 0;
-  uint64_t active = 0;
-  uint64_t completed = 0;
-  bool draining = false;  // refuses awards; routers leave it out
-};
-
-// One holder's match of a prefix, as an index shard knows it.
-struct holder_match {
-  uint32_t worker = 0;
-  uint32_t gpu = 0;
-  uint32_t host = 0;
-  uint32_t disk = 0;
-};
-
-// What an index shard reports about itself.
-struct shard_status {
-  uint32_t shard = 0;
-  uint64_t blocks = 0;   // distinct block hashes
-  uint64_t entries = 0;  // (block, holder) pairs
-  uint64_t disk_bytes = 0;
-  uint64_t events = 0;  // KV events applied
-  uint64_t errors = 0;  // batches refused or failed to persist
-};
+// -- inspection of the messages (the structs are in messages/types.hpp) ----
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, holder_match& x) {
@@ -133,16 +71,6 @@ typename Inspector::result_type inspect(Inspector& f, cache_event& x) {
   return f(caf::meta::type_name("cache_event"), kind, where, x.hash, x.root,
            load);
 }
-
-// What a router reports about itself.
-struct router_status {
-  uint64_t decisions = 0;
-  uint64_t reauctions = 0;
-  uint64_t held = 0;        // requests waiting in the overload queue
-  uint64_t overloaded = 0;  // requests answered "overloaded"
-  uint64_t live_workers = 0;
-  uint64_t workers = 0;
-};
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, router_status& x) {

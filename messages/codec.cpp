@@ -1,0 +1,520 @@
+// Cap'n Proto codecs: C++ structs to flat arrays and checked decoding back.
+#include "messages/codec.hpp"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/array.h>
+#include <kj/exception.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "messages/kvmesh.capnp.h"
+
+namespace kvmesh {
+
+namespace {
+
+static_assert(static_cast<size_t>(msg_kind::price_weights) + 1 ==
+                  msg_kind_count,
+              "msg_kind_count must count every msg_kind");
+
+// Zero at start (static storage); relaxed increments: they only count.
+std::array<std::atomic<uint64_t>, msg_kind_count> decode_error_counts;
+
+// A message's meaning never shrinks: bump its version here (and append its
+// fields in kvmesh.capnp) when it grows. Nothing has grown yet.
+constexpr uint16_t current_version = 1;
+
+// A Decision's prices or a KvBatch's events nest a few pointers deep; the
+// slack is for future nesting, the cap for stack safety against crafted
+// input (Cap'n Proto's default is 64).
+constexpr int nesting_limit = 8;
+
+// Every word of a well-formed message is read once; a few times the payload
+// leaves room for Cap'n Proto's own accounting and refuses the
+// amplification of overlapping pointers.
+constexpr uint64_t traversal_words_per_word = 4;
+constexpr uint64_t traversal_slack_words = 64;
+
+error parse_failure(std::string what) {
+  return make_error(ec::parse_error, std::move(what));
+}
+
+// -- the schema struct of each C++ type --------------------------------------
+
+template <class T>
+struct schema;
+
+#define KVMESH_SCHEMA(type, wire_type, msg)         \
+  template <>                                       \
+  struct schema<type> {                             \
+    using wire_t = wire::wire_type;                 \
+    static constexpr msg_kind kind = msg_kind::msg; \
+  };
+
+KVMESH_SCHEMA(route_request_msg, RouteRequest, route_request)
+KVMESH_SCHEMA(call_for_bids, CallForBids, call_for_bids)
+KVMESH_SCHEMA(bid, Bid, bid)
+KVMESH_SCHEMA(award_msg, Award, award)
+KVMESH_SCHEMA(award_reply, AwardReply, award_reply)
+KVMESH_SCHEMA(decision, Decision, decision)
+KVMESH_SCHEMA(kv_batch, KvBatch, kv_batch)
+KVMESH_SCHEMA(worker_status, WorkerStatus, worker_status)
+KVMESH_SCHEMA(router_status, RouterStatus, router_status)
+KVMESH_SCHEMA(shard_status, ShardStatus, shard_status)
+KVMESH_SCHEMA(index_query, IndexQuery, index_query)
+KVMESH_SCHEMA(index_reply, IndexReply, index_reply)
+KVMESH_SCHEMA(price_config, PriceWeights, price_weights)
+
+#undef KVMESH_SCHEMA
+
+// -- writers: every field, in schema order -----------------------------------
+
+void write(const route_request_msg& x, wire::RouteRequest::Builder b) {
+  // Nested requests carry a version too, so the struct reads the same
+  // whether it travels alone or inside a CallForBids or an Award.
+  b.setVersion(current_version);
+  b.setId(x.id);
+  auto blocks = b.initBlocks(static_cast<unsigned>(x.blocks.size()));
+  for (size_t i = 0; i < x.blocks.size(); ++i)
+    blocks.set(static_cast<unsigned>(i), x.blocks[i]);
+  b.setInputTokens(x.input_tokens);
+  b.setOutputTokens(x.output_tokens);
+}
+
+void write(const call_for_bids& x, wire::CallForBids::Builder b) {
+  write(x.request, b.initRequest());
+  b.setBiddersSpeed(x.bidders_speed);
+}
+
+void write(const bid& x, wire::Bid::Builder b) {
+  b.setWorker(x.worker);
+  b.setGpu(x.gpu);
+  b.setHost(x.host);
+  b.setDisk(x.disk);
+  b.setQueued(x.queued);
+  b.setReserved(x.reserved);
+  b.setActive(x.active);
+  b.setActiveOverlap(x.active_overlap);
+  b.setCapacity(x.capacity);
+  b.setSpeed(x.speed);
+  b.setCHost(x.c_host);
+  b.setCDisk(x.c_disk);
+}
+
+void write(const award_msg& x, wire::Award::Builder b) {
+  write(x.request, b.initRequest());
+  b.setExpectedQueued(x.expected_queued);
+}
+
+void write(const award_reply& x, wire::AwardReply::Builder b) {
+  b.setAccepted(x.accepted);
+  b.setReason(capnp::Text::Reader(x.reason.data(), x.reason.size()));
+}
+
+void write(const decision& x, wire::Decision::Builder b) {
+  b.setRequest(x.request);
+  b.setWorker(x.worker);
+  b.setAuctions(x.auctions);
+  auto prices = b.initPrices(static_cast<unsigned>(x.prices.size()));
+  for (size_t i = 0; i < x.prices.size(); ++i) {
+    const auto& p = x.prices[i];
+    auto o = prices[static_cast<unsigned>(i)];
+    o.setWorker(p.worker);
+    o.setRead(p.read);
+    o.setCreditGpu(p.credit_gpu);
+    o.setCreditHost(p.credit_host);
+    o.setCreditDisk(p.credit_disk);
+    o.setSpace(p.space);
+    o.setSpeed(p.speed);
+    o.setOverflow(p.overflow);
+    o.setPrice(p.price);
+    o.setDelta(p.delta);
+  }
+}
+
+void write(const kv_batch& x, wire::KvBatch::Builder b) {
+  b.setWorker(x.worker);
+  auto events = b.initEvents(static_cast<unsigned>(x.events.size()));
+  for (size_t i = 0; i < x.events.size(); ++i) {
+    const auto& e = x.events[i];
+    auto o = events[static_cast<unsigned>(i)];
+    // The C++ and schema enums share their numbering (0, 1, ...), which the
+    // reader checks against the schema's range.
+    o.setKind(static_cast<wire::EventKind>(e.kind));
+    o.setTier(static_cast<wire::Tier>(e.where));
+    o.setHash(e.hash);
+    o.setRoot(e.root);
+  }
+}
+
+void write(const worker_status& x, wire::WorkerStatus::Builder b) {
+  b.setWorker(x.worker);
+  b.setQueued(x.queued);
+  b.setReserved(x.reserved);
+  b.setWaiting(x.waiting);
+  b.setRunning(x.running);
+  b.setGpuBlocks(x.gpu_blocks);
+  b.setHostBlocks(x.host_blocks);
+  b.setDiskBlocks(x.disk_blocks);
+  b.setActive(x.active);
+  b.setCompleted(x.completed);
+  b.setDraining(x.draining);
+}
+
+void write(const router_status& x, wire::RouterStatus::Builder b) {
+  b.setDecisions(x.decisions);
+  b.setReauctions(x.reauctions);
+  b.setHeld(x.held);
+  b.setOverloaded(x.overloaded);
+  b.setLiveWorkers(x.live_workers);
+  b.setWorkers(x.workers);
+}
+
+void write(const shard_status& x, wire::ShardStatus::Builder b) {
+  b.setShard(x.shard);
+  b.setBlocks(x.blocks);
+  b.setEntries(x.entries);
+  b.setDiskBytes(x.disk_bytes);
+  b.setEvents(x.events);
+  b.setErrors(x.errors);
+}
+
+void write(const index_query& x, wire::IndexQuery::Builder b) {
+  auto chain = b.initChain(static_cast<unsigned>(x.chain.size()));
+  for (size_t i = 0; i < x.chain.size(); ++i)
+    chain.set(static_cast<unsigned>(i), x.chain[i]);
+}
+
+void write(const index_reply& x, wire::IndexReply::Builder b) {
+  auto holders = b.initHolders(static_cast<unsigned>(x.holders.size()));
+  for (size_t i = 0; i < x.holders.size(); ++i) {
+    const auto& h = x.holders[i];
+    auto o = holders[static_cast<unsigned>(i)];
+    o.setWorker(h.worker);
+    o.setGpu(h.gpu);
+    o.setHost(h.host);
+    o.setDisk(h.disk);
+  }
+}
+
+void write(const price_config& x, wire::PriceWeights::Builder b) {
+  b.setCHost(x.c_host);
+  b.setCDisk(x.c_disk);
+  b.setBeta(x.beta);
+  b.setK(x.k);
+  b.setOverflow(x.overflow);
+  b.setOverloadCeiling(x.overload_ceiling);
+}
+
+// -- readers: every field; what the schema cannot check, they do -------------
+// Each pointer field is read once: Cap'n Proto counts every read against the
+// traversal limit.
+
+route_request_msg read(wire::RouteRequest::Reader r) {
+  route_request_msg x;
+  x.id = r.getId();
+  auto blocks = r.getBlocks();
+  x.blocks.reserve(blocks.size());
+  for (auto h : blocks)
+    x.blocks.push_back(h);
+  x.input_tokens = r.getInputTokens();
+  x.output_tokens = r.getOutputTokens();
+  return x;
+}
+
+expected<call_for_bids> read(wire::CallForBids::Reader r) {
+  // A default request would be auctioned as request 0 with no blocks.
+  if (!r.hasRequest()) return parse_failure("no request");
+  call_for_bids x;
+  x.request = read(r.getRequest());
+  x.bidders_speed = r.getBiddersSpeed();
+  return x;
+}
+
+bid read(wire::Bid::Reader r) {
+  bid x;
+  x.worker = r.getWorker();
+  x.gpu = r.getGpu();
+  x.host = r.getHost();
+  x.disk = r.getDisk();
+  x.queued = r.getQueued();
+  x.reserved = r.getReserved();
+  x.active = r.getActive();
+  x.active_overlap = r.getActiveOverlap();
+  x.capacity = r.getCapacity();
+  x.speed = r.getSpeed();
+  x.c_host = r.getCHost();
+  x.c_disk = r.getCDisk();
+  return x;
+}
+
+expected<award_msg> read(wire::Award::Reader r) {
+  if (!r.hasRequest()) return parse_failure("no request");
+  award_msg x;
+  x.request = read(r.getRequest());
+  x.expected_queued = r.getExpectedQueued();
+  return x;
+}
+
+award_reply read(wire::AwardReply::Reader r) {
+  award_reply x;
+  x.accepted = r.getAccepted();
+  auto reason = r.getReason();
+  x.reason.assign(reason.begin(), reason.size());
+  return x;
+}
+
+decision read(wire::Decision::Reader r) {
+  decision x;
+  x.request = r.getRequest();
+  x.worker = r.getWorker();
+  x.auctions = r.getAuctions();
+  auto prices = r.getPrices();
+  x.prices.reserve(prices.size());
+  for (auto p : prices) {
+    price_breakdown o;
+    o.worker = p.getWorker();
+    o.read = p.getRead();
+    o.credit_gpu = p.getCreditGpu();
+    o.credit_host = p.getCreditHost();
+    o.credit_disk = p.getCreditDisk();
+    o.space = p.getSpace();
+    o.speed = p.getSpeed();
+    o.overflow = p.getOverflow();
+    o.price = p.getPrice();
+    o.delta = p.getDelta();
+    x.prices.push_back(o);
+  }
+  return x;
+}
+
+expected<kv_batch> read(wire::KvBatch::Reader r) {
+  kv_batch x;
+  x.worker = r.getWorker();
+  auto events = r.getEvents();
+  x.events.reserve(events.size());
+  for (unsigned i = 0; i < events.size(); ++i) {
+    auto e = events[i];
+    // Cap'n Proto hands out unknown enumerants as they are, and a C++ enum
+    // out of its range would index past the tier arrays.
+    auto kind = static_cast<uint16_t>(e.getKind());
+    auto where = static_cast<uint16_t>(e.getTier());
+    if (kind > static_cast<uint16_t>(wire::EventKind::REMOVED))
+      return parse_failure("event " + std::to_string(i) + ": kind " +
+                           std::to_string(kind) + " out of range");
+    if (where > static_cast<uint16_t>(wire::Tier::DISK))
+      return parse_failure("event " + std::to_string(i) + ": tier " +
+                           std::to_string(where) + " out of range");
+    cache_event o;
+    o.kind = kind == static_cast<uint16_t>(wire::EventKind::STORED)
+                 ? cache_event::stored
+                 : cache_event::removed;
+    o.where = static_cast<tier>(where);
+    o.hash = e.getHash();
+    o.root = e.getRoot();
+    x.events.push_back(o);
+  }
+  return x;
+}
+
+worker_status read(wire::WorkerStatus::Reader r) {
+  worker_status x;
+  x.worker = r.getWorker();
+  x.queued = r.getQueued();
+  x.reserved = r.getReserved();
+  x.waiting = r.getWaiting();
+  x.running = r.getRunning();
+  x.gpu_blocks = r.getGpuBlocks();
+  x.host_blocks = r.getHostBlocks();
+  x.disk_blocks = r.getDiskBlocks();
+  x.active = r.getActive();
+  x.completed = r.getCompleted();
+  x.draining = r.getDraining();
+  return x;
+}
+
+router_status read(wire::RouterStatus::Reader r) {
+  router_status x;
+  x.decisions = r.getDecisions();
+  x.reauctions = r.getReauctions();
+  x.held = r.getHeld();
+  x.overloaded = r.getOverloaded();
+  x.live_workers = r.getLiveWorkers();
+  x.workers = r.getWorkers();
+  return x;
+}
+
+shard_status read(wire::ShardStatus::Reader r) {
+  shard_status x;
+  x.shard = r.getShard();
+  x.blocks = r.getBlocks();
+  x.entries = r.getEntries();
+  x.disk_bytes = r.getDiskBytes();
+  x.events = r.getEvents();
+  x.errors = r.getErrors();
+  return x;
+}
+
+index_query read(wire::IndexQuery::Reader r) {
+  index_query x;
+  auto chain = r.getChain();
+  x.chain.reserve(chain.size());
+  for (auto h : chain)
+    x.chain.push_back(h);
+  return x;
+}
+
+index_reply read(wire::IndexReply::Reader r) {
+  index_reply x;
+  auto holders = r.getHolders();
+  x.holders.reserve(holders.size());
+  for (auto h : holders) {
+    holder_match o;
+    o.worker = h.getWorker();
+    o.gpu = h.getGpu();
+    o.host = h.getHost();
+    o.disk = h.getDisk();
+    x.holders.push_back(o);
+  }
+  return x;
+}
+
+price_config read(wire::PriceWeights::Reader r) {
+  price_config x;
+  x.c_host = r.getCHost();
+  x.c_disk = r.getCDisk();
+  x.beta = r.getBeta();
+  x.k = r.getK();
+  x.overflow = r.getOverflow();
+  x.overload_ceiling = r.getOverloadCeiling();
+  return x;
+}
+
+// -- the generic halves ------------------------------------------------------
+
+template <class T>
+std::vector<uint8_t> encode_message(const T& x) {
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<typename schema<T>::wire_t>();
+  root.setVersion(current_version);
+  write(x, root);
+  auto words = capnp::messageToFlatArray(message);
+  auto bytes = words.asBytes();
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
+}  // namespace
+
+const char* to_string(msg_kind kind) {
+  switch (kind) {
+    case msg_kind::route_request:
+      return "RouteRequest";
+    case msg_kind::call_for_bids:
+      return "CallForBids";
+    case msg_kind::bid:
+      return "Bid";
+    case msg_kind::award:
+      return "Award";
+    case msg_kind::award_reply:
+      return "AwardReply";
+    case msg_kind::decision:
+      return "Decision";
+    case msg_kind::kv_batch:
+      return "KvBatch";
+    case msg_kind::worker_status:
+      return "WorkerStatus";
+    case msg_kind::router_status:
+      return "RouterStatus";
+    case msg_kind::shard_status:
+      return "ShardStatus";
+    case msg_kind::index_query:
+      return "IndexQuery";
+    case msg_kind::index_reply:
+      return "IndexReply";
+    case msg_kind::price_weights:
+      return "PriceWeights";
+  }
+  return "unknown";
+}
+
+uint64_t decode_errors(msg_kind kind) {
+  auto i = static_cast<size_t>(kind);
+  return i < msg_kind_count
+             ? decode_error_counts[i].load(std::memory_order_relaxed)
+             : 0;
+}
+
+template <class T>
+expected<T> decode(const uint8_t* data, size_t size) {
+  constexpr msg_kind kind = schema<T>::kind;
+  auto fail = [](const std::string& what) -> error {
+    decode_error_counts[static_cast<size_t>(kind)].fetch_add(
+        1, std::memory_order_relaxed);
+    return parse_failure(std::string(to_string(kind)) + ": " + what);
+  };
+  constexpr size_t word_bytes = sizeof(capnp::word);
+  if (size == 0) return fail("empty payload");
+  if (data == nullptr) return fail("no payload data");
+  if (size % word_bytes != 0)
+    return fail("payload of " + std::to_string(size) +
+                " bytes is not a whole number of 8-byte words");
+  try {
+    // NATS hands out payloads at any address; Cap'n Proto reads words in
+    // place and refuses unaligned ones, so copy into a fresh word array.
+    auto words = kj::heapArray<capnp::word>(size / word_bytes);
+    std::memcpy(words.begin(), data, size);
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords =
+        words.size() * traversal_words_per_word + traversal_slack_words;
+    options.nestingLimit = nesting_limit;
+    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
+    // One payload is one message: anything after it is corruption, or a
+    // producer that frames differently.
+    if (reader.getEnd() != words.end())
+      return fail(std::to_string(words.end() - reader.getEnd()) +
+                  " words after the end of the message");
+    auto root = reader.getRoot<typename schema<T>::wire_t>();
+    // 0 is what a producer that never set the version sends; anything newer
+    // is accepted, as its added fields are skipped.
+    if (root.getVersion() == 0) return fail("version 0 (unset)");
+    expected<T> out = read(root);
+    if (!out) return fail(out.err().message);
+    return out;
+  } catch (const kj::Exception& e) {
+    return fail(std::string("malformed message: ") + e.getDescription().cStr());
+  } catch (const std::exception& e) {
+    return fail(std::string("cannot decode: ") + e.what());
+  }
+}
+
+// The codecs of every message kind, instantiated here, so that the
+// Cap'n Proto headers stay out of every includer of codec.hpp.
+
+#define KVMESH_CODEC(type)                     \
+  std::vector<uint8_t> encode(const type& x) { \
+    return encode_message(x);                  \
+  }                                            \
+  template expected<type> decode<type>(const uint8_t* data, size_t size);
+
+KVMESH_CODEC(route_request_msg)
+KVMESH_CODEC(call_for_bids)
+KVMESH_CODEC(bid)
+KVMESH_CODEC(award_msg)
+KVMESH_CODEC(award_reply)
+KVMESH_CODEC(decision)
+KVMESH_CODEC(kv_batch)
+KVMESH_CODEC(worker_status)
+KVMESH_CODEC(router_status)
+KVMESH_CODEC(shard_status)
+KVMESH_CODEC(index_query)
+KVMESH_CODEC(index_reply)
+KVMESH_CODEC(price_config)
+
+#undef KVMESH_CODEC
+
+}  // namespace kvmesh

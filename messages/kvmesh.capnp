@@ -1,0 +1,186 @@
+# The Cap'n Proto schema of every kvmesh message that crosses a process.
+@0xfa37c24fe5cf7754;
+
+using Cxx = import "/capnp/c++.capnp";
+# Its own namespace: the generated Bid, Decision, ... must not be mistaken for
+# the plain C++ structs (kvmesh::bid, kvmesh::decision) the codecs produce.
+$Cxx.namespace("kvmesh::wire");
+
+# Evolution is append-only: a field is never renumbered, retyped or removed,
+# new fields take the next ordinal, and a message whose meaning grows bumps
+# its `version`. Readers accept any version from 1 up (fields they do not
+# know are skipped by Cap'n Proto) and refuse 0, which is what a producer
+# that never set it sends. Defaults match the C++ structs' defaults, so a
+# field a reader knows but an older producer did not send reads as the C++
+# default (a bid's cHost and cDisk read as NaN: "not reported").
+
+enum Tier {
+  gpu @0;
+  host @1;
+  disk @2;
+}
+
+enum EventKind {
+  stored @0;
+  removed @1;
+}
+
+# A request to route: its prompt's chained block hashes, its size in tokens
+# and, when the client knows it, its expected output (0: unknown).
+struct RouteRequest {
+  version @0 :UInt16;
+  id @1 :UInt64;
+  blocks @2 :List(UInt64);
+  inputTokens @3 :UInt32;
+  outputTokens @4 :UInt32;
+}
+
+# Why a bidder got its price (see docs/pricing.md).
+struct PriceBreakdown {
+  worker @0 :UInt32;
+  read @1 :Float64;
+  creditGpu @2 :Float64;
+  creditHost @3 :Float64;
+  creditDisk @4 :Float64;
+  space @5 :Float64;
+  speed @6 :Float64 = 1.0;
+  overflow @7 :Float64;
+  price @8 :Float64;
+  delta @9 :Float64;
+}
+
+# The router's answer to a route request: the winner and every bidder's
+# price breakdown.
+struct Decision {
+  version @0 :UInt16;
+  request @1 :UInt64;
+  worker @2 :UInt32;
+  auctions @3 :UInt32;
+  prices @4 :List(PriceBreakdown);
+}
+
+# A router's call for bids. The nested request's own version is written but
+# not checked: this message's version governs.
+struct CallForBids {
+  version @0 :UInt16;
+  request @1 :RouteRequest;
+  biddersSpeed @2 :Float64 = 1.0;
+}
+
+# A worker's bid, computed from its exact state.
+struct Bid {
+  version @0 :UInt16;
+  worker @1 :UInt32;
+  gpu @2 :UInt32;
+  host @3 :UInt32;
+  disk @4 :UInt32;
+  queued @5 :Float64;
+  reserved @6 :Float64;
+  active @7 :UInt64;
+  activeOverlap @8 :UInt32;
+  capacity @9 :UInt64;
+  speed @10 :Float64 = 1.0;
+  # NaN when the worker does not measure them: the router's own apply.
+  cHost @11 :Float64 = nan;
+  cDisk @12 :Float64 = nan;
+}
+
+# An award: the request and the queue the router priced the winner with (its
+# own unconfirmed awards included; -1: unknown).
+struct Award {
+  version @0 :UInt16;
+  request @1 :RouteRequest;
+  expectedQueued @2 :Float64 = -1.0;
+}
+
+# A worker's answer to an award.
+struct AwardReply {
+  version @0 :UInt16;
+  accepted @1 :Bool;
+  reason @2 :Text;
+}
+
+# A block appeared in or left a tier. `root` is the first block of its chain:
+# it chooses the index shard.
+struct KvEvent {
+  kind @0 :EventKind;
+  tier @1 :Tier;
+  hash @2 :UInt64;
+  root @3 :UInt64;
+}
+
+# One worker's batch of KV events, for an index shard.
+struct KvBatch {
+  version @0 :UInt16;
+  worker @1 :UInt32;
+  events @2 :List(KvEvent);
+}
+
+# A worker's heartbeat: its queue, tiers and load.
+struct WorkerStatus {
+  version @0 :UInt16;
+  worker @1 :UInt32;
+  queued @2 :Float64;
+  reserved @3 :Float64;
+  waiting @4 :UInt64;
+  running @5 :UInt64;
+  gpuBlocks @6 :UInt64;
+  hostBlocks @7 :UInt64;
+  diskBlocks @8 :UInt64;
+  active @9 :UInt64;
+  completed @10 :UInt64;
+  draining @11 :Bool;
+}
+
+# What a router reports about itself.
+struct RouterStatus {
+  version @0 :UInt16;
+  decisions @1 :UInt64;
+  reauctions @2 :UInt64;
+  held @3 :UInt64;
+  overloaded @4 :UInt64;
+  liveWorkers @5 :UInt64;
+  workers @6 :UInt64;
+}
+
+# What an index shard reports about itself.
+struct ShardStatus {
+  version @0 :UInt16;
+  shard @1 :UInt32;
+  blocks @2 :UInt64;
+  entries @3 :UInt64;
+  diskBytes @4 :UInt64;
+  events @5 :UInt64;
+  errors @6 :UInt64;
+}
+
+# "Who holds how much of this prefix": a chain of block hashes.
+struct IndexQuery {
+  version @0 :UInt16;
+  chain @1 :List(UInt64);
+}
+
+# One holder's match of a prefix, per tier.
+struct HolderMatch {
+  worker @0 :UInt32;
+  gpu @1 :UInt32;
+  host @2 :UInt32;
+  disk @3 :UInt32;
+}
+
+# Each holder's match of a queried prefix, deepest first.
+struct IndexReply {
+  version @0 :UInt16;
+  holders @1 :List(HolderMatch);
+}
+
+# The price weights (price_config); all can change at run time.
+struct PriceWeights {
+  version @0 :UInt16;
+  cHost @1 :Float64 = 0.75;
+  cDisk @2 :Float64 = 0.25;
+  beta @3 :Float64 = 0.03;
+  k @4 :Float64 = 0.1;
+  overflow @5 :Float64 = 1.0;
+  overloadCeiling @6 :Float64;
+}

@@ -1,0 +1,114 @@
+// The plain messages kvmesh components exchange, free of CAF so that the
+// actors, the wire codecs and the NATS bridge share one definition.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/pricing.hpp"
+#include "core/tiered_cache.hpp"
+
+namespace kvmesh {
+
+// A request to route: its prompt's chained block hashes, its size in tokens
+// and, when the client knows it, its expected output.
+struct route_request_msg {
+  uint64_t id = 0;
+  std::vector<uint64_t> blocks;
+  uint32_t input_tokens = 0;
+  uint32_t output_tokens = 0;  // 0: unknown (the router estimates)
+};
+
+// A router's call for bids. `share` is the part of the request each bidder
+// holds per unit of its speed (see expected_share in core/worker.hpp).
+struct call_for_bids {
+  route_request_msg request;
+  double bidders_speed = 1;
+};
+
+// A worker's answer to an award.
+struct award_reply {
+  bool accepted = false;
+  std::string reason;  // why it refused
+};
+
+// The router's answer to a route request: the winner and why.
+struct decision {
+  uint64_t request = 0;
+  uint32_t worker = 0;
+  uint32_t auctions = 0;  // 1 unless awards were refused or unanswered
+  std::vector<price_breakdown> prices;
+};
+
+// What a worker reports about itself (admin, heartbeats).
+struct worker_status {
+  uint32_t worker = 0;
+  double queued = 0;
+  double reserved = 0;
+  uint64_t waiting = 0;
+  uint64_t running = 0;
+  uint64_t gpu_blocks = 0;
+  uint64_t host_blocks = 0;
+  uint64_t disk_blocks = 0;
+  uint64_t active = 0;
+  uint64_t completed = 0;
+  bool draining = false;  // refuses awards; routers leave it out
+};
+
+// What a router reports about itself.
+struct router_status {
+  uint64_t decisions = 0;
+  uint64_t reauctions = 0;
+  uint64_t held = 0;        // requests waiting in the overload queue
+  uint64_t overloaded = 0;  // requests answered "overloaded"
+  uint64_t live_workers = 0;
+  uint64_t workers = 0;
+};
+
+// One holder's match of a prefix, as an index shard knows it.
+struct holder_match {
+  uint32_t worker = 0;
+  uint32_t gpu = 0;
+  uint32_t host = 0;
+  uint32_t disk = 0;
+};
+
+// What an index shard reports about itself.
+struct shard_status {
+  uint32_t shard = 0;
+  uint64_t blocks = 0;   // distinct block hashes
+  uint64_t entries = 0;  // (block, holder) pairs
+  uint64_t disk_bytes = 0;
+  uint64_t events = 0;  // KV events applied
+  uint64_t errors = 0;  // batches refused or failed to persist
+};
+
+// -- envelopes --------------------------------------------------------------
+// What an actor interface passes as several arguments travels between
+// processes as one message, so each gets a struct of its own here.
+
+// An award: the request and the queue the router priced it with (its own
+// unconfirmed awards included; -1: unknown).
+struct award_msg {
+  route_request_msg request;
+  double expected_queued = -1;
+};
+
+// One worker's batch of KV events, for the index shard of their chains.
+struct kv_batch {
+  uint32_t worker = 0;
+  std::vector<cache_event> events;
+};
+
+// "Who holds how much of this prefix": a chain of block hashes.
+struct index_query {
+  std::vector<uint64_t> chain;
+};
+
+// Each holder's match of a queried prefix, deepest first.
+struct index_reply {
+  std::vector<holder_match> holders;
+};
+
+}  // namespace kvmesh
