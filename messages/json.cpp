@@ -1,0 +1,125 @@
+// JSON route requests and decisions (nlohmann::json), errors naming fields.
+#include "messages/json.hpp"
+
+#include <atomic>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/block_hash.hpp"
+
+namespace kvmesh {
+
+namespace {
+
+std::atomic<uint64_t> json_errors{0};
+
+error fail(const std::string& what) {
+  json_errors.fetch_add(1, std::memory_order_relaxed);
+  return make_error(ec::parse_error, "route request: " + what);
+}
+
+// Reads an optional unsigned field no larger than `max`; false on error.
+bool read_uint(const nlohmann::json& obj, const char* field, uint64_t max,
+               uint64_t& out, error& err) {
+  auto it = obj.find(field);
+  if (it == obj.end()) return true;
+  if (!it->is_number_unsigned() || it->get<uint64_t>() > max) {
+    err = fail(std::string("field '") + field +
+               "' must be an integer from 0 to " + std::to_string(max) +
+               ", got " + it->dump());
+    return false;
+  }
+  out = it->get<uint64_t>();
+  return true;
+}
+
+}  // namespace
+
+expected<route_request_msg> parse_route_json(std::string_view text,
+                                             uint32_t block_tokens) {
+  if (block_tokens == 0) return fail("block size must be at least 1 token");
+  auto obj = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (obj.is_discarded()) return fail("not valid JSON");
+  if (!obj.is_object()) return fail("not a JSON object");
+  route_request_msg r;
+  error err;
+  uint64_t id = 0, input = 0, output = 0;
+  constexpr uint64_t u32 = std::numeric_limits<uint32_t>::max();
+  if (!obj.contains("id")) return fail("field 'id' is missing");
+  if (!read_uint(obj, "id", std::numeric_limits<uint64_t>::max(), id, err) ||
+      !read_uint(obj, "input_tokens", u32, input, err) ||
+      !read_uint(obj, "output_tokens", u32, output, err))
+    return err;
+  r.id = id;
+  r.output_tokens = static_cast<uint32_t>(output);
+  const auto tokens = obj.find("tokens");
+  const auto blocks = obj.find("blocks");
+  if ((tokens == obj.end()) == (blocks == obj.end()))
+    return fail("exactly one of 'tokens' and 'blocks' is required");
+  if (tokens != obj.end()) {
+    if (!tokens->is_array()) return fail("field 'tokens' must be an array");
+    std::vector<uint32_t> ids;
+    ids.reserve(tokens->size());
+    for (const auto& t : *tokens) {
+      if (!t.is_number_unsigned() || t.get<uint64_t>() > u32)
+        return fail("field 'tokens' holds a value that is not a token id: " +
+                    t.dump());
+      ids.push_back(t.get<uint32_t>());
+    }
+    std::string salt;
+    if (auto s = obj.find("salt"); s != obj.end()) {
+      if (!s->is_string()) return fail("field 'salt' must be a string");
+      salt = s->get<std::string>();
+    }
+    auto hashes = hash_blocks(ids, block_tokens, salt);
+    if (!hashes) return fail("field 'tokens': " + hashes.err().message);
+    if (hashes->empty())
+      return fail("field 'tokens' holds " + std::to_string(ids.size()) +
+                  " tokens, less than one block of " +
+                  std::to_string(block_tokens));
+    for (const auto& h : *hashes)
+      r.blocks.push_back(h.seq);
+    r.input_tokens = input ? static_cast<uint32_t>(input)
+                           : static_cast<uint32_t>(ids.size());
+  } else {
+    if (!blocks->is_array() || blocks->empty())
+      return fail("field 'blocks' must be a non-empty array of hashes");
+    for (const auto& b : *blocks) {
+      if (!b.is_number_unsigned())
+        return fail("field 'blocks' holds a value that is not a hash: " +
+                    b.dump());
+      r.blocks.push_back(b.get<uint64_t>());
+    }
+    const uint64_t implied = uint64_t{block_tokens} * r.blocks.size();
+    r.input_tokens =
+        static_cast<uint32_t>(input ? input : std::min(implied, u32));
+  }
+  return r;
+}
+
+std::string decision_json(const decision& d) {
+  nlohmann::ordered_json prices = nlohmann::ordered_json::array();
+  for (const auto& p : d.prices)
+    prices.push_back({{"worker", p.worker},
+                      {"read", p.read},
+                      {"credit_gpu", p.credit_gpu},
+                      {"credit_host", p.credit_host},
+                      {"credit_disk", p.credit_disk},
+                      {"space", p.space},
+                      {"speed", p.speed},
+                      {"overflow", p.overflow},
+                      {"price", p.price},
+                      {"delta", p.delta}});
+  nlohmann::ordered_json out{{"request", d.request},
+                             {"worker", d.worker},
+                             {"auctions", d.auctions},
+                             {"prices", prices}};
+  return out.dump();
+}
+
+uint64_t json_decode_errors() {
+  return json_errors.load(std::memory_order_relaxed);
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,30 @@
+// The JSON form of a route request and its decision, for clients without
+// Cap'n Proto (any NATS client, or a person with the NATS CLI).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/error.hpp"
+#include "messages/types.hpp"
+
+namespace kvmesh {
+
+// Parses {"id": 7, "tokens": [1, 2, ...]} or {"id": 7, "blocks": [h1, ...]}
+// with optional "salt" (tokens only), "input_tokens" and "output_tokens".
+// Tokens are hashed into chained blocks of `block_tokens` (Dynamo's hash);
+// "blocks" are taken as chained hashes already. Unknown fields are ignored.
+// Errors name the field; each one counts in json_decode_errors().
+expected<route_request_msg> parse_route_json(std::string_view text,
+                                             uint32_t block_tokens);
+
+// {"request": 7, "worker": 2, "auctions": 1, "prices": [{"worker": 0,
+// "read": .., "credit_gpu": .., "credit_host": .., "credit_disk": ..,
+// "space": .., "speed": .., "overflow": .., "price": .., "delta": ..}]}
+std::string decision_json(const decision& d);
+
+// JSON route requests that failed to parse since the process started.
+uint64_t json_decode_errors();
+
+}  // namespace kvmesh

@@ -1,0 +1,94 @@
+// Tests of messages/json: route requests from JSON, decisions to JSON.
+#include "messages/json.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/block_hash.hpp"
+
+namespace kvmesh {
+namespace {
+
+TEST(json, tokens_are_hashed_like_dynamo) {
+  auto r = parse_route_json(
+      R"({"id": 7, "tokens": [1,2,3,4,5,6,7,8,9,10], "output_tokens": 20})", 4);
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_EQ(r->id, 7u);
+  EXPECT_EQ(r->input_tokens, 10u);
+  EXPECT_EQ(r->output_tokens, 20u);
+  // The vectors of tests/core/block_hash_test.cpp: two full blocks.
+  EXPECT_EQ(r->blocks, (std::vector<uint64_t>{0xcb38e4d7fb2dca5cull,
+                                              0x44a2b2379d6d3c3dull}));
+  auto salted = parse_route_json(
+      R"({"id": 7, "tokens": [1,2,3,4], "salt": "lora-a"})", 4);
+  ASSERT_TRUE(salted);
+  EXPECT_EQ(salted->blocks.front(), 0xebe499ac3e8056dcull);
+}
+
+TEST(json, blocks_are_taken_as_chained_hashes) {
+  auto r = parse_route_json(R"({"id": 1, "blocks": [46, 47, 2353],
+                                "input_tokens": 1200, "extra": true})",
+                            512);
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_EQ(r->blocks, (std::vector<uint64_t>{46, 47, 2353}));
+  EXPECT_EQ(r->input_tokens, 1200u);
+  EXPECT_EQ(r->output_tokens, 0u);  // unknown: the router estimates
+  auto implied = parse_route_json(R"({"id": 1, "blocks": [5, 6]})", 512);
+  EXPECT_EQ(implied->input_tokens, 1024u);
+}
+
+TEST(json, bad_requests_name_the_field_and_count) {
+  const uint64_t before = json_decode_errors();
+  const std::pair<const char*, const char*> cases[] = {
+      {"{oops", "not valid JSON"},
+      {"[1]", "not a JSON object"},
+      {R"({"tokens": [1,2,3,4]})", "'id' is missing"},
+      {R"({"id": -1, "tokens": [1,2,3,4]})", "'id'"},
+      {R"({"id": 1})", "exactly one of 'tokens' and 'blocks'"},
+      {R"({"id": 1, "tokens": [1], "blocks": [1]})", "exactly one of"},
+      {R"({"id": 1, "tokens": "1,2"})", "'tokens' must be an array"},
+      {R"({"id": 1, "tokens": [1, 4294967296]})", "not a token id"},
+      {R"({"id": 1, "tokens": [1, 2]})", "less than one block"},
+      {R"({"id": 1, "tokens": [1,2,3,4], "salt": 5})", "'salt' must be"},
+      {R"({"id": 1, "blocks": []})", "'blocks' must be a non-empty"},
+      {R"({"id": 1, "blocks": [1, "x"]})", "not a hash"},
+      {R"({"id": 1, "blocks": [1], "output_tokens": 1.5})",
+       "'output_tokens' must be an integer"},
+  };
+  for (const auto& [text, needle] : cases) {
+    auto r = parse_route_json(text, 4);
+    ASSERT_FALSE(r) << text;
+    EXPECT_EQ(r.err().code, ec::parse_error);
+    EXPECT_NE(r.err().message.find(needle), std::string::npos)
+        << text << " -> " << r.err().message;
+  }
+  EXPECT_EQ(json_decode_errors() - before, std::size(cases));
+  EXPECT_FALSE(parse_route_json(R"({"id": 1, "blocks": [1]})", 0));
+}
+
+TEST(json, a_decision_carries_every_bidders_breakdown) {
+  decision d;
+  d.request = 9;
+  d.worker = 2;
+  d.auctions = 1;
+  price_breakdown p;
+  p.worker = 2;
+  p.read = 10.5;
+  p.credit_gpu = 3;
+  p.price = 12.25;
+  p.delta = -1;
+  d.prices = {p};
+  auto j = nlohmann::json::parse(decision_json(d));
+  EXPECT_EQ(j["request"], 9);
+  EXPECT_EQ(j["worker"], 2);
+  EXPECT_EQ(j["auctions"], 1);
+  ASSERT_EQ(j["prices"].size(), 1u);
+  EXPECT_EQ(j["prices"][0]["read"], 10.5);
+  EXPECT_EQ(j["prices"][0]["credit_gpu"], 3.0);
+  EXPECT_EQ(j["prices"][0]["price"], 12.25);
+  EXPECT_EQ(j["prices"][0]["delta"], -1.0);
+}
+
+}  // namespace
+}  // namespace kvmesh
