@@ -1,0 +1,159 @@
+// libnats behind nats_bus: every natsStatus checked, callbacks copy and
+// hand over, shutdown drains.
+#include "cluster/nats.hpp"
+
+#include <nats/nats.h>
+
+namespace kvmesh {
+
+struct nats_callbacks {
+  static void on_message(natsConnection*, natsSubscription*, natsMsg* msg,
+                         void* closure) {
+    auto* sub = static_cast<nats_bus::subscription*>(closure);
+    nats_message m;
+    m.subject = natsMsg_GetSubject(msg);
+    if (const char* r = natsMsg_GetReply(msg)) m.reply = r;
+    const char* data = natsMsg_GetData(msg);
+    const int len = natsMsg_GetDataLength(msg);
+    if (data && len > 0) m.payload.assign(data, data + len);
+    natsMsg_Destroy(msg);
+    sub->handler(std::move(m));
+  }
+  static void on_reconnected(natsConnection*, void* closure) {
+    static_cast<nats_bus*>(closure)->reconnects_.fetch_add(1);
+  }
+  static void on_error(natsConnection*, natsSubscription*, natsStatus s,
+                       void* closure) {
+    auto* bus = static_cast<nats_bus*>(closure);
+    if (s == NATS_SLOW_CONSUMER)
+      bus->slow_consumers_.fetch_add(1);
+    else
+      bus->errors_.fetch_add(1);
+  }
+};
+
+error nats_bus::fail(const std::string& what, int s) {
+  errors_.fetch_add(1);
+  return make_error(
+      ec::io_error,
+      what + ": " + natsStatus_GetText(static_cast<natsStatus>(s)));
+}
+
+expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
+  std::unique_ptr<nats_bus> bus(new nats_bus());
+  bus->opt_ = opt;
+  natsOptions* o = nullptr;
+  natsStatus s = natsOptions_Create(&o);
+  auto bad = [&](const char* step) {
+    if (o) natsOptions_Destroy(o);
+    return make_error(ec::io_error, "NATS " + opt.url + ": " + step + ": " +
+                                        natsStatus_GetText(s));
+  };
+  if (s != NATS_OK) return bad("options");
+  if ((s = natsOptions_SetURL(o, opt.url.c_str())) != NATS_OK)
+    return bad("bad URL");
+  if ((s = natsOptions_SetName(o, opt.name.c_str())) != NATS_OK ||
+      (s = natsOptions_SetMaxReconnect(o, opt.max_reconnect)) != NATS_OK ||
+      (s = natsOptions_SetReconnectWait(o, opt.reconnect_wait_ms)) != NATS_OK ||
+      (s = natsOptions_SetReconnectBufSize(o, opt.reconnect_buffer_bytes)) !=
+          NATS_OK ||
+      (s = natsOptions_SetTimeout(o, opt.connect_timeout_ms)) != NATS_OK ||
+      (s = natsOptions_SetReconnectedCB(o, nats_callbacks::on_reconnected,
+                                        bus.get())) != NATS_OK ||
+      (s = natsOptions_SetErrorHandler(o, nats_callbacks::on_error,
+                                       bus.get())) != NATS_OK)
+    return bad("options");
+  if ((s = natsConnection_Connect(&bus->conn_, o)) != NATS_OK)
+    return bad("cannot connect");
+  natsOptions_Destroy(o);
+  return bus;
+}
+
+nats_bus::~nats_bus() {
+  if (!conn_) return;
+  // Drain: subscriptions stop and deliver what they hold, publishes flush;
+  // then the connection closes. Subscriptions must outlive their delivery.
+  if (natsConnection_DrainTimeout(conn_, opt_.drain_timeout_ms) == NATS_OK) {
+    while (!natsConnection_IsClosed(conn_))
+      nats_Sleep(10);
+  }
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    for (auto& [id, sub] : subs_)
+      natsSubscription_Destroy(sub->sub);
+    subs_.clear();
+  }
+  natsConnection_Destroy(conn_);
+}
+
+status nats_bus::publish(const std::string& subject,
+                         const std::vector<uint8_t>& payload,
+                         const std::string& reply) {
+  const int len = static_cast<int>(payload.size());
+  const natsStatus s =
+      reply.empty()
+          ? natsConnection_Publish(conn_, subject.c_str(), payload.data(), len)
+          : natsConnection_PublishRequest(conn_, subject.c_str(), reply.c_str(),
+                                          payload.data(), len);
+  if (s != NATS_OK) return fail("publish on " + subject, s);
+  return ok;
+}
+
+expected<uint64_t> nats_bus::subscribe(const std::string& subject,
+                                       const std::string& queue,
+                                       nats_handler h) {
+  auto entry = std::make_unique<subscription>();
+  entry->handler = std::move(h);
+  const natsStatus s =
+      queue.empty()
+          ? natsConnection_Subscribe(&entry->sub, conn_, subject.c_str(),
+                                     nats_callbacks::on_message, entry.get())
+          : natsConnection_QueueSubscribe(
+                &entry->sub, conn_, subject.c_str(), queue.c_str(),
+                nats_callbacks::on_message, entry.get());
+  if (s != NATS_OK) return fail("subscribe to " + subject, s);
+  std::lock_guard<std::mutex> guard(mu_);
+  const uint64_t id = next_++;
+  subs_.emplace(id, std::move(entry));
+  return id;
+}
+
+status nats_bus::unsubscribe(uint64_t id) {
+  std::unique_ptr<subscription> entry;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    auto it = subs_.find(id);
+    if (it == subs_.end())
+      return make_error(ec::not_found, "no subscription " + std::to_string(id));
+    entry = std::move(it->second);
+    subs_.erase(it);
+  }
+  const natsStatus s = natsSubscription_Unsubscribe(entry->sub);
+  natsSubscription_Destroy(entry->sub);
+  if (s != NATS_OK) return fail("unsubscribe", s);
+  return ok;
+}
+
+expected<std::vector<uint8_t>> nats_bus::request(
+    const std::string& subject, const std::vector<uint8_t>& payload,
+    std::chrono::milliseconds timeout) {
+  natsMsg* reply = nullptr;
+  const natsStatus s =
+      natsConnection_Request(&reply, conn_, subject.c_str(), payload.data(),
+                             static_cast<int>(payload.size()), timeout.count());
+  if (s != NATS_OK) return fail("request on " + subject, s);
+  const char* data = natsMsg_GetData(reply);
+  const int len = natsMsg_GetDataLength(reply);
+  std::vector<uint8_t> out;
+  if (data && len > 0) out.assign(data, data + len);
+  natsMsg_Destroy(reply);
+  return out;
+}
+
+status nats_bus::flush(std::chrono::milliseconds timeout) {
+  const natsStatus s = natsConnection_FlushTimeout(conn_, timeout.count());
+  if (s != NATS_OK) return fail("flush", s);
+  return ok;
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,98 @@
+// A NATS connection for kvmesh: publish, subscribe (with queue groups) and
+// request/reply over libnats, with reconnects and statuses as values.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+
+struct __natsConnection;
+struct __natsSubscription;
+
+namespace kvmesh {
+
+// A message as a subscriber sees it: copied out of libnats, so that it can
+// outlive the callback (NATS payloads are not aligned; decoders copy again
+// into words).
+struct nats_message {
+  std::string subject;
+  std::string reply;  // empty unless the sender awaits an answer
+  std::vector<uint8_t> payload;
+};
+
+// Runs on a libnats thread: it must not block (actors: anon_send and
+// return).
+using nats_handler = std::function<void(nats_message)>;
+
+struct nats_options {
+  std::string url = "nats://127.0.0.1:4222";
+  std::string name = "kvmesh";
+  int max_reconnect = -1;  // forever
+  int64_t reconnect_wait_ms = 250;
+  // Published while disconnected are buffered up to this many bytes.
+  int reconnect_buffer_bytes = 8 << 20;
+  int64_t connect_timeout_ms = 2000;
+  int64_t drain_timeout_ms = 2000;
+};
+
+class nats_bus {
+ public:
+  // Connects; an unreachable server or a malformed URL is an error value
+  // naming the URL and libnats' status text.
+  static expected<std::unique_ptr<nats_bus>> connect(const nats_options& opt);
+
+  // Drains (pending messages are delivered and sent) and closes.
+  ~nats_bus();
+  nats_bus(const nats_bus&) = delete;
+  nats_bus& operator=(const nats_bus&) = delete;
+
+  status publish(const std::string& subject,
+                 const std::vector<uint8_t>& payload,
+                 const std::string& reply = {});
+  // Subscribes to `subject`; with a non-empty `queue`, the members of that
+  // queue group share the messages (each goes to one of them). Returns an
+  // id for unsubscribe().
+  expected<uint64_t> subscribe(const std::string& subject,
+                               const std::string& queue, nats_handler h);
+  status unsubscribe(uint64_t id);
+  // Sends and waits for one reply.
+  expected<std::vector<uint8_t>> request(const std::string& subject,
+                                         const std::vector<uint8_t>& payload,
+                                         std::chrono::milliseconds timeout);
+  // Waits until the server has seen everything published so far.
+  status flush(std::chrono::milliseconds timeout);
+
+  uint64_t reconnects() const { return reconnects_.load(); }
+  uint64_t slow_consumers() const { return slow_consumers_.load(); }
+  uint64_t errors() const { return errors_.load(); }
+
+ private:
+  struct subscription {
+    nats_handler handler;
+    __natsSubscription* sub = nullptr;
+  };
+
+  nats_bus() = default;
+  error fail(const std::string& what, int nats_status);
+
+  friend struct nats_callbacks;  // libnats' C callbacks, in nats.cpp
+
+  nats_options opt_;
+  __natsConnection* conn_ = nullptr;
+  std::mutex mu_;  // guards subs_ and next_
+  std::map<uint64_t, std::unique_ptr<subscription>> subs_;
+  uint64_t next_ = 1;
+  std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint64_t> slow_consumers_{0};
+  std::atomic<uint64_t> errors_{0};
+};
+
+}  // namespace kvmesh

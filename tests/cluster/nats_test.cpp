@@ -1,0 +1,127 @@
+// Tests of cluster/nats against a real nats-server on a loopback port.
+#include "cluster/nats.hpp"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <set>
+
+#include "nats_server.hpp"
+
+namespace kvmesh::test {
+namespace {
+
+// Collects what handlers receive, across libnats threads.
+struct inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<nats_message> got;
+  nats_handler handler() {
+    return [this](nats_message m) {
+      std::lock_guard<std::mutex> g(mu);
+      got.push_back(std::move(m));
+      cv.notify_all();
+    };
+  }
+  bool wait_for(size_t n) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, std::chrono::seconds(5),
+                       [&] { return got.size() >= n; });
+  }
+};
+
+class nats_test : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(server.running()) << "no nats-server"; }
+  std::unique_ptr<nats_bus> connect() {
+    nats_options o;
+    o.url = server.url();
+    auto b = nats_bus::connect(o);
+    EXPECT_TRUE(b) << (b ? "" : b.err().message);
+    return b ? std::move(*b) : nullptr;
+  }
+  nats_server server;
+};
+
+TEST_F(nats_test, publish_reaches_a_subscriber_byte_for_byte) {
+  auto a = connect();
+  auto b = connect();
+  inbox in;
+  ASSERT_TRUE(b->subscribe("kvmesh.test", "", in.handler()));
+  ASSERT_TRUE(b->flush(std::chrono::seconds(2)));
+  const std::vector<uint8_t> payload{0, 1, 2, 255, 7};
+  ASSERT_TRUE(a->publish("kvmesh.test", payload));
+  ASSERT_TRUE(in.wait_for(1));
+  EXPECT_EQ(in.got[0].subject, "kvmesh.test");
+  EXPECT_EQ(in.got[0].payload, payload);
+}
+
+TEST_F(nats_test, request_gets_the_reply) {
+  auto server_side = connect();
+  auto client = connect();
+  nats_bus* responder = server_side.get();
+  ASSERT_TRUE(server_side->subscribe("kvmesh.echo", "", [=](nats_message m) {
+    std::vector<uint8_t> out = m.payload;
+    out.push_back(42);
+    (void)responder->publish(m.reply, out);
+  }));
+  ASSERT_TRUE(server_side->flush(std::chrono::seconds(2)));
+  auto r = client->request("kvmesh.echo", {1, 2}, std::chrono::seconds(2));
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_EQ(*r, (std::vector<uint8_t>{1, 2, 42}));
+  // Nobody answers on another subject: a timeout error, not a hang.
+  auto none =
+      client->request("kvmesh.nobody", {1}, std::chrono::milliseconds(200));
+  EXPECT_FALSE(none);
+}
+
+TEST_F(nats_test, a_queue_group_delivers_each_message_once) {
+  auto pub = connect();
+  auto r1 = connect();
+  auto r2 = connect();
+  inbox in;
+  ASSERT_TRUE(r1->subscribe("kvmesh.route", "routers", in.handler()));
+  ASSERT_TRUE(r2->subscribe("kvmesh.route", "routers", in.handler()));
+  ASSERT_TRUE(r1->flush(std::chrono::seconds(2)));
+  ASSERT_TRUE(r2->flush(std::chrono::seconds(2)));
+  for (uint8_t i = 0; i < 50; ++i)
+    ASSERT_TRUE(pub->publish("kvmesh.route", {i}));
+  ASSERT_TRUE(pub->flush(std::chrono::seconds(2)));
+  ASSERT_TRUE(in.wait_for(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::lock_guard<std::mutex> g(in.mu);
+  EXPECT_EQ(in.got.size(), 50u);  // no duplicates
+  std::set<uint8_t> seen;
+  for (const auto& m : in.got)
+    seen.insert(m.payload.at(0));
+  EXPECT_EQ(seen.size(), 50u);
+}
+
+TEST_F(nats_test, unsubscribe_stops_delivery) {
+  auto a = connect();
+  inbox in;
+  auto id = a->subscribe("kvmesh.x", "", in.handler());
+  ASSERT_TRUE(id);
+  ASSERT_TRUE(a->unsubscribe(*id));
+  EXPECT_FALSE(a->unsubscribe(*id));
+  ASSERT_TRUE(a->publish("kvmesh.x", {1}));
+  ASSERT_TRUE(a->flush(std::chrono::seconds(2)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::lock_guard<std::mutex> g(in.mu);
+  EXPECT_TRUE(in.got.empty());
+}
+
+TEST(nats_connect, no_server_is_an_error_naming_the_url) {
+  nats_options o;
+  o.url = "nats://127.0.0.1:" + std::to_string(nats_server::free_port());
+  o.connect_timeout_ms = 500;
+  auto b = nats_bus::connect(o);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.err().message.find(o.url), std::string::npos) << b.err().message;
+  o.url = "not a url at all";
+  EXPECT_FALSE(nats_bus::connect(o));
+}
+
+}  // namespace
+}  // namespace kvmesh::test
