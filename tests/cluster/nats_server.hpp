@@ -17,8 +17,9 @@ namespace kvmesh::test {
 
 class nats_server {
  public:
-  nats_server() {
-    port_ = free_port();
+  // On `port`, or on a free one when 0 (a restart reuses the old port).
+  explicit nats_server(int port = 0) {
+    port_ = port ? port : free_port();
     pid_ = fork();
     if (pid_ == 0) {
       // The child: nats-server on loopback only, quiet.
