@@ -98,7 +98,6 @@ replay_actor::behavior_type replay(rself self, replay_options opt) {
           return;
         }
         st.routers = std::move(routers);
-        st.start = self->clock().now();
         self->delayed_send(
             self, wall(self, st.opt.trace->front().arrival_ms / st.opt.speedup),
             arrive_atom::value, size_t{0});

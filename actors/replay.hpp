@@ -22,7 +22,6 @@ using replay_actor = listener_actor::extend<
 struct replay_options {
   std::shared_ptr<const std::vector<trace_request>> trace;
   size_t workers = 0;
-  uint32_t block_tokens = 512;
   double speedup = 1;     // arrival times are divided by this
   double time_scale = 1;  // engine ms per wall ms, as the workers run
   // Set once every request has ended or failed.
@@ -42,7 +41,6 @@ struct replay_state {
   replay_options opt;
   std::vector<router_actor> routers;
   std::vector<record> records;
-  caf::actor_clock::time_point start;
   size_t ended = 0;
   size_t failed = 0;
   std::vector<uint64_t> assigned;

@@ -3,7 +3,6 @@
 #include "actors/router.hpp"
 
 #include <algorithm>
-#include <numeric>
 
 namespace kvmesh {
 

@@ -8,7 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "core/engine.hpp"
-#include "core/stats.hpp"
+#include "core/sim.hpp"
 #include "core/trace.hpp"
 
 namespace kvmesh::cli {
@@ -22,15 +22,7 @@ struct engine_options {
   engine_config engine;
 };
 
-struct timing {
-  double arrival = 0;
-  double first = -1;
-  double finish = -1;
-  uint32_t output = 0;
-};
-
-void print_summary(const char* name, std::vector<double>& v) {
-  const summary s = summarize(v);
+void print_summary(const char* name, const summary& s) {
   std::printf("  %-9s mean %9.1f  p50 %9.1f  p90 %9.1f  p99 %9.1f\n", name,
               s.mean, s.p50, s.p90, s.p99);
 }
@@ -48,9 +40,10 @@ int run_engine(engine_options opt) {
     std::fprintf(stderr, "kvmesh engine: %s\n", gpu.err().message.c_str());
     return 2;
   }
-  std::vector<timing> times(trace->size());
+  // Times relative to arrival, as summarize_outcomes expects.
+  std::vector<request_outcome> outcomes(trace->size());
   std::vector<engine_event> events;
-  uint64_t prompt_blocks = 0, hits[tier_count] = {0, 0, 0};
+  uint64_t prompt_blocks = 0;
   uint64_t stored = 0, removed = 0, refused = 0;
   size_t next = 0;
   double now = 0, step_end = -1;
@@ -71,13 +64,15 @@ int run_engine(engine_options opt) {
           case engine_event::removed:
             ++removed;
             break;
-          case engine_event::first_token:
-            times[e.request].first = e.time_ms;
-            for (size_t t = 0; t < tier_count; ++t)
-              hits[t] += e.hits[t];
+          case engine_event::first_token: {
+            auto& o = outcomes[e.request];
+            o.ttft_ms = e.time_ms - o.arrival_ms;
+            std::copy(e.hits, e.hits + tier_count, o.hits);
             break;
+          }
           case engine_event::finished:
-            times[e.request].finish = e.time_ms;
+            outcomes[e.request].e2e_ms =
+                e.time_ms - outcomes[e.request].arrival_ms;
             break;
           default:
             break;
@@ -91,8 +86,9 @@ int run_engine(engine_options opt) {
       req.prompt_tokens = r.input_tokens;
       req.output_tokens = std::max<uint32_t>(r.output_tokens, 1);
       req.blocks = r.blocks;
-      times[next].arrival = now;
-      times[next].output = req.output_tokens;
+      outcomes[next].arrival_ms = now;
+      outcomes[next].output_tokens = req.output_tokens;
+      outcomes[next].prompt_blocks = static_cast<uint32_t>(r.blocks.size());
       if (auto st = gpu->submit(std::move(req), now); !st) {
         ++refused;
         std::fprintf(stderr, "kvmesh engine: %s\n", st.err().message.c_str());
@@ -106,16 +102,9 @@ int run_engine(engine_options opt) {
     if (step_end < 0)
       if (auto end = gpu->start_step(now)) step_end = *end;
   }
-  std::vector<double> ttft, e2e, itl;
-  size_t completed = 0;
-  for (const auto& t : times) {
-    if (t.first >= 0) ttft.push_back(t.first - t.arrival);
-    if (t.finish >= 0) {
-      ++completed;
-      e2e.push_back(t.finish - t.arrival);
-      if (t.output > 1) itl.push_back((t.finish - t.first) / (t.output - 1));
-    }
-  }
+  sim_result res;
+  summarize_outcomes(outcomes, res);
+  const size_t completed = res.e2e_ms.count;
   std::printf(
       "engine model: 1 GPU, %u-token blocks, %lu GPU / %lu host / %lu "
       "disk blocks\n",
@@ -131,19 +120,18 @@ int run_engine(engine_options opt) {
       completed, static_cast<unsigned long>(refused),
       static_cast<unsigned long>(gpu->steps()),
       static_cast<unsigned long>(gpu->preemptions()), now / 1e3);
-  const double pb = prompt_blocks ? static_cast<double>(prompt_blocks) : 1;
   std::printf(
       "prompt blocks %lu; reused from gpu %.1f%%, host %.1f%%, "
       "disk %.1f%%\n",
-      static_cast<unsigned long>(prompt_blocks), 100 * hits[0] / pb,
-      100 * hits[1] / pb, 100 * hits[2] / pb);
+      static_cast<unsigned long>(prompt_blocks), 100 * res.hit_ratio.gpu,
+      100 * res.hit_ratio.host, 100 * res.hit_ratio.disk);
   std::printf("KV events: %lu stored, %lu removed\n",
               static_cast<unsigned long>(stored),
               static_cast<unsigned long>(removed));
   std::printf("latency (ms):\n");
-  print_summary("TTFT", ttft);
-  print_summary("E2E", e2e);
-  print_summary("ITL", itl);
+  print_summary("TTFT", res.ttft_ms);
+  print_summary("E2E", res.e2e_ms);
+  print_summary("ITL", res.itl_ms);
   return 0;
 }
 

@@ -168,38 +168,44 @@ int run_sim(sim_options o) {
 
 }  // namespace
 
+void add_fleet_options(CLI::App& cmd, sim_config& cfg) {
+  cmd.add_option("--workers", cfg.workers, "simulated GPUs (WORKERs)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--routers", cfg.routers, "router replicas")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--gpu-blocks", cfg.gpu_blocks, "GPU KV blocks per worker")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--host-blocks", cfg.host_blocks,
+                 "host-memory blocks per worker (0: no tier)")
+      ->capture_default_str();
+  cmd.add_option("--disk-blocks", cfg.disk_blocks,
+                 "disk blocks per worker (0: no tier)")
+      ->capture_default_str();
+  cmd.add_option("--block-tokens", cfg.block_tokens,
+                 "tokens per block (512 for Mooncake traces)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--speedup", cfg.speedup,
+                 "compress arrivals: divide arrival times by X")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--seed", cfg.seed, "random seed")->capture_default_str();
+}
+
 void add_sim(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<sim_options>();
   auto* cmd = app.add_subcommand(
       "sim", "replay a trace through simulated GPUs under routing policies");
   cmd->add_option("--trace", o->trace, "JSONL trace (Mooncake format)")
       ->required();
-  cmd->add_option("--workers", o->cfg.workers, "simulated GPUs")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_fleet_options(*cmd, o->cfg);
   cmd->add_option("--worker-speeds", o->speeds,
                   "speed factor per worker, comma-separated (default all 1)");
-  cmd->add_option("--gpu-blocks", o->cfg.gpu_blocks, "GPU KV blocks per worker")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--host-blocks", o->cfg.host_blocks,
-                  "host-memory blocks per worker (0: no tier)")
-      ->capture_default_str();
-  cmd->add_option("--disk-blocks", o->cfg.disk_blocks,
-                  "disk blocks per worker (0: no tier)")
-      ->capture_default_str();
-  cmd->add_option("--block-tokens", o->cfg.block_tokens,
-                  "tokens per block (512 for Mooncake traces)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--speedup", o->cfg.speedup, "divide arrival times by X")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
   cmd->add_option("--model-factor", o->cfg.model_factor,
                   "scale every engine step time by X")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--routers", o->cfg.routers, "router replicas")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--state-delay-ms", o->cfg.state_delay_ms,
@@ -222,7 +228,6 @@ void add_sim(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--policy", o->policies, "comma-separated policies, or all")
       ->capture_default_str();
-  cmd->add_option("--seed", o->cfg.seed, "random seed")->capture_default_str();
   auto& price = o->cfg.price;
   cmd->add_option("--beta", price.beta, "kvmesh: weight of occupancy")
       ->check(CLI::NonNegativeNumber)

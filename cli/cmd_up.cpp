@@ -22,8 +22,6 @@ namespace {
 
 struct up_options {
   bool embedded = false;
-  uint32_t workers = 4;
-  uint32_t routers = 1;
   uint32_t shards = 1;
   size_t fanout = 64;
   std::string data_dir;
@@ -46,9 +44,7 @@ int run_up(const up_options& o) {
         "only --embedded (one process, in-process bus) is available "
         "so far; the NATS mesh comes with `kvmesh agent` and "
         "`kvmesh router`");
-  sim_config cfg = o.cfg;
-  cfg.workers = o.workers;
-  cfg.routers = o.routers;
+  const sim_config& cfg = o.cfg;
   if (auto st = validate(cfg); !st) return fail(st.err().message);
   std::shared_ptr<std::vector<trace_request>> trace;
   if (!o.trace.empty()) {
@@ -67,7 +63,6 @@ int run_up(const up_options& o) {
     replay_options ro;
     ro.trace = trace;
     ro.workers = cfg.workers;
-    ro.block_tokens = cfg.block_tokens;
     ro.speedup = cfg.speedup;
     ro.time_scale = o.time_scale;
     ro.done = promise;
@@ -176,12 +171,8 @@ void add_up(CLI::App& app, std::function<int()>& run) {
       "up", "run the mesh; --embedded: workers and routers in this process");
   cmd->add_flag("--embedded", o->embedded,
                 "one process on the in-process bus, simulated GPUs");
-  cmd->add_option("--workers", o->workers, "WORKER actors (simulated GPUs)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--routers", o->routers, "ROUTER actors")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  o->cfg.workers = 4;  // up's default fleet is smaller than sim's
+  add_fleet_options(*cmd, o->cfg);
   cmd->add_option("--fanout", o->fanout,
                   "above this many workers, bids come from the index's "
                   "holders plus the least loaded")
@@ -191,25 +182,10 @@ void add_up(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--data-dir", o->data_dir, "where shards keep RocksDB");
   cmd->add_option("--trace", o->trace, "replay this JSONL trace, then exit");
-  cmd->add_option("--block-tokens", o->cfg.block_tokens, "tokens per block")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--gpu-blocks", o->cfg.gpu_blocks, "GPU blocks per worker")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--host-blocks", o->cfg.host_blocks, "host blocks per worker")
-      ->capture_default_str();
-  cmd->add_option("--disk-blocks", o->cfg.disk_blocks, "disk blocks per worker")
-      ->capture_default_str();
   cmd->add_option("--time-scale", o->time_scale,
                   "run arrivals and engines X times faster than real time")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--speedup", o->cfg.speedup,
-                  "compress arrivals only, as in kvmesh sim")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--seed", o->cfg.seed, "random seed")->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s, "give up a replay after X s")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

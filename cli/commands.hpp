@@ -5,6 +5,8 @@
 
 #include <functional>
 
+#include "core/sim.hpp"
+
 namespace kvmesh::cli {
 
 // Registers a subcommand on `app`; `run` is set to its body, which returns
@@ -13,5 +15,10 @@ void add_hash(CLI::App& app, std::function<int()>& run);
 void add_engine(CLI::App& app, std::function<int()>& run);
 void add_sim(CLI::App& app, std::function<int()>& run);
 void add_up(CLI::App& app, std::function<int()>& run);
+
+// The fleet and load flags that `sim` and `up` share, bound to `cfg`:
+// --workers, --routers, --gpu-blocks, --host-blocks, --disk-blocks,
+// --block-tokens, --speedup, --seed.
+void add_fleet_options(CLI::App& cmd, sim_config& cfg);
 
 }  // namespace kvmesh::cli

@@ -257,7 +257,8 @@ class sglang_policy final : public router_policy {
         load_(c.workers),
         tree_(*routed_index::make(
             c.workers,
-            std::max<uint64_t>(1, (uint64_t{1} << 22) / c.block_tokens))) {}
+            std::max<uint64_t>(1, (uint64_t{1} << 22) / c.block_tokens))),
+        match_(c.workers) {}
   uint32_t route(const route_request& r, const fleet_view&) override {
     const auto& counts = load_.counts();
     const auto [mn, mx] = std::minmax_element(counts.begin(), counts.end());
@@ -265,13 +266,12 @@ class sglang_policy final : public router_policy {
     if (sglang_imbalanced(*mx, *mn, thresholds_)) {
       w = static_cast<uint32_t>(mn - counts.begin());
     } else {
-      uint32_t best = 0;
+      for (uint32_t i = 0; i < cfg_.workers; ++i)
+        match_[i] = tree_.match(i, r.blocks, r.n);
       w = argbest(cfg_.workers, rng_, [&](uint32_t a, uint32_t b) {
-        return compare(tree_.match(b, r.blocks, r.n),
-                       tree_.match(a, r.blocks, r.n));
+        return compare(match_[b], match_[a]);
       });
-      best = tree_.match(w, r.blocks, r.n);
-      const double rate = r.n ? static_cast<double>(best) / r.n : 0;
+      const double rate = r.n ? static_cast<double>(match_[w]) / r.n : 0;
       if (!(rate > thresholds_.cache_threshold)) {
         w = argbest(cfg_.workers, rng_, [&](uint32_t a, uint32_t b) {
           return compare(tree_.size(a), tree_.size(b));
@@ -292,6 +292,7 @@ class sglang_policy final : public router_policy {
   sglang_thresholds thresholds_;
   inflight load_;
   routed_index tree_;
+  std::vector<uint32_t> match_;  // per worker, this request's
 };
 
 // llm-d inference scheduler at its helm defaults: weighted scorers over an
@@ -349,7 +350,8 @@ class preble_policy final : public router_policy {
         window_(c.workers),
         window_sum_(c.workers, 0),
         match_(c.workers),
-        cost_(c.workers) {}
+        cost_(c.workers),
+        miss_(c.workers) {}
 
   uint32_t route(const route_request& r, const fleet_view& v) override {
     const double bt = cfg_.block_tokens;
@@ -366,13 +368,14 @@ class preble_policy final : public router_policy {
     }
     const auto [mn, mx] = std::minmax_element(cost_.begin(), cost_.end());
     const bool imbalanced = *mx > 1.5 * *mn;
-    auto miss_ms = [&](uint32_t w) {
+    // This request's prefill time on each worker, given what it caches.
+    for (uint32_t w = 0; w < cfg_.workers; ++w) {
       const double cached = std::min<double>(match_[w] * bt, r.input_tokens);
       const double speed = v.speeds ? v.speeds[w] : 1.0;
-      return estimated_prefill_ms(r.input_tokens - cached,
-                                  cfg_.max_batched_tokens) *
-             cfg_.model_factor / speed;
-    };
+      miss_[w] = estimated_prefill_ms(r.input_tokens - cached,
+                                      cfg_.max_batched_tokens) *
+                 cfg_.model_factor / speed;
+    }
     const double cached = std::min<double>(best_match * bt, r.input_tokens);
     const bool exploit =
         !imbalanced && best_match > 0 && cached > r.input_tokens - cached;
@@ -387,10 +390,10 @@ class preble_policy final : public router_policy {
           const bool ha = match_[a] == best_match, hb = match_[b] == best_match;
           if (ha != hb) return ha ? -1 : 1;
         }
-        return compare(cost_[a] + miss_ms(a), cost_[b] + miss_ms(b));
+        return compare(cost_[a] + miss_[a], cost_[b] + miss_[b]);
       });
     }
-    const double prefill = miss_ms(w);
+    const double prefill = miss_[w];
     window_[w].push_back({r.now_ms, prefill});
     window_sum_[w] += prefill;
     tree_.insert(w, r.blocks, r.n);
@@ -434,6 +437,7 @@ class preble_policy final : public router_policy {
   std::vector<uint32_t> scratch_;
   std::vector<uint32_t> match_;
   std::vector<double> cost_;
+  std::vector<double> miss_;
 };
 
 // Mooncake's Conductor (FAST'25), local-prefix form: the instance with the

@@ -60,7 +60,6 @@ class bid_source {
 
 // What a router can observe of the fleet when it routes.
 struct fleet_view {
-  size_t workers = 0;
   const double* speeds = nullptr;      // per worker, as configured
   const block_index* kv = nullptr;     // learned from (delayed) KV events
   const load_report* loads = nullptr;  // latest (delayed) load reports

@@ -190,7 +190,6 @@ class simulation final : public bid_source {
     r.n = static_cast<uint32_t>(t.blocks.size());
     r.input_tokens = t.input_tokens;
     fleet_view v;
-    v.workers = cfg_.workers;
     v.speeds = speeds_.data();
     v.kv = &index_;
     v.loads = loads_.data();

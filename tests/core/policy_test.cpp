@@ -61,7 +61,6 @@ TEST(policy, sglang_turns_to_least_loaded_past_its_threshold) {
   auto p = make_policy(policy_kind::sglang, cfg);
   ASSERT_TRUE(p);
   fleet_view v;
-  v.workers = 2;
   // Request i: a shared 4-block prefix and a block of its own.
   std::vector<uint64_t> chain{1, 2, 3, 4, 0};
   auto route = [&](uint64_t id) {
