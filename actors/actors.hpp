@@ -53,7 +53,7 @@ typename Inspector::result_type inspect(Inspector& f, holder_match& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_status& x) {
   return f(caf::meta::type_name("shard_status"), x.shard, x.blocks, x.entries,
-           x.disk_bytes, x.events, x.errors);
+           x.disk_bytes, x.events, x.errors, x.shards);
 }
 
 // KV events travel with their enums as bytes.
@@ -74,8 +74,8 @@ typename Inspector::result_type inspect(Inspector& f, cache_event& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, router_status& x) {
-  return f(caf::meta::type_name("router_status"), x.decisions, x.reauctions,
-           x.held, x.overloaded, x.live_workers, x.workers);
+  return f(caf::meta::type_name("router_status"), x.name, x.decisions,
+           x.reauctions, x.held, x.overloaded, x.live_workers, x.workers);
 }
 
 template <class Inspector>
@@ -86,7 +86,8 @@ typename Inspector::result_type inspect(Inspector& f, route_request_msg& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, call_for_bids& x) {
-  return f(caf::meta::type_name("call_for_bids"), x.request, x.bidders_speed);
+  return f(caf::meta::type_name("call_for_bids"), x.request, x.bidders_speed,
+           x.workers);
 }
 
 template <class Inspector>
@@ -111,7 +112,7 @@ typename Inspector::result_type inspect(Inspector& f, price_breakdown& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, decision& x) {
   return f(caf::meta::type_name("decision"), x.request, x.worker, x.auctions,
-           x.prices);
+           x.prices, x.error);
 }
 
 template <class Inspector>
@@ -124,10 +125,24 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker, x.queued,
            x.reserved, x.waiting, x.running, x.gpu_blocks, x.host_blocks,
-           x.disk_blocks, x.active, x.completed, x.draining);
+           x.disk_blocks, x.active, x.completed, x.draining, x.capacity,
+           x.speed, x.agent, x.gone);
 }
 
 // -- interfaces ---------------------------------------------------------------
+
+// INDEX SHARD: block hash -> holders by tier for the chains whose first
+// block maps here, in memory and in RocksDB.
+using index_shard_actor = caf::typed_actor<
+    // Applies one worker's batch of KV events (persisted, then counted).
+    caf::reacts_to<kv_atom, uint32_t, std::vector<cache_event>>,
+    // Each holder's match of a prefix, deepest first.
+    caf::replies_to<query_atom,
+                    std::vector<uint64_t>>::with<std::vector<holder_match>>,
+    // Forgets every block of a worker that left.
+    caf::reacts_to<drop_atom, uint32_t>,
+    // Reports blocks, holders and disk use.
+    caf::replies_to<status_atom>::with<shard_status>>;
 
 // WORKER: one GPU (or data-parallel rank), its queue and cache tiers.
 using worker_actor = caf::typed_actor<
@@ -144,6 +159,9 @@ using worker_actor = caf::typed_actor<
     caf::replies_to<status_atom>::with<worker_status>,
     // Starts (true) or ends (false) draining: awards are refused meanwhile.
     caf::reacts_to<put_atom, drain_atom, bool>,
+    // Sends KV events to these index shards from now on (shards came or
+    // went; each batch goes to shard_of its chains' first block).
+    caf::reacts_to<put_atom, shards_atom, std::vector<index_shard_actor>>,
     // Ends the engine step in progress (sent to itself on the actor clock).
     caf::reacts_to<step_atom>>;
 
@@ -157,6 +175,10 @@ using router_actor = caf::typed_actor<
     caf::reacts_to<put_atom, weights_atom, price_config>,
     // Reports auctions, the overload queue and membership.
     caf::replies_to<status_atom>::with<router_status>,
+    // Worker `id` joined (or came back with a new handle), with its speed.
+    caf::reacts_to<put_atom, workers_atom, uint32_t, worker_actor, double>,
+    // Asks these index shards who holds a prefix from now on.
+    caf::reacts_to<put_atom, shards_atom, std::vector<index_shard_actor>>,
     // Checks workers' liveness and retries held requests (sent to itself).
     caf::reacts_to<tick_atom>>;
 
@@ -166,19 +188,6 @@ using listener_actor = caf::typed_actor<
     caf::reacts_to<first_atom, uint64_t, uint32_t, uint32_t, uint32_t>,
     // A request's last token.
     caf::reacts_to<done_atom, uint64_t>>;
-
-// INDEX SHARD: block hash -> holders by tier for the chains whose first
-// block maps here, in memory and in RocksDB.
-using index_shard_actor = caf::typed_actor<
-    // Applies one worker's batch of KV events (persisted, then counted).
-    caf::reacts_to<kv_atom, uint32_t, std::vector<cache_event>>,
-    // Each holder's match of a prefix, deepest first.
-    caf::replies_to<query_atom,
-                    std::vector<uint64_t>>::with<std::vector<holder_match>>,
-    // Forgets every block of a worker that left.
-    caf::reacts_to<drop_atom, uint32_t>,
-    // Reports blocks, holders and disk use.
-    caf::replies_to<status_atom>::with<shard_status>>;
 
 // The shard that indexes chains starting with block `root`.
 inline size_t shard_of(uint64_t root, size_t shards) {

@@ -49,7 +49,7 @@ void award_next(rpointer self, auction_ptr a) {
               release_others(self, a, w);
               ++st.decisions;
               a->promise.deliver(
-                  decision{a->request.id, w, a->round, a->prices});
+                  decision{a->request.id, w, a->round, a->prices, {}});
               return;
             }
             // The bid no longer holds: auction again on fresh bids while
@@ -63,8 +63,10 @@ void award_next(rpointer self, auction_ptr a) {
             }
           },
           [=](caf::error&) {
-            // Silence past the deadline: the worker may be gone.
+            // Silence past the deadline: the worker may be gone. It stays
+            // out of the auctions until a heartbeat says otherwise.
             self->state.auction->settle(a->request.id);
+            self->state.members[w].live = false;
             award_next(self, a);
           });
 }
@@ -118,7 +120,7 @@ void send_bids(rpointer self, auction_ptr a,
   for (uint32_t i : candidates)
     bidders_speed += st.opt.speeds[i];
   a->outstanding = candidates.size();
-  const call_for_bids cfb{a->request, bidders_speed};
+  const call_for_bids cfb{a->request, bidders_speed, {}};
   for (uint32_t i : candidates) {
     self->request(st.opt.workers[i], st.opt.bid_deadline, bid_atom::value, cfb)
         .then(
@@ -175,7 +177,8 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   a->bids.clear();
   std::vector<uint32_t> eligible;
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
-    if (st.members[i].live && !st.members[i].last.draining)
+    if (st.members[i].present && st.members[i].live &&
+        !st.members[i].last.draining)
       eligible.push_back(i);
   if (eligible.empty()) {
     fail(a, ec::not_found,
@@ -207,6 +210,7 @@ void call_for_bids_(rpointer self, auction_ptr a) {
 void tick(rpointer self) {
   auto& st = self->state;
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
+    if (!st.members[i].present) continue;
     self->request(st.opt.workers[i], st.opt.heartbeat, status_atom::value)
         .then(
             [=](const worker_status& s) {
@@ -237,11 +241,15 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
   if (st.opt.speeds.size() != st.opt.workers.size())
     st.opt.speeds.assign(st.opt.workers.size(), 1.0);
   st.members.resize(st.opt.workers.size());
+  for (size_t i = 0; i < st.members.size(); ++i)
+    st.members[i].present = static_cast<bool>(st.opt.workers[i]);
   self->delayed_send(self, st.opt.heartbeat, tick_atom::value);
   return {
       [=](route_atom, route_request_msg& r) -> caf::result<decision> {
         auto& st = self->state;
-        if (st.opt.workers.empty())
+        if (std::none_of(
+                st.members.begin(), st.members.end(),
+                [](const router_state::member& m) { return m.present; }))
           return caf::make_error(ec::not_found, "router has no workers");
         if (r.blocks.empty() || r.input_tokens == 0)
           return caf::make_error(
@@ -262,14 +270,41 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
       [=](status_atom) -> router_status {
         auto& st = self->state;
         router_status s;
+        s.name = st.opt.name;
         s.decisions = st.decisions;
         s.reauctions = st.reauctions;
         s.held = st.held.size();
         s.overloaded = st.overloaded;
-        s.workers = st.members.size();
-        for (const auto& m : st.members)
-          s.live_workers += m.live;
+        for (const auto& m : st.members) {
+          s.workers += m.present;
+          s.live_workers += m.present && m.live;
+        }
         return s;
+      },
+      [=](put_atom, workers_atom, uint32_t id, worker_actor w, double speed) {
+        auto& st = self->state;
+        // Ids index dense tables: a bound keeps a bad id from growing them.
+        if (id >= max_worker_id || !w || !(speed > 0)) {
+          CAF_LOG_WARNING("router ignores worker" << id);
+          return;
+        }
+        if (id >= st.opt.workers.size()) {
+          st.opt.workers.resize(id + 1);
+          st.opt.speeds.resize(id + 1, 1.0);
+          st.members.resize(id + 1);
+          for (size_t i = 0; i < st.members.size(); ++i)
+            st.members[i].present = static_cast<bool>(st.opt.workers[i]);
+          st.auction->grow(id + 1);
+        }
+        st.opt.workers[id] = std::move(w);
+        st.opt.speeds[id] = speed;
+        auto& m = st.members[id];
+        m.present = true;
+        m.live = true;
+        m.missed = 0;
+      },
+      [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
+        self->state.opt.shards = std::move(shards);
       },
       [=](tick_atom) { tick(self); },
   };

@@ -11,7 +11,14 @@
 
 namespace kvmesh {
 
+// Worker ids index the router's tables; ids from the network stay below.
+inline constexpr uint32_t max_worker_id = 1u << 16;
+
 struct router_options {
+  // Unique per router (heartbeats, admin); "" in process.
+  std::string name;
+  // Indexed by worker id; a null handle is an id nobody has (yet). More
+  // join at run time: (put_atom, workers_atom, id, handle, speed).
   std::vector<worker_actor> workers;
   std::vector<double> speeds;  // per worker; empty: all 1
   price_config price;
@@ -50,7 +57,8 @@ struct auction {
 struct router_state {
   static inline const char* name = "router";
   struct member {
-    bool live = true;  // until it misses its beats
+    bool present = true;  // false: no worker has this id
+    bool live = true;     // until it misses its beats or an award
     uint32_t missed = 0;
     worker_status last;
   };

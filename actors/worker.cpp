@@ -145,6 +145,11 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         return s;
       },
       [=](put_atom, drain_atom, bool on) { self->state.draining = on; },
+      [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
+        auto& st = self->state;
+        st.shards = std::move(shards);
+        st.kv_out.assign(st.shards.size(), {});
+      },
       [=](step_atom) { finish_step(self); },
   };
 }

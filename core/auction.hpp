@@ -38,6 +38,10 @@ class auctioneer {
   void finished(uint32_t output_tokens);
 
   uint32_t expected_output_blocks() const;
+  // Makes room for bidders' ids below `workers` (a worker joined).
+  void grow(size_t workers) {
+    if (workers > pending_.size()) pending_.resize(workers, 0);
+  }
   double pending(uint32_t worker) const { return pending_[worker]; }
   // The queue the awardee of `request` was priced with (its bid's queue
   // plus this router's unconfirmed awards there), or -1.

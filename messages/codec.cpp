@@ -18,8 +18,7 @@ namespace kvmesh {
 
 namespace {
 
-static_assert(static_cast<size_t>(msg_kind::price_weights) + 1 ==
-                  msg_kind_count,
+static_assert(static_cast<size_t>(msg_kind::admin_reply) + 1 == msg_kind_count,
               "msg_kind_count must count every msg_kind");
 
 // Zero at start (static storage); relaxed increments: they only count.
@@ -69,10 +68,32 @@ KVMESH_SCHEMA(shard_status, ShardStatus, shard_status)
 KVMESH_SCHEMA(index_query, IndexQuery, index_query)
 KVMESH_SCHEMA(index_reply, IndexReply, index_reply)
 KVMESH_SCHEMA(price_config, PriceWeights, price_weights)
+KVMESH_SCHEMA(bid_list, Bids, bids)
+KVMESH_SCHEMA(release_msg, Release, release)
+KVMESH_SCHEMA(request_events, RequestEvents, request_events)
+KVMESH_SCHEMA(admin_request, AdminRequest, admin_request)
+KVMESH_SCHEMA(admin_reply, AdminReply, admin_reply)
 
 #undef KVMESH_SCHEMA
 
 // -- writers: every field, in schema order -----------------------------------
+
+capnp::Text::Reader text(const std::string& s) {
+  return capnp::Text::Reader(s.data(), s.size());
+}
+
+template <class List, class Vector>
+void write_list(List list, const Vector& v) {
+  for (size_t i = 0; i < v.size(); ++i)
+    list.set(static_cast<unsigned>(i), v[i]);
+}
+
+template <class Vector, class List>
+void read_list(Vector& v, List list) {
+  v.reserve(list.size());
+  for (auto x : list)
+    v.push_back(x);
+}
 
 void write(const route_request_msg& x, wire::RouteRequest::Builder b) {
   // Nested requests carry a version too, so the struct reads the same
@@ -89,9 +110,11 @@ void write(const route_request_msg& x, wire::RouteRequest::Builder b) {
 void write(const call_for_bids& x, wire::CallForBids::Builder b) {
   write(x.request, b.initRequest());
   b.setBiddersSpeed(x.bidders_speed);
+  write_list(b.initWorkers(static_cast<unsigned>(x.workers.size())), x.workers);
 }
 
 void write(const bid& x, wire::Bid::Builder b) {
+  b.setVersion(current_version);
   b.setWorker(x.worker);
   b.setGpu(x.gpu);
   b.setHost(x.host);
@@ -109,11 +132,12 @@ void write(const bid& x, wire::Bid::Builder b) {
 void write(const award_msg& x, wire::Award::Builder b) {
   write(x.request, b.initRequest());
   b.setExpectedQueued(x.expected_queued);
+  b.setWorker(x.worker);
 }
 
 void write(const award_reply& x, wire::AwardReply::Builder b) {
   b.setAccepted(x.accepted);
-  b.setReason(capnp::Text::Reader(x.reason.data(), x.reason.size()));
+  b.setReason(text(x.reason));
 }
 
 void write(const decision& x, wire::Decision::Builder b) {
@@ -135,6 +159,7 @@ void write(const decision& x, wire::Decision::Builder b) {
     o.setPrice(p.price);
     o.setDelta(p.delta);
   }
+  b.setError(text(x.error));
 }
 
 void write(const kv_batch& x, wire::KvBatch::Builder b) {
@@ -153,6 +178,7 @@ void write(const kv_batch& x, wire::KvBatch::Builder b) {
 }
 
 void write(const worker_status& x, wire::WorkerStatus::Builder b) {
+  b.setVersion(current_version);
   b.setWorker(x.worker);
   b.setQueued(x.queued);
   b.setReserved(x.reserved);
@@ -164,36 +190,42 @@ void write(const worker_status& x, wire::WorkerStatus::Builder b) {
   b.setActive(x.active);
   b.setCompleted(x.completed);
   b.setDraining(x.draining);
+  b.setCapacity(x.capacity);
+  b.setSpeed(x.speed);
+  b.setAgent(text(x.agent));
+  b.setGone(x.gone);
 }
 
 void write(const router_status& x, wire::RouterStatus::Builder b) {
+  b.setVersion(current_version);
   b.setDecisions(x.decisions);
   b.setReauctions(x.reauctions);
   b.setHeld(x.held);
   b.setOverloaded(x.overloaded);
   b.setLiveWorkers(x.live_workers);
   b.setWorkers(x.workers);
+  b.setName(text(x.name));
 }
 
 void write(const shard_status& x, wire::ShardStatus::Builder b) {
+  b.setVersion(current_version);
   b.setShard(x.shard);
   b.setBlocks(x.blocks);
   b.setEntries(x.entries);
   b.setDiskBytes(x.disk_bytes);
   b.setEvents(x.events);
   b.setErrors(x.errors);
+  b.setShards(x.shards);
 }
 
 void write(const index_query& x, wire::IndexQuery::Builder b) {
-  auto chain = b.initChain(static_cast<unsigned>(x.chain.size()));
-  for (size_t i = 0; i < x.chain.size(); ++i)
-    chain.set(static_cast<unsigned>(i), x.chain[i]);
+  write_list(b.initChain(static_cast<unsigned>(x.chain.size())), x.chain);
 }
 
-void write(const index_reply& x, wire::IndexReply::Builder b) {
-  auto holders = b.initHolders(static_cast<unsigned>(x.holders.size()));
-  for (size_t i = 0; i < x.holders.size(); ++i) {
-    const auto& h = x.holders[i];
+void write(const std::vector<holder_match>& x,
+           capnp::List<wire::HolderMatch>::Builder holders) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    const auto& h = x[i];
     auto o = holders[static_cast<unsigned>(i)];
     o.setWorker(h.worker);
     o.setGpu(h.gpu);
@@ -202,13 +234,68 @@ void write(const index_reply& x, wire::IndexReply::Builder b) {
   }
 }
 
+void write(const index_reply& x, wire::IndexReply::Builder b) {
+  write(x.holders, b.initHolders(static_cast<unsigned>(x.holders.size())));
+  b.setError(text(x.error));
+}
+
 void write(const price_config& x, wire::PriceWeights::Builder b) {
+  b.setVersion(current_version);
   b.setCHost(x.c_host);
   b.setCDisk(x.c_disk);
   b.setBeta(x.beta);
   b.setK(x.k);
   b.setOverflow(x.overflow);
   b.setOverloadCeiling(x.overload_ceiling);
+}
+
+void write(const bid_list& x, wire::Bids::Builder b) {
+  auto bids = b.initBids(static_cast<unsigned>(x.bids.size()));
+  for (size_t i = 0; i < x.bids.size(); ++i)
+    write(x.bids[i], bids[static_cast<unsigned>(i)]);
+  b.setError(text(x.error));
+}
+
+void write(const release_msg& x, wire::Release::Builder b) {
+  b.setRequest(x.request);
+  write_list(b.initWorkers(static_cast<unsigned>(x.workers.size())), x.workers);
+}
+
+void write(const request_events& x, wire::RequestEvents::Builder b) {
+  auto events = b.initEvents(static_cast<unsigned>(x.events.size()));
+  for (size_t i = 0; i < x.events.size(); ++i) {
+    const auto& e = x.events[i];
+    auto o = events[static_cast<unsigned>(i)];
+    o.setRequest(e.request);
+    o.setWorker(e.worker);
+    o.setDone(e.done);
+    o.setGpu(e.gpu);
+    o.setHost(e.host);
+    o.setDisk(e.disk);
+  }
+}
+
+void write(const admin_request& x, wire::AdminRequest::Builder b) {
+  b.setWorker(x.worker);
+  b.setOn(x.on);
+  write_list(b.initChain(static_cast<unsigned>(x.chain.size())), x.chain);
+  write(x.weights, b.initWeights());
+}
+
+void write(const admin_reply& x, wire::AdminReply::Builder b) {
+  b.setError(text(x.error));
+  auto workers = b.initWorkers(static_cast<unsigned>(x.workers.size()));
+  for (size_t i = 0; i < x.workers.size(); ++i)
+    write(x.workers[i], workers[static_cast<unsigned>(i)]);
+  auto routers = b.initRouters(static_cast<unsigned>(x.routers.size()));
+  for (size_t i = 0; i < x.routers.size(); ++i)
+    write(x.routers[i], routers[static_cast<unsigned>(i)]);
+  auto shards = b.initShards(static_cast<unsigned>(x.shards.size()));
+  for (size_t i = 0; i < x.shards.size(); ++i)
+    write(x.shards[i], shards[static_cast<unsigned>(i)]);
+  write(x.holders, b.initHolders(static_cast<unsigned>(x.holders.size())));
+  write(x.weights, b.initWeights());
+  b.setCount(x.count);
 }
 
 // -- readers: every field; what the schema cannot check, they do -------------
@@ -233,6 +320,7 @@ expected<call_for_bids> read(wire::CallForBids::Reader r) {
   call_for_bids x;
   x.request = read(r.getRequest());
   x.bidders_speed = r.getBiddersSpeed();
+  read_list(x.workers, r.getWorkers());
   return x;
 }
 
@@ -258,6 +346,7 @@ expected<award_msg> read(wire::Award::Reader r) {
   award_msg x;
   x.request = read(r.getRequest());
   x.expected_queued = r.getExpectedQueued();
+  x.worker = r.getWorker();
   return x;
 }
 
@@ -290,6 +379,8 @@ decision read(wire::Decision::Reader r) {
     o.delta = p.getDelta();
     x.prices.push_back(o);
   }
+  auto error = r.getError();
+  x.error.assign(error.begin(), error.size());
   return x;
 }
 
@@ -335,6 +426,11 @@ worker_status read(wire::WorkerStatus::Reader r) {
   x.active = r.getActive();
   x.completed = r.getCompleted();
   x.draining = r.getDraining();
+  x.capacity = r.getCapacity();
+  x.speed = r.getSpeed();
+  auto agent = r.getAgent();
+  x.agent.assign(agent.begin(), agent.size());
+  x.gone = r.getGone();
   return x;
 }
 
@@ -346,6 +442,8 @@ router_status read(wire::RouterStatus::Reader r) {
   x.overloaded = r.getOverloaded();
   x.live_workers = r.getLiveWorkers();
   x.workers = r.getWorkers();
+  auto name = r.getName();
+  x.name.assign(name.begin(), name.size());
   return x;
 }
 
@@ -357,30 +455,34 @@ shard_status read(wire::ShardStatus::Reader r) {
   x.disk_bytes = r.getDiskBytes();
   x.events = r.getEvents();
   x.errors = r.getErrors();
+  x.shards = r.getShards();
   return x;
 }
 
 index_query read(wire::IndexQuery::Reader r) {
   index_query x;
-  auto chain = r.getChain();
-  x.chain.reserve(chain.size());
-  for (auto h : chain)
-    x.chain.push_back(h);
+  read_list(x.chain, r.getChain());
   return x;
 }
 
-index_reply read(wire::IndexReply::Reader r) {
-  index_reply x;
-  auto holders = r.getHolders();
-  x.holders.reserve(holders.size());
+void read(std::vector<holder_match>& x,
+          capnp::List<wire::HolderMatch>::Reader holders) {
+  x.reserve(holders.size());
   for (auto h : holders) {
     holder_match o;
     o.worker = h.getWorker();
     o.gpu = h.getGpu();
     o.host = h.getHost();
     o.disk = h.getDisk();
-    x.holders.push_back(o);
+    x.push_back(o);
   }
+}
+
+index_reply read(wire::IndexReply::Reader r) {
+  index_reply x;
+  read(x.holders, r.getHolders());
+  auto error = r.getError();
+  x.error.assign(error.begin(), error.size());
   return x;
 }
 
@@ -392,6 +494,59 @@ price_config read(wire::PriceWeights::Reader r) {
   x.k = r.getK();
   x.overflow = r.getOverflow();
   x.overload_ceiling = r.getOverloadCeiling();
+  return x;
+}
+
+bid_list read(wire::Bids::Reader r) {
+  bid_list x;
+  auto bids = r.getBids();
+  x.bids.reserve(bids.size());
+  for (auto b : bids)
+    x.bids.push_back(read(b));
+  auto error = r.getError();
+  x.error.assign(error.begin(), error.size());
+  return x;
+}
+
+release_msg read(wire::Release::Reader r) {
+  release_msg x;
+  x.request = r.getRequest();
+  read_list(x.workers, r.getWorkers());
+  return x;
+}
+
+request_events read(wire::RequestEvents::Reader r) {
+  request_events x;
+  auto events = r.getEvents();
+  x.events.reserve(events.size());
+  for (auto e : events)
+    x.events.push_back(request_event{e.getRequest(), e.getWorker(), e.getDone(),
+                                     e.getGpu(), e.getHost(), e.getDisk()});
+  return x;
+}
+
+admin_request read(wire::AdminRequest::Reader r) {
+  admin_request x;
+  x.worker = r.getWorker();
+  x.on = r.getOn();
+  read_list(x.chain, r.getChain());
+  x.weights = read(r.getWeights());
+  return x;
+}
+
+admin_reply read(wire::AdminReply::Reader r) {
+  admin_reply x;
+  auto error = r.getError();
+  x.error.assign(error.begin(), error.size());
+  for (auto w : r.getWorkers())
+    x.workers.push_back(read(w));
+  for (auto w : r.getRouters())
+    x.routers.push_back(read(w));
+  for (auto w : r.getShards())
+    x.shards.push_back(read(w));
+  read(x.holders, r.getHolders());
+  x.weights = read(r.getWeights());
+  x.count = r.getCount();
   return x;
 }
 
@@ -438,6 +593,16 @@ const char* to_string(msg_kind kind) {
       return "IndexReply";
     case msg_kind::price_weights:
       return "PriceWeights";
+    case msg_kind::bids:
+      return "Bids";
+    case msg_kind::release:
+      return "Release";
+    case msg_kind::request_events:
+      return "RequestEvents";
+    case msg_kind::admin_request:
+      return "AdminRequest";
+    case msg_kind::admin_reply:
+      return "AdminReply";
   }
   return "unknown";
 }
@@ -514,6 +679,11 @@ KVMESH_CODEC(shard_status)
 KVMESH_CODEC(index_query)
 KVMESH_CODEC(index_reply)
 KVMESH_CODEC(price_config)
+KVMESH_CODEC(bid_list)
+KVMESH_CODEC(release_msg)
+KVMESH_CODEC(request_events)
+KVMESH_CODEC(admin_request)
+KVMESH_CODEC(admin_reply)
 
 #undef KVMESH_CODEC
 

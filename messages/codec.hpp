@@ -27,8 +27,13 @@ enum class msg_kind : uint8_t {
   index_query,
   index_reply,
   price_weights,
+  bids,
+  release,
+  request_events,
+  admin_request,
+  admin_reply,
 };
-inline constexpr size_t msg_kind_count = 13;
+inline constexpr size_t msg_kind_count = 18;
 
 // The kind's struct name in the schema ("RouteRequest", "KvBatch", ...).
 const char* to_string(msg_kind kind);
@@ -55,6 +60,11 @@ std::vector<uint8_t> encode(const shard_status& x);
 std::vector<uint8_t> encode(const index_query& x);
 std::vector<uint8_t> encode(const index_reply& x);
 std::vector<uint8_t> encode(const price_config& x);
+std::vector<uint8_t> encode(const bid_list& x);
+std::vector<uint8_t> encode(const release_msg& x);
+std::vector<uint8_t> encode(const request_events& x);
+std::vector<uint8_t> encode(const admin_request& x);
+std::vector<uint8_t> encode(const admin_reply& x);
 
 // -- decoding untrusted bytes: any alignment, any content. Never throws:
 // anything malformed (size, segment table, pointers, limits, enums, a

@@ -99,6 +99,9 @@ expected<route_request_msg> parse_route_json(std::string_view text,
 }
 
 std::string decision_json(const decision& d) {
+  if (!d.error.empty())
+    return nlohmann::ordered_json{{"request", d.request}, {"error", d.error}}
+        .dump();
   nlohmann::ordered_json prices = nlohmann::ordered_json::array();
   for (const auto& p : d.prices)
     prices.push_back({{"worker", p.worker},

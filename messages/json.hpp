@@ -22,6 +22,7 @@ expected<route_request_msg> parse_route_json(std::string_view text,
 // {"request": 7, "worker": 2, "auctions": 1, "prices": [{"worker": 0,
 // "read": .., "credit_gpu": .., "credit_host": .., "credit_disk": ..,
 // "space": .., "speed": .., "overflow": .., "price": .., "delta": ..}]}
+// A decision with an error is {"request": 7, "error": "why"}.
 std::string decision_json(const decision& d);
 
 // JSON route requests that failed to parse since the process started.

@@ -57,6 +57,8 @@ struct Decision {
   worker @2 :UInt32;
   auctions @3 :UInt32;
   prices @4 :List(PriceBreakdown);
+  # Set when there is no decision: why (then worker and prices mean nothing).
+  error @5 :Text;
 }
 
 # A router's call for bids. The nested request's own version is written but
@@ -65,6 +67,8 @@ struct CallForBids {
   version @0 :UInt16;
   request @1 :RouteRequest;
   biddersSpeed @2 :Float64 = 1.0;
+  # The agent's workers asked to bid (one call per node agent).
+  workers @3 :List(UInt32);
 }
 
 # A worker's bid, computed from its exact state.
@@ -91,6 +95,8 @@ struct Award {
   version @0 :UInt16;
   request @1 :RouteRequest;
   expectedQueued @2 :Float64 = -1.0;
+  # The awardee among its agent's workers.
+  worker @3 :UInt32;
 }
 
 # A worker's answer to an award.
@@ -130,6 +136,12 @@ struct WorkerStatus {
   active @9 :UInt64;
   completed @10 :UInt64;
   draining @11 :Bool;
+  capacity @12 :UInt64;
+  speed @13 :Float64 = 1.0;
+  # The node agent that hosts the worker: its subjects carry this name.
+  agent @14 :Text;
+  # Set by an observer (an ADMIN) that stopped hearing the worker.
+  gone @15 :Bool;
 }
 
 # What a router reports about itself.
@@ -141,6 +153,7 @@ struct RouterStatus {
   overloaded @4 :UInt64;
   liveWorkers @5 :UInt64;
   workers @6 :UInt64;
+  name @7 :Text;
 }
 
 # What an index shard reports about itself.
@@ -152,6 +165,8 @@ struct ShardStatus {
   diskBytes @4 :UInt64;
   events @5 :UInt64;
   errors @6 :UInt64;
+  # How many shards the index has: routers and agents learn it here.
+  shards @7 :UInt32 = 1;
 }
 
 # "Who holds how much of this prefix": a chain of block hashes.
@@ -172,6 +187,7 @@ struct HolderMatch {
 struct IndexReply {
   version @0 :UInt16;
   holders @1 :List(HolderMatch);
+  error @2 :Text;
 }
 
 # The price weights (price_config); all can change at run time.
@@ -183,4 +199,56 @@ struct PriceWeights {
   k @4 :Float64 = 0.1;
   overflow @5 :Float64 = 1.0;
   overloadCeiling @6 :Float64;
+}
+
+# A node agent's answer to a call for bids: one bid per worker asked.
+struct Bids {
+  version @0 :UInt16;
+  bids @1 :List(Bid);
+  error @2 :Text;
+}
+
+# Reservations of a request that went elsewhere, on one agent's workers.
+struct Release {
+  version @0 :UInt16;
+  request @1 :UInt64;
+  workers @2 :List(UInt32);
+}
+
+# A request's first token (done false) or its end, as the engine's client
+# sees them; first tokens carry the blocks reused per tier.
+struct RequestEvent {
+  request @0 :UInt64;
+  worker @1 :UInt32;
+  done @2 :Bool;
+  gpu @3 :UInt32;
+  host @4 :UInt32;
+  disk @5 :UInt32;
+}
+
+struct RequestEvents {
+  version @0 :UInt16;
+  events @1 :List(RequestEvent);
+}
+
+# An operator's request. The verb is the subject; the fields it needs are
+# set: worker and on (drain), chain (prefix), weights (weights set).
+struct AdminRequest {
+  version @0 :UInt16;
+  worker @1 :UInt32;
+  on @2 :Bool;
+  chain @3 :List(UInt64);
+  weights @4 :PriceWeights;
+}
+
+# The answer to an admin request: what its verb asks for, or an error.
+struct AdminReply {
+  version @0 :UInt16;
+  error @1 :Text;
+  workers @2 :List(WorkerStatus);
+  routers @3 :List(RouterStatus);
+  shards @4 :List(ShardStatus);
+  holders @5 :List(HolderMatch);
+  weights @6 :PriceWeights;
+  count @7 :UInt32;
 }

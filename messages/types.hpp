@@ -25,6 +25,9 @@ struct route_request_msg {
 struct call_for_bids {
   route_request_msg request;
   double bidders_speed = 1;
+  // Over NATS, one call goes to a node agent for several of its workers:
+  // these (empty in process, where each worker is called on its own).
+  std::vector<uint32_t> workers;
 };
 
 // A worker's answer to an award.
@@ -39,6 +42,8 @@ struct decision {
   uint32_t worker = 0;
   uint32_t auctions = 0;  // 1 unless awards were refused or unanswered
   std::vector<price_breakdown> prices;
+  // Set when there is no decision (over NATS, where a reply must say why).
+  std::string error;
 };
 
 // What a worker reports about itself (admin, heartbeats).
@@ -54,10 +59,15 @@ struct worker_status {
   uint64_t active = 0;
   uint64_t completed = 0;
   bool draining = false;  // refuses awards; routers leave it out
+  uint64_t capacity = 0;  // GPU blocks
+  double speed = 1;
+  std::string agent;  // the node agent hosting it (its NATS subjects)
+  bool gone = false;  // set by an observer that stopped hearing from it
 };
 
 // What a router reports about itself.
 struct router_status {
+  std::string name;  // unique per router process
   uint64_t decisions = 0;
   uint64_t reauctions = 0;
   uint64_t held = 0;        // requests waiting in the overload queue
@@ -82,6 +92,7 @@ struct shard_status {
   uint64_t disk_bytes = 0;
   uint64_t events = 0;  // KV events applied
   uint64_t errors = 0;  // batches refused or failed to persist
+  uint32_t shards = 1;  // how many shards the index has
 };
 
 // -- envelopes --------------------------------------------------------------
@@ -93,6 +104,7 @@ struct shard_status {
 struct award_msg {
   route_request_msg request;
   double expected_queued = -1;
+  uint32_t worker = 0;  // the awardee, among its agent's workers
 };
 
 // One worker's batch of KV events, for the index shard of their chains.
@@ -109,6 +121,56 @@ struct index_query {
 // Each holder's match of a queried prefix, deepest first.
 struct index_reply {
   std::vector<holder_match> holders;
+  std::string error;  // why there is no answer
+};
+
+// A node agent's workers' bids for one call.
+struct bid_list {
+  std::vector<bid> bids;
+  std::string error;  // why there is no answer
+};
+
+// The reservations of `request` on these workers of one agent are void.
+struct release_msg {
+  uint64_t request = 0;
+  std::vector<uint32_t> workers;
+};
+
+// A request's first token (done false, with its hits per tier) or its end,
+// as the engine's client sees them.
+struct request_event {
+  uint64_t request = 0;
+  uint32_t worker = 0;
+  bool done = false;
+  uint32_t gpu = 0;
+  uint32_t host = 0;
+  uint32_t disk = 0;
+};
+
+struct request_events {
+  std::vector<request_event> events;
+};
+
+// An operator's request; which fields count depends on the verb (the
+// subject): `worker` and `on` for drain, `chain` for prefix, `weights` for
+// weights set.
+struct admin_request {
+  uint32_t worker = 0;
+  bool on = false;
+  std::vector<uint64_t> chain;
+  price_config weights;
+};
+
+// The answer to an admin request: the lists or the count its verb asks
+// for, or an error.
+struct admin_reply {
+  std::string error;
+  std::vector<worker_status> workers;
+  std::vector<router_status> routers;
+  std::vector<shard_status> shards;
+  std::vector<holder_match> holders;
+  price_config weights;
+  uint32_t count = 0;
 };
 
 }  // namespace kvmesh

@@ -60,6 +60,7 @@ worker_actor::behavior_type mock_worker(
         return worker_status{};
       },
       [=](put_atom, drain_atom, bool) {},
+      [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
       [=](step_atom) {},
   };
 }

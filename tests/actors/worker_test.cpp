@@ -40,7 +40,7 @@ class worker_test : public actor_fixture {
 
 TEST_F(worker_test, bids_and_holds_its_share) {
   auto w = spawn(3);
-  call_for_bids cfb{request(1, 100), 4.0};  // four bidders of speed 1
+  call_for_bids cfb{request(1, 100), 4.0, {}};  // four bidders of speed 1
   auto b = ask<bid>(w, bid_atom::value, cfb);
   ASSERT_TRUE(b->has_value() && **b);
   EXPECT_EQ((**b)->worker, 3u);
@@ -51,13 +51,13 @@ TEST_F(worker_test, bids_and_holds_its_share) {
 
 TEST_F(worker_test, reservations_expire_on_the_actor_clock) {
   auto w = spawn();
-  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0});
+  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0, {}});
   EXPECT_DOUBLE_EQ(status(w).reserved, 4.0);
   advance(std::chrono::milliseconds(400));
-  ask<bid>(w, bid_atom::value, call_for_bids{request(2, 200), 1.0});
+  ask<bid>(w, bid_atom::value, call_for_bids{request(2, 200), 1.0, {}});
   EXPECT_DOUBLE_EQ(status(w).reserved, 8.0);  // both still open
   advance(std::chrono::milliseconds(200));    // request 1's is past 500 ms
-  ask<bid>(w, bid_atom::value, call_for_bids{request(3, 300), 1.0});
+  ask<bid>(w, bid_atom::value, call_for_bids{request(3, 300), 1.0, {}});
   EXPECT_DOUBLE_EQ(status(w).reserved, 8.0);  // 2 and 3
 }
 
@@ -77,13 +77,13 @@ TEST_F(worker_test, award_runs_the_request_on_the_engine_clock) {
   EXPECT_DOUBLE_EQ(s.queued, 0.0);
   EXPECT_EQ(s.gpu_blocks, 4u);  // its prompt stays cached
   // A second request with the same prompt now bids with a full GPU match.
-  auto b = ask<bid>(w, bid_atom::value, call_for_bids{request(2, 100), 1.0});
+  auto b = ask<bid>(w, bid_atom::value, call_for_bids{request(2, 100), 1.0, {}});
   EXPECT_EQ((**b)->gpu, 4u);
 }
 
 TEST_F(worker_test, refuses_an_award_once_its_queue_moved) {
   auto w = spawn(0, 0.5);
-  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0});
+  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0, {}});
   // Another router's award lands first: 4 blocks of queued work.
   auto first = ask<award_reply>(w, award_atom::value, request(2, 200), -1.0);
   EXPECT_TRUE((**first)->accepted);
@@ -95,7 +95,7 @@ TEST_F(worker_test, refuses_an_award_once_its_queue_moved) {
 
 TEST_F(worker_test, takes_an_award_whose_growth_the_router_expected) {
   auto w = spawn(0, 0.5);
-  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0});
+  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0, {}});
   ask<award_reply>(w, award_atom::value, request(2, 200), -1.0);
   // The router priced request 1 knowing request 2 was coming: 4 blocks.
   auto reply = ask<award_reply>(w, award_atom::value, request(1, 100), 4.0);

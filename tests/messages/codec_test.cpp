@@ -36,7 +36,7 @@ auto fields(const route_request_msg& x) {
   return std::tie(x.id, x.blocks, x.input_tokens, x.output_tokens);
 }
 auto fields(const call_for_bids& x) {
-  return std::tie(x.request, x.bidders_speed);
+  return std::tie(x.request, x.bidders_speed, x.workers);
 }
 auto fields(const bid& x) {
   return std::tie(x.worker, x.gpu, x.host, x.disk, x.queued, x.reserved,
@@ -44,7 +44,7 @@ auto fields(const bid& x) {
                   x.c_disk);
 }
 auto fields(const award_msg& x) {
-  return std::tie(x.request, x.expected_queued);
+  return std::tie(x.request, x.expected_queued, x.worker);
 }
 auto fields(const award_reply& x) {
   return std::tie(x.accepted, x.reason);
@@ -54,7 +54,7 @@ auto fields(const price_breakdown& x) {
                   x.space, x.speed, x.overflow, x.price, x.delta);
 }
 auto fields(const decision& x) {
-  return std::tie(x.request, x.worker, x.auctions, x.prices);
+  return std::tie(x.request, x.worker, x.auctions, x.prices, x.error);
 }
 auto fields(const cache_event& x) {
   return std::tie(x.kind, x.where, x.hash, x.root);
@@ -65,15 +65,16 @@ auto fields(const kv_batch& x) {
 auto fields(const worker_status& x) {
   return std::tie(x.worker, x.queued, x.reserved, x.waiting, x.running,
                   x.gpu_blocks, x.host_blocks, x.disk_blocks, x.active,
-                  x.completed, x.draining);
+                  x.completed, x.draining, x.capacity, x.speed, x.agent,
+                  x.gone);
 }
 auto fields(const router_status& x) {
-  return std::tie(x.decisions, x.reauctions, x.held, x.overloaded,
+  return std::tie(x.name, x.decisions, x.reauctions, x.held, x.overloaded,
                   x.live_workers, x.workers);
 }
 auto fields(const shard_status& x) {
   return std::tie(x.shard, x.blocks, x.entries, x.disk_bytes, x.events,
-                  x.errors);
+                  x.errors, x.shards);
 }
 auto fields(const holder_match& x) {
   return std::tie(x.worker, x.gpu, x.host, x.disk);
@@ -82,11 +83,30 @@ auto fields(const index_query& x) {
   return std::tie(x.chain);
 }
 auto fields(const index_reply& x) {
-  return std::tie(x.holders);
+  return std::tie(x.holders, x.error);
 }
 auto fields(const price_config& x) {
   return std::tie(x.c_host, x.c_disk, x.beta, x.k, x.overflow,
                   x.overload_ceiling);
+}
+auto fields(const bid_list& x) {
+  return std::tie(x.bids, x.error);
+}
+auto fields(const release_msg& x) {
+  return std::tie(x.request, x.workers);
+}
+auto fields(const request_event& x) {
+  return std::tie(x.request, x.worker, x.done, x.gpu, x.host, x.disk);
+}
+auto fields(const request_events& x) {
+  return std::tie(x.events);
+}
+auto fields(const admin_request& x) {
+  return std::tie(x.worker, x.on, x.chain, x.weights);
+}
+auto fields(const admin_reply& x) {
+  return std::tie(x.error, x.workers, x.routers, x.shards, x.holders, x.weights,
+                  x.count);
 }
 
 template <class T, class = void>
@@ -214,6 +234,26 @@ template <>
 msg_kind kind_of<price_config>() {
   return msg_kind::price_weights;
 }
+template <>
+msg_kind kind_of<bid_list>() {
+  return msg_kind::bids;
+}
+template <>
+msg_kind kind_of<release_msg>() {
+  return msg_kind::release;
+}
+template <>
+msg_kind kind_of<request_events>() {
+  return msg_kind::request_events;
+}
+template <>
+msg_kind kind_of<admin_request>() {
+  return msg_kind::admin_request;
+}
+template <>
+msg_kind kind_of<admin_reply>() {
+  return msg_kind::admin_reply;
+}
 
 // -- samples: a non-default value in every field -----------------------------
 // Integers above 2^32 catch a 64-bit field narrowed to 32 bits.
@@ -229,36 +269,93 @@ price_breakdown sample_price(uint32_t worker, double base) {
                          base + 9,    base - 11};
 }
 
+bid sample_bid(uint32_t worker) {
+  return bid{
+      worker,           11,   13,  17,   12.5, 3.25, (1ull << 40) + 3, 19,
+      (1ull << 33) + 5, 1.75, 0.6, 0.125};
+}
+
+worker_status sample_worker(uint32_t worker) {
+  return worker_status{worker,
+                       40.5,
+                       8.25,
+                       (1ull << 34) + 1,
+                       3,
+                       (1ull << 35) + 2,
+                       (1ull << 36) + 3,
+                       (1ull << 37) + 4,
+                       5000,
+                       (1ull << 38),
+                       true,
+                       (1ull << 39) + 5,
+                       2.5,
+                       "agent-n\xC5\x93ud-" + std::to_string(worker),
+                       true};
+}
+
+router_status sample_router(uint64_t decisions) {
+  return router_status{"router-\xC3\xA9t\xC3\xA9-" + std::to_string(decisions),
+                       decisions,
+                       2,
+                       3,
+                       4,
+                       5,
+                       6};
+}
+
+shard_status sample_shard(uint32_t shard) {
+  return shard_status{
+      shard, (1ull << 41) + 1, (1ull << 42) + 2, (1ull << 43) + 3, 7, 8, 16};
+}
+
+price_config sample_weights() {
+  return price_config{0.5, 0.125, 0.07, 0.2, 2.5, 4};
+}
+
 std::tuple<route_request_msg, call_for_bids, bid, award_msg, award_reply,
            decision, kv_batch, worker_status, router_status, shard_status,
-           index_query, index_reply, price_config>
+           index_query, index_reply, price_config, bid_list, release_msg,
+           request_events, admin_request, admin_reply>
 samples() {
-  bid b{7,    11,  13,   17, 12.5, 3.25, (1ull << 40) + 3, 19, (1ull << 33) + 5,
-        1.75, 0.6, 0.125};
   return {
       sample_request(0xFEDCBA9876543210ull),
-      call_for_bids{sample_request(5), 3.5},
-      b,
-      award_msg{sample_request(6), 17.25},
+      call_for_bids{sample_request(5), 3.5, {3, 4000000000u, 9}},
+      sample_bid(7),
+      award_msg{sample_request(6), 17.25, 4000000001u},
       award_reply{true, "queue grew: 12.5 > 10 (d\xC3\xA9j\xC3\xA0 vu)"},
       decision{(1ull << 50) + 1,
                9,
                2,
-               {sample_price(3, 1), sample_price(4, 100), sample_price(5, -2)}},
+               {sample_price(3, 1), sample_price(4, 100), sample_price(5, -2)},
+               "overloaded: \xE2\x89\xA5 40 queued (\xE6\xBB\xA1)"},
       kv_batch{5,
                {{cache_event::removed, tier::disk, (1ull << 63) + 1, 99},
                 {cache_event::stored, tier::gpu, 2, 3},
                 {cache_event::removed, tier::host, 4, 5},
                 {cache_event::stored, tier::disk, 6, 7}}},
-      worker_status{12, 40.5, 8.25, (1ull << 34) + 1, 3, (1ull << 35) + 2,
-                    (1ull << 36) + 3, (1ull << 37) + 4, 5000, (1ull << 38),
-                    true},
-      router_status{(1ull << 40) + 1, 2, 3, 4, 5, 6},
-      shard_status{3, (1ull << 41) + 1, (1ull << 42) + 2, (1ull << 43) + 3, 7,
-                   8},
+      sample_worker(12),
+      sample_router((1ull << 40) + 1),
+      sample_shard(3),
       index_query{{0x8000000000000001ull, 2, 3}},
-      index_reply{{{4, 10, 20, 30}, {5, 1, 0, 2}}},
-      price_config{0.5, 0.125, 0.07, 0.2, 2.5, 4},
+      index_reply{{{4, 10, 20, 30}, {5, 1, 0, 2}},
+                  "shard 2 \xE2\x80\x94 persist failed"},
+      sample_weights(),
+      bid_list{{sample_bid(7), sample_bid(8), sample_bid(4000000002u)},
+               "worker 9 gone (\xC3\xA9teint)"},
+      release_msg{(1ull << 45) + 7, {3, 4000000003u}},
+      request_events{{{(1ull << 46) + 1, 4, true, 5, 6, 7},
+                      {(1ull << 47) + 2, 8, false, 9, 10, 11}}},
+      admin_request{4000000004u,
+                    true,
+                    {(1ull << 62) + 3, 5, UINT64_MAX},
+                    sample_weights()},
+      admin_reply{"drain: worker 3 unknown (\xE2\x9C\x97)",
+                  {sample_worker(1), sample_worker(2)},
+                  {sample_router((1ull << 44) + 1), sample_router(9)},
+                  {sample_shard(1), sample_shard(2)},
+                  {{4, 10, 20, 30}, {5, 1, 0, 2}},
+                  sample_weights(),
+                  4000000005u},
   };
 }
 
@@ -410,6 +507,16 @@ TEST(codec, large_messages_fit_the_reader_limits) {
   auto got_d = decode<decision>(encode(d));
   ASSERT_TRUE(got_d) << got_d.err().message;
   expect_same(d, *got_d, "Decision");
+
+  // An admin listing of a large fleet.
+  admin_reply a = std::get<admin_reply>(samples());
+  for (uint32_t i = 0; i < 5000; ++i) {
+    a.workers.push_back(sample_worker(i));
+    a.holders.push_back({i, i + 1, i + 2, i + 3});
+  }
+  auto got_a = decode<admin_reply>(encode(a));
+  ASSERT_TRUE(got_a) << got_a.err().message;
+  expect_same(a, *got_a, "AdminReply");
 }
 
 // -- evolution ---------------------------------------------------------------
@@ -657,8 +764,28 @@ TEST(codec, message_kinds_have_their_schema_names) {
   EXPECT_STREQ(to_string(msg_kind::route_request), "RouteRequest");
   EXPECT_STREQ(to_string(msg_kind::kv_batch), "KvBatch");
   EXPECT_STREQ(to_string(msg_kind::price_weights), "PriceWeights");
+  EXPECT_STREQ(to_string(msg_kind::bids), "Bids");
+  EXPECT_STREQ(to_string(msg_kind::release), "Release");
+  EXPECT_STREQ(to_string(msg_kind::request_events), "RequestEvents");
+  EXPECT_STREQ(to_string(msg_kind::admin_request), "AdminRequest");
+  EXPECT_STREQ(to_string(msg_kind::admin_reply), "AdminReply");
   for (size_t k = 0; k < msg_kind_count; ++k)
     EXPECT_STRNE(to_string(static_cast<msg_kind>(k)), "unknown");
+}
+
+TEST(codec, every_message_kind_has_a_sample) {
+  // The samples cover msg_kind_count distinct kinds, so a kind added to
+  // codec.hpp without a sample here fails.
+  std::array<int, msg_kind_count> seen{};
+  size_t n = 0;
+  for_each_sample([&](const auto& x) {
+    using T = std::decay_t<decltype(x)>;
+    ++seen[static_cast<size_t>(kind_of<T>())];
+    ++n;
+  });
+  EXPECT_EQ(n, msg_kind_count);
+  for (size_t k = 0; k < msg_kind_count; ++k)
+    EXPECT_EQ(seen[k], 1) << to_string(static_cast<msg_kind>(k));
 }
 
 }  // namespace

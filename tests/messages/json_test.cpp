@@ -90,5 +90,27 @@ TEST(json, a_decision_carries_every_bidders_breakdown) {
   EXPECT_EQ(j["prices"][0]["delta"], -1.0);
 }
 
+TEST(json, a_decision_with_an_error_carries_only_the_request_and_why) {
+  decision d;
+  d.request = (1ull << 60) + 7;  // beyond a double's exact integers
+  // Set but meaningless with an error: none of them may appear.
+  d.worker = 2;
+  d.auctions = 3;
+  price_breakdown p;
+  p.worker = 2;
+  p.price = 12.25;
+  d.prices = {p};
+  d.error = "overloaded: \"40\" queued (d\xC3\xA9j\xC3\xA0)";
+  EXPECT_EQ(
+      decision_json(d),
+      "{\"request\":1152921504606846983,"
+      "\"error\":\"overloaded: \\\"40\\\" queued (d\xC3\xA9j\xC3\xA0)\"}");
+  auto j = nlohmann::json::parse(decision_json(d));
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j.size(), 2u);
+  EXPECT_EQ(j["request"].get<uint64_t>(), (1ull << 60) + 7);
+  EXPECT_EQ(j["error"].get<std::string>(), d.error);
+}
+
 }  // namespace
 }  // namespace kvmesh
