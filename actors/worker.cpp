@@ -142,6 +142,8 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         s.active = st.eng->cache().active();
         s.completed = st.completed;
         s.draining = st.draining;
+        s.capacity = st.eng->cache().capacity(tier::gpu);
+        s.speed = st.ledger->config().speed;
         return s;
       },
       [=](put_atom, drain_atom, bool on) { self->state.draining = on; },

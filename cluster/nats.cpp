@@ -50,8 +50,32 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
                                         natsStatus_GetText(s));
   };
   if (s != NATS_OK) return bad("options");
-  if ((s = natsOptions_SetURL(o, opt.url.c_str())) != NATS_OK)
+  // A comma-separated list names several servers of one cluster:
+  // natsOptions_SetURL would take it for one URL.
+  std::vector<std::string> urls;
+  for (size_t from = 0; from <= opt.url.size();) {
+    size_t to = opt.url.find(',', from);
+    if (to == std::string::npos) to = opt.url.size();
+    std::string u = opt.url.substr(from, to - from);
+    u.erase(0, u.find_first_not_of(" \t"));
+    u.erase(u.find_last_not_of(" \t") + 1);
+    if (!u.empty()) urls.push_back(std::move(u));
+    from = to + 1;
+  }
+  if (urls.empty()) {
+    s = NATS_INVALID_ARG;
+    return bad("no URL");
+  }
+  std::vector<const char*> servers;
+  for (const auto& u : urls)
+    servers.push_back(u.c_str());
+  if ((s = natsOptions_SetServers(o, servers.data(),
+                                  static_cast<int>(servers.size()))) != NATS_OK)
     return bad("bad URL");
+  // Without it libnats holds small publishes up to a millisecond to batch
+  // them: every hop of an auction would wait.
+  if ((s = natsOptions_SetSendAsap(o, opt.send_asap)) != NATS_OK)
+    return bad("options");
   if ((s = natsOptions_SetName(o, opt.name.c_str())) != NATS_OK ||
       (s = natsOptions_SetMaxReconnect(o, opt.max_reconnect)) != NATS_OK ||
       (s = natsOptions_SetReconnectWait(o, opt.reconnect_wait_ms)) != NATS_OK ||

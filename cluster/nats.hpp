@@ -33,6 +33,7 @@ struct nats_message {
 using nats_handler = std::function<void(nats_message)>;
 
 struct nats_options {
+  // One URL, or a comma-separated list of a cluster's servers.
   std::string url = "nats://127.0.0.1:4222";
   std::string name = "kvmesh";
   int max_reconnect = -1;  // forever
@@ -41,6 +42,9 @@ struct nats_options {
   int reconnect_buffer_bytes = 8 << 20;
   int64_t connect_timeout_ms = 2000;
   int64_t drain_timeout_ms = 2000;
+  // Send each publish at once (latency) rather than batching them for up to
+  // a millisecond (fewer system calls).
+  bool send_asap = true;
 };
 
 class nats_bus {
@@ -69,6 +73,10 @@ class nats_bus {
                                          std::chrono::milliseconds timeout);
   // Waits until the server has seen everything published so far.
   status flush(std::chrono::milliseconds timeout);
+
+  // The libnats connection, for layers built on it (cluster/jetstream) that
+  // need calls nats_bus does not wrap; it stays owned by this object.
+  __natsConnection* native() const { return conn_; }
 
   uint64_t reconnects() const { return reconnects_.load(); }
   uint64_t slow_consumers() const { return slow_consumers_.load(); }

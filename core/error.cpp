@@ -19,6 +19,8 @@ const char* to_string(ec code) {
       return "not_found";
     case ec::capacity_exceeded:
       return "capacity_exceeded";
+    case ec::timeout:
+      return "timeout";
   }
   return "unknown";
 }

@@ -18,6 +18,7 @@ enum class ec : uint8_t {
   io_error,           // a file could not be opened or read
   not_found,          // an id that is not known
   capacity_exceeded,  // a bounded structure is full
+  timeout,            // no answer in time (a peer on the network)
 };
 
 const char* to_string(ec code);

@@ -6,6 +6,24 @@
 
 namespace kvmesh {
 
+status validate(const price_config& p) {
+  const std::pair<const char*, double> weights[] = {
+      {"c_host", p.c_host},     {"c_disk", p.c_disk},
+      {"beta", p.beta},         {"k", p.k},
+      {"overflow", p.overflow}, {"overload_ceiling", p.overload_ceiling}};
+  for (const auto& [name, v] : weights) {
+    if (!std::isfinite(v) || v < 0)
+      return make_error(ec::invalid_argument,
+                        std::string("price weight ") + name +
+                            " must be a finite number >= 0, not " +
+                            std::to_string(v));
+  }
+  if (p.c_host > 1 || p.c_disk > 1)
+    return make_error(ec::invalid_argument,
+                      "price weights c_host and c_disk are credits in [0, 1]");
+  return ok;
+}
+
 size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
                   const bid* bids, size_t count, price_breakdown* out,
                   uint64_t& rng_state) {

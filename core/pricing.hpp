@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/error.hpp"
+
 namespace kvmesh {
 
 // What a worker reports for one request, from its own exact state.
@@ -38,6 +40,10 @@ struct price_config {
   double overload_ceiling = 0;  // cheapest price per request block above
                                 // which the fleet is saturated; 0: never
 };
+
+// Weights from outside (flags, an operator, the wire) must be finite,
+// credits in [0, 1], the rest not negative; the error names the weight.
+status validate(const price_config& p);
 
 // Why a bidder got its price.
 struct price_breakdown {

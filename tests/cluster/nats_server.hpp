@@ -10,28 +10,23 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 namespace kvmesh::test {
 
 class nats_server {
  public:
   // On `port`, or on a free one when 0 (a restart reuses the old port).
-  explicit nats_server(int port = 0) {
-    port_ = port ? port : free_port();
-    pid_ = fork();
-    if (pid_ == 0) {
-      // The child: nats-server on loopback only, quiet.
-      freopen("/dev/null", "w", stdout);
-      freopen("/dev/null", "w", stderr);
-      const std::string p = std::to_string(port_);
-      execlp("nats-server", "nats-server", "-a", "127.0.0.1", "-p", p.c_str(),
-             static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    for (int i = 0; i < 100 && !accepting(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  explicit nats_server(int port = 0) { launch(port, {}); }
+  // With JetStream, storing in `jetstream_dir` (see temp_dir); a restart on
+  // the same port and directory finds the streams again.
+  nats_server(int port, std::string jetstream_dir) {
+    launch(port, std::move(jetstream_dir));
   }
   ~nats_server() { stop(); }
 
@@ -63,6 +58,26 @@ class nats_server {
   }
 
  private:
+  void launch(int port, std::string jetstream_dir) {
+    port_ = port ? port : free_port();
+    pid_ = fork();
+    if (pid_ == 0) {
+      // The child: nats-server on loopback only, quiet.
+      freopen("/dev/null", "w", stdout);
+      freopen("/dev/null", "w", stderr);
+      const std::string p = std::to_string(port_);
+      if (jetstream_dir.empty())
+        execlp("nats-server", "nats-server", "-a", "127.0.0.1", "-p", p.c_str(),
+               static_cast<char*>(nullptr));
+      else
+        execlp("nats-server", "nats-server", "-a", "127.0.0.1", "-p", p.c_str(),
+               "-js", "-sd", jetstream_dir.c_str(),
+               static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 100 && !accepting(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   bool accepting() const {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -77,6 +92,29 @@ class nats_server {
 
   int port_ = 0;
   pid_t pid_ = -1;
+};
+
+// A fresh directory under the system temp dir (mkdtemp), removed with
+// everything in it when this goes; path() is empty if it could not be made.
+class temp_dir {
+ public:
+  temp_dir() {
+    std::error_code ec;
+    std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+    if (ec) base = "/tmp";
+    std::string t = (base / "kvmesh-test-XXXXXX").string();
+    if (mkdtemp(t.data())) path_ = t;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 }  // namespace kvmesh::test

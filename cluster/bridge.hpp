@@ -1,0 +1,127 @@
+// The seam between NATS and actors: a process's reply inbox, calls awaiting
+// replies inside an actor, and the atoms of the bridge's own messages.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cluster/nats.hpp"
+#include "core/error.hpp"
+
+namespace kvmesh {
+
+using bytes = std::vector<uint8_t>;
+
+// A NATS message handed to an actor: (nats_atom, subject, reply, payload).
+using nats_atom = caf::atom_constant<caf::atom("nats")>;
+// A reply to one of this process's calls: (reply_atom, seq, payload).
+using reply_atom = caf::atom_constant<caf::atom("reply")>;
+// Expires calls past their deadline (an actor sends it to itself).
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
+// Sends what an actor batched while its mailbox drained.
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+// Publishes a heartbeat (an actor sends it to itself).
+using beat_atom = caf::atom_constant<caf::atom("beat")>;
+
+// Subscribes `subject` (in queue group `queue` when set) and hands every
+// message to `to` as (nats_atom, subject, reply, payload). The callback
+// copies and returns: it never blocks a libnats thread.
+expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
+                           const std::string& queue, caf::actor to);
+
+// One wildcard subscription per process for the replies to its calls; each
+// call registers the actor that awaits it.
+class inbox {
+ public:
+  static expected<std::shared_ptr<inbox>> open(nats_bus& bus);
+  ~inbox();
+  inbox(const inbox&) = delete;
+  inbox& operator=(const inbox&) = delete;
+
+  // The reply subject of a new call whose reply goes to `to` as
+  // (reply_atom, seq, payload).
+  std::string expect(const caf::actor& to, uint64_t& seq);
+  // The call ended without a reply (deadline): a late one is dropped.
+  void forget(uint64_t seq);
+  nats_bus& bus() { return *bus_; }
+
+ private:
+  inbox() = default;
+  void deliver(nats_message m);
+
+  nats_bus* bus_ = nullptr;
+  std::string prefix_;
+  uint64_t sub_ = 0;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, caf::actor> waiting_;
+  uint64_t next_ = 1;
+};
+
+// Calls an actor has on the wire: each ends with its reply or, at its
+// deadline, with an error. The actor handles (reply_atom, seq, payload) by
+// complete() and (sweep_atom) by sweep().
+class pending_calls {
+ public:
+  using done_fn = std::function<void(expected<bytes>)>;
+
+  // Actor states are default-constructed: attach the inbox before calls.
+  void attach(std::shared_ptr<inbox> box) { box_ = std::move(box); }
+
+  // Publishes `payload` on `subject` with a reply inbox; `done` runs inside
+  // the actor `self` when the reply comes or the timeout passes.
+  template <class Self>
+  void call(Self* self, const std::string& subject, const bytes& payload,
+            caf::timespan timeout, done_fn done) {
+    uint64_t seq = 0;
+    const std::string reply =
+        box_->expect(caf::actor_cast<caf::actor>(self), seq);
+    if (auto st = box_->bus().publish(subject, payload, reply); !st) {
+      box_->forget(seq);
+      done(st.err());
+      return;
+    }
+    const bool first = calls_.empty();
+    calls_.emplace(seq, call_t{std::chrono::steady_clock::now() + timeout,
+                               std::move(done), subject});
+    if (first && !sweeping_) {
+      sweeping_ = true;
+      self->delayed_send(self, sweep_period, sweep_atom::value);
+    }
+  }
+
+  void complete(uint64_t seq, bytes payload);
+  // Fails calls past their deadline; reschedules itself while calls are
+  // open.
+  template <class Self>
+  void sweep(Self* self) {
+    expire();
+    sweeping_ = !calls_.empty();
+    if (sweeping_) self->delayed_send(self, sweep_period, sweep_atom::value);
+  }
+  size_t open() const { return calls_.size(); }
+  inbox& box() { return *box_; }
+
+  static constexpr auto sweep_period = std::chrono::milliseconds(50);
+
+ private:
+  struct call_t {
+    std::chrono::steady_clock::time_point deadline;
+    done_fn done;
+    std::string subject;
+  };
+  void expire();
+
+  std::shared_ptr<inbox> box_;
+  std::unordered_map<uint64_t, call_t> calls_;
+  bool sweeping_ = false;
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,1061 @@
+// The NATS mesh's processes: node agents serving their WORKERs, router
+// processes (ROUTER, membership and ADMIN), index shards, and the clients.
+#include "cluster/mesh.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "cluster/bridge.hpp"
+#include "cluster/remote.hpp"
+#include "messages/codec.hpp"
+#include "messages/json.hpp"
+
+namespace kvmesh {
+
+status check_name(const std::string& what, const std::string& name) {
+  if (name.empty() || name.size() > 64)
+    return make_error(ec::invalid_argument,
+                      what + " must have 1 to 64 characters: '" + name + "'");
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
+      return make_error(ec::invalid_argument,
+                        what + " '" + name +
+                            "' may hold only letters, digits, '-' and '_' "
+                            "(it is a NATS subject token)");
+  return ok;
+}
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+caf::error to_caf(const error& e) {
+  return caf::make_error(e.code, e.message);
+}
+
+std::string verb_of(const std::string& subject) {
+  auto p = subject.rfind('.');
+  return p == std::string::npos ? subject : subject.substr(p + 1);
+}
+
+void answer(nats_bus& bus, const std::string& reply, const bytes& payload) {
+  if (!reply.empty()) (void)bus.publish(reply, payload);
+}
+
+// A worker is gone once its heartbeat is older than this: half a beat
+// before the last of `missed_beats`, so a dead worker is out within
+// missed_beats heartbeats of its death even when it died right after one.
+caf::timespan stale_after(const mesh_options& m) {
+  return std::chrono::duration_cast<caf::timespan>(
+      m.heartbeat * (std::max<uint32_t>(m.missed_beats, 1) - 0.5));
+}
+
+// -- node agent ---------------------------------------------------------------
+
+struct agent_state {
+  static inline const char* name = "agent_endpoint";
+  nats_bus* bus = nullptr;
+  std::shared_ptr<inbox> box;
+  mesh_options mesh;
+  std::string agent;
+  std::unordered_map<uint32_t, worker_actor> workers;
+  std::vector<uint32_t> ids;
+  uint32_t shards = 0;
+};
+
+using agent_pointer = caf::stateful_actor<agent_state>*;
+
+void agent_bid(agent_pointer self, const std::string& reply,
+               const bytes& payload) {
+  auto& st = self->state;
+  auto cfb = decode<call_for_bids>(payload);
+  if (!cfb) {
+    answer(*st.bus, reply, encode(bid_list{{}, cfb.err().message}));
+    return;
+  }
+  struct gather {
+    bid_list out;
+    size_t left = 0;
+  };
+  auto g = std::make_shared<gather>();
+  std::vector<std::pair<uint32_t, worker_actor>> asked;
+  for (uint32_t w : cfb->workers)
+    if (auto it = st.workers.find(w); it != st.workers.end())
+      asked.emplace_back(w, it->second);
+  if (asked.empty()) {
+    answer(*st.bus, reply,
+           encode(bid_list{{}, "agent " + st.agent + " hosts none of them"}));
+    return;
+  }
+  g->left = asked.size();
+  call_for_bids local{std::move(cfb->request), cfb->bidders_speed, {}};
+  auto reply_to = reply;
+  auto done = [self, g, reply_to] {
+    if (--g->left == 0) answer(*self->state.bus, reply_to, encode(g->out));
+  };
+  for (auto& [w, handle] : asked) {
+    const uint32_t id = w;
+    self->request(handle, st.mesh.call_timeout, bid_atom::value, local)
+        .then(
+            [g, id, done](bid b) {
+              b.worker = id;
+              g->out.bids.push_back(b);
+              done();
+            },
+            [done](caf::error&) { done(); });
+  }
+}
+
+void agent_award(agent_pointer self, const std::string& reply,
+                 const bytes& payload) {
+  auto& st = self->state;
+  auto a = decode<award_msg>(payload);
+  if (!a) {
+    answer(*st.bus, reply, encode(award_reply{false, a.err().message}));
+    return;
+  }
+  auto it = st.workers.find(a->worker);
+  if (it == st.workers.end()) {
+    answer(*st.bus, reply,
+           encode(award_reply{false, "no worker " + std::to_string(a->worker) +
+                                         " at agent " + st.agent}));
+    return;
+  }
+  self->request(it->second, st.mesh.call_timeout, award_atom::value,
+                std::move(a->request), a->expected_queued)
+      .then(
+          [self, reply](const award_reply& r) {
+            answer(*self->state.bus, reply, encode(r));
+          },
+          [self, reply](caf::error& e) {
+            answer(*self->state.bus, reply,
+                   encode(award_reply{false, caf::to_string(e)}));
+          });
+}
+
+// The index has `n` shards (a shard's heartbeat said so): KV events go to
+// stand-ins of them from now on.
+void agent_learn_shards(agent_pointer self, uint32_t n) {
+  auto& st = self->state;
+  if (n == st.shards || n == 0 || n > 4096) return;
+  st.shards = n;
+  std::vector<index_shard_actor> proxies;
+  for (uint32_t i = 0; i < n; ++i)
+    proxies.push_back(spawn_remote_shard(self->system(), st.box, st.mesh, i));
+  for (auto& [id, w] : st.workers)
+    self->send(w, put_atom::value, shards_atom::value, proxies);
+}
+
+caf::behavior agent_endpoint(
+    agent_pointer self, nats_bus* bus, std::shared_ptr<inbox> box,
+    mesh_options mesh, std::string agent,
+    std::vector<std::pair<uint32_t, worker_actor>> ws) {
+  auto& st = self->state;
+  st.bus = bus;
+  st.box = std::move(box);
+  st.mesh = std::move(mesh);
+  st.agent = std::move(agent);
+  for (auto& [id, w] : ws) {
+    st.workers.emplace(id, w);
+    st.ids.push_back(id);
+  }
+  self->send(self, beat_atom::value);
+  return {
+      [=](nats_atom, const std::string& subject, const std::string& reply,
+          const bytes& payload) {
+        auto& st = self->state;
+        if (subject == st.mesh.subj.shard_beat()) {
+          if (auto s = decode<shard_status>(payload))
+            agent_learn_shards(self, s->shards);
+          return;
+        }
+        const std::string verb = verb_of(subject);
+        if (verb == "bid") {
+          agent_bid(self, reply, payload);
+        } else if (verb == "award") {
+          agent_award(self, reply, payload);
+        } else if (verb == "release") {
+          if (auto r = decode<release_msg>(payload))
+            for (uint32_t w : r->workers)
+              if (auto it = st.workers.find(w); it != st.workers.end())
+                self->send(it->second, release_atom::value, r->request);
+        } else if (verb == "drain") {
+          auto r = decode<admin_request>(payload);
+          admin_reply out;
+          if (!r) {
+            out.error = r.err().message;
+          } else if (auto it = st.workers.find(r->worker);
+                     it == st.workers.end()) {
+            out.error = "no worker " + std::to_string(r->worker) +
+                        " at agent " + st.agent;
+          } else {
+            self->send(it->second, put_atom::value, drain_atom::value, r->on);
+            out.count = 1;
+          }
+          answer(*st.bus, reply, encode(out));
+        }
+      },
+      [=](beat_atom) {
+        auto& st = self->state;
+        for (auto& [id, w] : st.workers)
+          self->request(w, st.mesh.heartbeat, status_atom::value)
+              .then(
+                  [self](worker_status s) {
+                    s.agent = self->state.agent;
+                    (void)self->state.bus->publish(
+                        self->state.mesh.subj.worker_beat(), encode(s));
+                  },
+                  [](caf::error&) {
+                    // A worker that cannot answer sends no heartbeat:
+                    // routers count it out, as they should.
+                  });
+        self->delayed_send(self, st.mesh.heartbeat, beat_atom::value);
+      },
+  };
+}
+
+// -- index shard --------------------------------------------------------------
+
+struct shard_host_state {
+  static inline const char* name = "shard_endpoint";
+  nats_bus* bus = nullptr;
+  mesh_options mesh;
+  index_shard_actor shard;
+  uint32_t index = 0;
+  uint32_t shards = 1;
+};
+
+caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
+                             nats_bus* bus, mesh_options mesh,
+                             index_shard_actor shard, uint32_t index,
+                             uint32_t shards) {
+  auto& st = self->state;
+  st.bus = bus;
+  st.mesh = std::move(mesh);
+  st.shard = std::move(shard);
+  st.index = index;
+  st.shards = shards;
+  self->send(self, beat_atom::value);
+  return {
+      [=](nats_atom, const std::string& subject, const std::string& reply,
+          const bytes& payload) {
+        auto& st = self->state;
+        if (subject == st.mesh.subj.kv(st.index)) {
+          // A malformed batch is counted by the codec and dropped: nobody
+          // awaits an answer to KV events.
+          if (auto b = decode<kv_batch>(payload))
+            self->send(st.shard, kv_atom::value, b->worker,
+                       std::move(b->events));
+          return;
+        }
+        auto q = decode<index_query>(payload);
+        if (!q) {
+          answer(*st.bus, reply, encode(index_reply{{}, q.err().message}));
+          return;
+        }
+        self->request(st.shard, st.mesh.call_timeout, query_atom::value,
+                      std::move(q->chain))
+            .then(
+                [self, reply](std::vector<holder_match>& h) {
+                  answer(*self->state.bus, reply,
+                         encode(index_reply{std::move(h), {}}));
+                },
+                [self, reply](caf::error& e) {
+                  answer(*self->state.bus, reply,
+                         encode(index_reply{{}, caf::to_string(e)}));
+                });
+      },
+      [=](beat_atom) {
+        auto& st = self->state;
+        self->request(st.shard, st.mesh.heartbeat, status_atom::value)
+            .then(
+                [self](shard_status s) {
+                  s.shards = self->state.shards;
+                  (void)self->state.bus->publish(
+                      self->state.mesh.subj.shard_beat(), encode(s));
+                },
+                [](caf::error&) {});
+        self->delayed_send(self, st.mesh.heartbeat, beat_atom::value);
+      },
+  };
+}
+
+// -- router process: the front (route requests, weights, heartbeats) ---------
+
+struct front_state {
+  static inline const char* name = "router_front";
+  nats_bus* bus = nullptr;
+  mesh_options mesh;
+  router_actor router;
+  std::string name_;
+  uint32_t block_tokens = 512;
+};
+
+// Route requests wait for the router's own deadlines; this only bounds a
+// router that never answers.
+constexpr auto route_timeout = std::chrono::seconds(60);
+
+caf::behavior router_front(caf::stateful_actor<front_state>* self,
+                           nats_bus* bus, mesh_options mesh,
+                           router_actor router, std::string name,
+                           uint32_t block_tokens) {
+  auto& st = self->state;
+  st.bus = bus;
+  st.mesh = std::move(mesh);
+  st.router = std::move(router);
+  st.name_ = std::move(name);
+  st.block_tokens = block_tokens;
+  self->send(self, beat_atom::value);
+  return {
+      [=](nats_atom, const std::string& subject, const std::string& reply,
+          const bytes& payload) {
+        auto& st = self->state;
+        if (subject == st.mesh.subj.route()) {
+          auto r = decode<route_request_msg>(payload);
+          if (!r) {
+            decision d;
+            d.error = r.err().message;
+            answer(*st.bus, reply, encode(d));
+            return;
+          }
+          const uint64_t id = r->id;
+          self->request(st.router, route_timeout, route_atom::value,
+                        std::move(*r))
+              .then(
+                  [self, reply](const decision& d) {
+                    answer(*self->state.bus, reply, encode(d));
+                  },
+                  [self, reply, id](caf::error& e) {
+                    decision d;
+                    d.request = id;
+                    d.error = caf::to_string(e);
+                    answer(*self->state.bus, reply, encode(d));
+                  });
+        } else if (subject == st.mesh.subj.route_json()) {
+          auto r = parse_route_json(
+              std::string_view(reinterpret_cast<const char*>(payload.data()),
+                               payload.size()),
+              st.block_tokens);
+          auto to_bytes = [](const std::string& s) {
+            return bytes(s.begin(), s.end());
+          };
+          if (!r) {
+            decision d;
+            d.error = r.err().message;
+            answer(*st.bus, reply, to_bytes(decision_json(d)));
+            return;
+          }
+          const uint64_t id = r->id;
+          self->request(st.router, route_timeout, route_atom::value,
+                        std::move(*r))
+              .then(
+                  [self, reply, to_bytes](const decision& d) {
+                    answer(*self->state.bus, reply, to_bytes(decision_json(d)));
+                  },
+                  [self, reply, id, to_bytes](caf::error& e) {
+                    decision d;
+                    d.request = id;
+                    d.error = caf::to_string(e);
+                    answer(*self->state.bus, reply, to_bytes(decision_json(d)));
+                  });
+        } else if (subject == st.mesh.subj.router(st.name_, "weights.get")) {
+          self->request(st.router, st.mesh.call_timeout, get_atom::value,
+                        weights_atom::value)
+              .then([self, reply](const price_config& p) {
+                answer(*self->state.bus, reply, encode(p));
+              });
+        } else if (subject == st.mesh.subj.router(st.name_, "weights.set")) {
+          auto p = decode<price_config>(payload);
+          admin_reply out;
+          if (!p) {
+            out.error = p.err().message;
+          } else if (auto bad = validate(*p); !bad) {
+            out.error = bad.err().message;
+          } else {
+            self->send(st.router, put_atom::value, weights_atom::value, *p);
+            out.count = 1;
+          }
+          answer(*st.bus, reply, encode(out));
+        }
+      },
+      [=](beat_atom) {
+        auto& st = self->state;
+        self->request(st.router, st.mesh.heartbeat, status_atom::value)
+            .then(
+                [self](router_status s) {
+                  (void)self->state.bus->publish(
+                      self->state.mesh.subj.router_beat(), encode(s));
+                },
+                [](caf::error&) {});
+        self->delayed_send(self, st.mesh.heartbeat, beat_atom::value);
+      },
+  };
+}
+
+// -- router process: membership and the ADMIN
+// ----------------------------------
+
+// The distributed ADMIN: the mesh as heartbeats show it. It also keeps the
+// local ROUTER's members and shards current.
+using directory_actor = admin_actor::extend<
+    caf::reacts_to<nats_atom, std::string, std::string, bytes>,
+    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>>;
+
+struct directory_state {
+  static inline const char* name = "directory";
+  struct worker_entry {
+    worker_status last;
+    steady::time_point seen;
+    remote_worker_actor proxy;
+  };
+  struct router_entry {
+    router_status last;
+    steady::time_point seen;
+  };
+  struct shard_entry {
+    shard_status last;
+    steady::time_point seen;
+  };
+  std::shared_ptr<inbox> box;
+  mesh_options mesh;
+  router_actor router;
+  pending_calls calls;
+  std::map<uint32_t, worker_entry> workers;
+  std::unordered_map<std::string, agent_link_actor> links;
+  std::map<std::string, router_entry> routers;
+  std::map<uint32_t, shard_entry> shards;
+  std::vector<remote_shard_actor> shard_proxies;
+};
+
+using dir_pointer = directory_actor::stateful_pointer<directory_state>;
+
+bool fresh(const directory_state& st, steady::time_point seen) {
+  return steady::now() - seen <= stale_after(st.mesh);
+}
+
+void directory_worker_beat(dir_pointer self, worker_status s) {
+  auto& st = self->state;
+  if (s.worker >= max_worker_id || !check_name("agent", s.agent) ||
+      !(s.speed > 0))
+    return;
+  auto& e = st.workers[s.worker];
+  if (!e.proxy || e.last.agent != s.agent) {
+    // New, or moved to another agent (a restarted node): a new stand-in.
+    auto& link = st.links[s.agent];
+    if (!link)
+      link = spawn_agent_link(self->system(), st.box, st.mesh, s.agent);
+    e.proxy = spawn_remote_worker(self->system(), s.worker, link,
+                                  stale_after(st.mesh));
+  }
+  e.last = s;
+  e.seen = steady::now();
+  self->send(e.proxy, put_atom::value, s);
+  // Every beat re-announces the worker: a router that counted it out
+  // (silence) takes it back as soon as it is heard again.
+  self->send(st.router, put_atom::value, workers_atom::value, s.worker,
+             caf::actor_cast<worker_actor>(e.proxy), s.speed);
+}
+
+void directory_shard_beat(dir_pointer self, shard_status s) {
+  auto& st = self->state;
+  if (s.shards == 0 || s.shards > 4096 || s.shard >= s.shards) return;
+  if (s.shards != st.shard_proxies.size()) {
+    st.shard_proxies.clear();
+    std::vector<index_shard_actor> handles;
+    for (uint32_t i = 0; i < s.shards; ++i) {
+      st.shard_proxies.push_back(
+          spawn_remote_shard(self->system(), st.box, st.mesh, i));
+      handles.push_back(st.shard_proxies.back());
+    }
+    self->send(st.router, put_atom::value, shards_atom::value, handles);
+  }
+  self->send(st.shard_proxies[s.shard], put_atom::value, s);
+  st.shards[s.shard] = {s, steady::now()};
+}
+
+directory_actor::behavior_type directory(dir_pointer self,
+                                         std::shared_ptr<inbox> box,
+                                         mesh_options mesh,
+                                         router_actor router) {
+  auto& st = self->state;
+  st.box = box;
+  st.mesh = std::move(mesh);
+  st.router = std::move(router);
+  st.calls.attach(std::move(box));
+  return {
+      [=](nats_atom, const std::string& subject, const std::string&,
+          const bytes& payload) {
+        auto& st = self->state;
+        if (subject == st.mesh.subj.worker_beat()) {
+          if (auto s = decode<worker_status>(payload))
+            directory_worker_beat(self, std::move(*s));
+        } else if (subject == st.mesh.subj.router_beat()) {
+          if (auto s = decode<router_status>(payload);
+              s && check_name("router", s->name)) {
+            auto& e = st.routers[s->name];
+            e.last = std::move(*s);
+            e.seen = steady::now();
+          }
+        } else if (subject == st.mesh.subj.shard_beat()) {
+          if (auto s = decode<shard_status>(payload))
+            directory_shard_beat(self, std::move(*s));
+        }
+      },
+      [=](reply_atom, uint64_t seq, bytes& payload) {
+        self->state.calls.complete(seq, std::move(payload));
+      },
+      [=](sweep_atom) { self->state.calls.sweep(self); },
+      [=](get_atom, workers_atom) -> std::vector<worker_status> {
+        auto& st = self->state;
+        std::vector<worker_status> out;
+        for (auto& [id, e] : st.workers) {
+          out.push_back(e.last);
+          out.back().gone = !fresh(st, e.seen);
+        }
+        return out;
+      },
+      [=](get_atom, routers_atom) -> std::vector<router_status> {
+        auto& st = self->state;
+        std::vector<router_status> out;
+        for (auto& [name, e] : st.routers)
+          if (fresh(st, e.seen)) out.push_back(e.last);
+        return out;
+      },
+      [=](get_atom, shards_atom) -> std::vector<shard_status> {
+        auto& st = self->state;
+        std::vector<shard_status> out;
+        for (auto& [i, e] : st.shards)
+          if (fresh(st, e.seen)) out.push_back(e.last);
+        return out;
+      },
+      [=](get_atom, weights_atom) -> caf::result<price_config> {
+        return self->delegate(self->state.router, get_atom::value,
+                              weights_atom::value);
+      },
+      [=](put_atom, weights_atom,
+          const price_config& p) -> caf::result<uint32_t> {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<uint32_t>();
+        struct tally {
+          uint32_t ok = 0;
+          size_t left = 0;
+        };
+        auto t = std::make_shared<tally>();
+        for (auto& [name, e] : st.routers)
+          if (fresh(st, e.seen)) ++t->left;
+        if (t->left == 0) {
+          rp.deliver(uint32_t{0});
+          return rp;
+        }
+        for (auto& [name, e] : st.routers) {
+          if (!fresh(st, e.seen)) continue;
+          st.calls.call(
+              self, st.mesh.subj.router(name, "weights.set"), encode(p),
+              st.mesh.call_timeout, [rp, t](expected<bytes> r) mutable {
+                if (r)
+                  if (auto a = decode<admin_reply>(*r); a && a->error.empty())
+                    t->ok += a->count;
+                if (--t->left == 0) rp.deliver(t->ok);
+              });
+        }
+        return rp;
+      },
+      [=](put_atom, drain_atom, uint32_t w, bool on) -> caf::result<bool> {
+        auto& st = self->state;
+        auto it = st.workers.find(w);
+        if (it == st.workers.end()) return false;
+        auto rp = self->make_response_promise<bool>();
+        admin_request req;
+        req.worker = w;
+        req.on = on;
+        st.calls.call(self, st.mesh.subj.agent(it->second.last.agent, "drain"),
+                      encode(req), st.mesh.call_timeout,
+                      [rp](expected<bytes> r) mutable {
+                        if (!r) {
+                          rp.deliver(to_caf(r.err()));
+                          return;
+                        }
+                        auto a = decode<admin_reply>(*r);
+                        rp.deliver(a && a->error.empty() && a->count == 1);
+                      });
+        return rp;
+      },
+      [=](query_atom, std::vector<uint64_t>& chain)
+          -> caf::result<std::vector<holder_match>> {
+        auto& st = self->state;
+        if (chain.empty())
+          return caf::make_error(ec::empty_input, "empty prefix");
+        if (st.shard_proxies.empty())
+          return caf::make_error(ec::not_found, "no index shard is known");
+        const auto& shard =
+            st.shard_proxies[shard_of(chain.front(), st.shard_proxies.size())];
+        return self->delegate(caf::actor_cast<index_shard_actor>(shard),
+                              query_atom::value, std::move(chain));
+      },
+  };
+}
+
+// -- the ADMIN on NATS -------------------------------------------------------
+
+struct admin_front_state {
+  static inline const char* name = "admin_front";
+  nats_bus* bus = nullptr;
+  admin_actor admin;
+  caf::timespan timeout{};
+};
+
+caf::behavior admin_front(caf::stateful_actor<admin_front_state>* self,
+                          nats_bus* bus, admin_actor admin,
+                          caf::timespan timeout) {
+  self->state.bus = bus;
+  self->state.admin = std::move(admin);
+  self->state.timeout = timeout;
+  return {
+      [=](nats_atom, const std::string& subject, const std::string& reply,
+          const bytes& payload) {
+        auto& st = self->state;
+        if (reply.empty()) return;  // nobody to tell
+        const std::string verb =
+            subject.substr(subject.find(".admin.") + std::strlen(".admin."));
+        auto send = [self, reply](admin_reply r) {
+          answer(*self->state.bus, reply, encode(r));
+        };
+        auto fail = [send](caf::error& e) {
+          admin_reply r;
+          r.error = caf::to_string(e);
+          send(std::move(r));
+        };
+        // Listing verbs take no arguments: any payload (even none, from a
+        // NATS CLI) will do.
+        if (verb == "workers") {
+          self->request(st.admin, st.timeout, get_atom::value,
+                        workers_atom::value)
+              .then(
+                  [send](std::vector<worker_status>& w) {
+                    admin_reply r;
+                    r.workers = std::move(w);
+                    send(std::move(r));
+                  },
+                  fail);
+          return;
+        }
+        if (verb == "routers") {
+          self->request(st.admin, st.timeout, get_atom::value,
+                        routers_atom::value)
+              .then(
+                  [send](std::vector<router_status>& w) {
+                    admin_reply r;
+                    r.routers = std::move(w);
+                    send(std::move(r));
+                  },
+                  fail);
+          return;
+        }
+        if (verb == "shards") {
+          self->request(st.admin, st.timeout, get_atom::value,
+                        shards_atom::value)
+              .then(
+                  [send](std::vector<shard_status>& w) {
+                    admin_reply r;
+                    r.shards = std::move(w);
+                    send(std::move(r));
+                  },
+                  fail);
+          return;
+        }
+        if (verb == "weights.get") {
+          self->request(st.admin, st.timeout, get_atom::value,
+                        weights_atom::value)
+              .then(
+                  [send](const price_config& p) {
+                    admin_reply r;
+                    r.weights = p;
+                    send(std::move(r));
+                  },
+                  fail);
+          return;
+        }
+        auto req = decode<admin_request>(payload);
+        if (!req) {
+          admin_reply r;
+          r.error = req.err().message;
+          send(std::move(r));
+          return;
+        }
+        if (verb == "prefix") {
+          self->request(st.admin, st.timeout, query_atom::value,
+                        std::move(req->chain))
+              .then(
+                  [send](std::vector<holder_match>& h) {
+                    admin_reply r;
+                    r.holders = std::move(h);
+                    send(std::move(r));
+                  },
+                  fail);
+        } else if (verb == "weights.set") {
+          if (auto bad = validate(req->weights); !bad) {
+            admin_reply r;
+            r.error = bad.err().message;
+            send(std::move(r));
+            return;
+          }
+          self->request(st.admin, st.timeout, put_atom::value,
+                        weights_atom::value, req->weights)
+              .then(
+                  [send](uint32_t n) {
+                    admin_reply r;
+                    r.count = n;
+                    send(std::move(r));
+                  },
+                  fail);
+        } else if (verb == "drain" || verb == "undrain") {
+          const uint32_t w = req->worker;
+          self->request(st.admin, st.timeout, put_atom::value,
+                        drain_atom::value, w, verb == "drain")
+              .then(
+                  [send, w](bool done) {
+                    admin_reply r;
+                    if (done)
+                      r.count = 1;
+                    else
+                      r.error = "no worker " + std::to_string(w);
+                    send(std::move(r));
+                  },
+                  fail);
+        } else {
+          admin_reply r;
+          r.error = "unknown admin verb '" + verb +
+                    "' (workers, routers, shards, prefix, weights.get, "
+                    "weights.set, drain, undrain)";
+          send(std::move(r));
+        }
+      },
+  };
+}
+
+// -- the remote router (a client's view of the router pool)
+// --------------------
+
+using remote_router_actor = router_actor::extend<
+    caf::reacts_to<nats_atom, std::string, std::string, bytes>,
+    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>>;
+
+struct remote_router_state {
+  static inline const char* name = "remote_router";
+  subjects subj;
+  pending_calls calls;
+  listener_actor listener;
+  uint64_t decisions = 0;
+};
+
+remote_router_actor::behavior_type remote_router(
+    remote_router_actor::stateful_pointer<remote_router_state> self,
+    std::shared_ptr<inbox> box, subjects subj, listener_actor listener) {
+  self->state.subj = std::move(subj);
+  self->state.calls.attach(std::move(box));
+  self->state.listener = std::move(listener);
+  return {
+      [=](route_atom, const route_request_msg& r) -> caf::result<decision> {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<decision>();
+        st.calls.call(self, st.subj.route(), encode(r), route_timeout,
+                      [self, rp](expected<bytes> reply) mutable {
+                        if (!reply) {
+                          rp.deliver(to_caf(reply.err()));
+                          return;
+                        }
+                        auto d = decode<decision>(*reply);
+                        if (!d)
+                          rp.deliver(to_caf(d.err()));
+                        else if (!d->error.empty())
+                          rp.deliver(caf::make_error(ec::not_found, d->error));
+                        else {
+                          ++self->state.decisions;
+                          rp.deliver(std::move(*d));
+                        }
+                      });
+        return rp;
+      },
+      [=](get_atom, weights_atom) -> caf::result<price_config> {
+        return caf::make_error(ec::not_found,
+                               "ask the ADMIN for the routers' weights");
+      },
+      [=](put_atom, weights_atom, const price_config&) {},
+      [=](status_atom) -> router_status {
+        router_status s;
+        s.name = "remote";
+        s.decisions = self->state.decisions;
+        return s;
+      },
+      [=](tick_atom) {},
+      [=](put_atom, workers_atom, uint32_t, worker_actor, double) {},
+      [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
+      [=](nats_atom, const std::string&, const std::string&,
+          const bytes& payload) {
+        auto& st = self->state;
+        if (!st.listener) return;
+        auto ev = decode<request_events>(payload);
+        if (!ev) return;
+        for (const auto& e : ev->events) {
+          if (e.done)
+            self->send(st.listener, done_atom::value, e.request);
+          else
+            self->send(st.listener, first_atom::value, e.request, e.gpu, e.host,
+                       e.disk);
+        }
+      },
+      [=](reply_atom, uint64_t seq, bytes& payload) {
+        self->state.calls.complete(seq, std::move(payload));
+      },
+      [=](sweep_atom) { self->state.calls.sweep(self); },
+  };
+}
+
+// Subscriptions and actors of one node: unsubscribed and stopped together.
+struct node_base {
+  nats_bus* bus = nullptr;
+  std::vector<uint64_t> subs;
+  std::vector<caf::actor> actors;
+  std::shared_ptr<inbox> box;
+
+  status listen(const std::string& subject, const std::string& queue,
+                caf::actor to) {
+    auto id = forward(*bus, subject, queue, std::move(to));
+    if (!id) return id.err();
+    subs.push_back(*id);
+    return ok;
+  }
+  void stop() {
+    for (uint64_t id : subs)
+      (void)bus->unsubscribe(id);
+    subs.clear();
+    for (auto& a : actors)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    actors.clear();
+    box.reset();
+  }
+};
+
+}  // namespace
+
+// -- agent_node
+// -----------------------------------------------------------------
+
+struct agent_node::impl : node_base {
+  std::vector<worker_actor> workers;
+};
+
+agent_node::agent_node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+agent_node::~agent_node() {
+  impl_->stop();
+}
+const std::vector<worker_actor>& agent_node::workers() const {
+  return impl_->workers;
+}
+
+expected<std::unique_ptr<agent_node>> agent_node::start(
+    caf::actor_system& sys, nats_bus& bus, const agent_options& opt) {
+  if (auto st = check_name("agent name", opt.name); !st) return st.err();
+  if (opt.workers.empty())
+    return make_error(ec::invalid_argument, "an agent needs workers");
+  auto p = std::make_unique<impl>();
+  p->bus = &bus;
+  auto box = inbox::open(bus);
+  if (!box) return box.err();
+  p->box = *box;
+  auto events = spawn_event_publisher(sys, bus, opt.mesh.subj);
+  p->actors.push_back(caf::actor_cast<caf::actor>(events));
+  std::vector<std::pair<uint32_t, worker_actor>> ws;
+  for (auto wo : opt.workers) {
+    if (wo.ledger.id >= max_worker_id)
+      return make_error(ec::invalid_argument,
+                        "worker id " + std::to_string(wo.ledger.id) +
+                            " is not below " + std::to_string(max_worker_id));
+    wo.listener = events;
+    auto w = spawn_worker(sys, wo);
+    if (!w) {
+      p->stop();
+      return w.err();
+    }
+    p->workers.push_back(*w);
+    p->actors.push_back(caf::actor_cast<caf::actor>(*w));
+    ws.emplace_back(wo.ledger.id, *w);
+  }
+  auto ep = sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws);
+  p->actors.push_back(ep);
+  const auto& s = opt.mesh.subj;
+  for (const char* verb : {"bid", "award", "release", "drain"})
+    if (auto st = p->listen(s.agent(opt.name, verb), "", ep); !st) {
+      p->stop();
+      return st.err();
+    }
+  if (auto st = p->listen(s.shard_beat(), "", ep); !st) {
+    p->stop();
+    return st.err();
+  }
+  return std::unique_ptr<agent_node>(new agent_node(std::move(p)));
+}
+
+// -- router_node
+// ----------------------------------------------------------------
+
+struct router_node::impl : node_base {
+  router_actor router;
+  admin_actor admin;
+};
+
+router_node::router_node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+router_node::~router_node() {
+  impl_->stop();
+}
+router_actor router_node::router() const {
+  return impl_->router;
+}
+admin_actor router_node::admin() const {
+  return impl_->admin;
+}
+
+expected<std::unique_ptr<router_node>> router_node::start(
+    caf::actor_system& sys, nats_bus& bus, const router_node_options& opt) {
+  if (auto st = check_name("router name", opt.name); !st) return st.err();
+  if (opt.durable)
+    return make_error(ec::invalid_argument,
+                      "--durable: the JetStream intake is not available yet");
+  auto p = std::make_unique<impl>();
+  p->bus = &bus;
+  auto box = inbox::open(bus);
+  if (!box) return box.err();
+  p->box = *box;
+  router_options ro = opt.router;
+  ro.name = opt.name;
+  ro.workers.clear();
+  ro.speeds.clear();
+  ro.shards.clear();
+  // Liveness comes from the stand-ins (stale heartbeats answer with an
+  // error): one miss is enough, and a tick four times per heartbeat
+  // notices it soon.
+  ro.heartbeat = std::max<caf::timespan>(opt.mesh.heartbeat / 4,
+                                         std::chrono::milliseconds(5));
+  ro.missed_beats = 1;
+  p->router = sys.spawn(kvmesh::router, ro);
+  p->actors.push_back(caf::actor_cast<caf::actor>(p->router));
+  auto dir = sys.spawn(directory, p->box, opt.mesh, p->router);
+  p->admin = caf::actor_cast<admin_actor>(dir);
+  p->actors.push_back(caf::actor_cast<caf::actor>(dir));
+  auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
+                         opt.router.block_tokens);
+  p->actors.push_back(front);
+  auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout);
+  p->actors.push_back(admin_ep);
+  const auto& s = opt.mesh.subj;
+  const auto dir_handle = caf::actor_cast<caf::actor>(dir);
+  for (auto [subject, queue, to] :
+       std::vector<std::tuple<std::string, std::string, caf::actor>>{
+           {s.worker_beat(), "", dir_handle},
+           {s.router_beat(), "", dir_handle},
+           {s.shard_beat(), "", dir_handle},
+           {s.route(), "routers", front},
+           {s.route_json(), "routers", front},
+           {s.router(opt.name, "weights.get"), "", front},
+           {s.router(opt.name, "weights.set"), "", front},
+           {s.prefix + ".admin.>", "admin", admin_ep},
+       }) {
+    if (auto st = p->listen(subject, queue, to); !st) {
+      p->stop();
+      return st.err();
+    }
+  }
+  return std::unique_ptr<router_node>(new router_node(std::move(p)));
+}
+
+// -- shard_node
+// -------------------------------------------------------------------
+
+struct shard_node::impl : node_base {
+  index_shard_actor shard;
+};
+
+shard_node::shard_node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+shard_node::~shard_node() {
+  impl_->stop();
+}
+index_shard_actor shard_node::shard() const {
+  return impl_->shard;
+}
+
+expected<std::unique_ptr<shard_node>> shard_node::start(
+    caf::actor_system& sys, nats_bus& bus, const shard_node_options& opt) {
+  if (opt.shards == 0 || opt.shard.shard >= opt.shards)
+    return make_error(ec::invalid_argument,
+                      "shard " + std::to_string(opt.shard.shard) + "/" +
+                          std::to_string(opt.shards) + ": need I < N");
+  auto p = std::make_unique<impl>();
+  p->bus = &bus;
+  auto shard = spawn_index_shard(sys, opt.shard);
+  if (!shard) return shard.err();
+  p->shard = *shard;
+  p->actors.push_back(caf::actor_cast<caf::actor>(*shard));
+  auto ep = sys.spawn(shard_endpoint, &bus, opt.mesh, *shard, opt.shard.shard,
+                      opt.shards);
+  p->actors.push_back(ep);
+  const auto& s = opt.mesh.subj;
+  for (const auto& subject :
+       {s.kv(opt.shard.shard), s.index_query(opt.shard.shard)})
+    if (auto st = p->listen(subject, "", ep); !st) {
+      p->stop();
+      return st.err();
+    }
+  return std::unique_ptr<shard_node>(new shard_node(std::move(p)));
+}
+
+// -- clients
+// ------------------------------------------------------------------------
+
+expected<decision> route_once(nats_bus& bus, const subjects& subj,
+                              const route_request_msg& r,
+                              std::chrono::milliseconds timeout) {
+  auto reply = bus.request(subj.route(), encode(r), timeout);
+  if (!reply) return reply.err();
+  auto d = decode<decision>(*reply);
+  if (!d) return d.err();
+  if (!d->error.empty()) return make_error(ec::not_found, d->error);
+  return d;
+}
+
+expected<admin_reply> admin_request_call(nats_bus& bus, const subjects& subj,
+                                         const std::string& verb,
+                                         const admin_request& req,
+                                         std::chrono::milliseconds timeout) {
+  auto reply = bus.request(subj.admin(verb), encode(req), timeout);
+  if (!reply) return reply.err();
+  auto a = decode<admin_reply>(*reply);
+  if (!a) return a.err();
+  if (!a->error.empty()) return make_error(ec::invalid_argument, a->error);
+  return a;
+}
+
+expected<router_actor> spawn_remote_router(caf::actor_system& sys,
+                                           nats_bus& bus,
+                                           const mesh_options& opt,
+                                           listener_actor listener) {
+  auto box = inbox::open(bus);
+  if (!box) return box.err();
+  auto r = sys.spawn(remote_router, *box, opt.subj, listener);
+  auto sub =
+      forward(bus, opt.subj.events(), "", caf::actor_cast<caf::actor>(r));
+  if (!sub) {
+    caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+    return sub.err();
+  }
+  // The subscription and the inbox end with the actor.
+  const uint64_t id = *sub;
+  nats_bus* b = &bus;
+  auto keep = *box;
+  r->attach_functor([b, id, keep]() mutable {
+    (void)b->unsubscribe(id);
+    keep.reset();
+  });
+  return caf::actor_cast<router_actor>(r);
+}
+
+}  // namespace kvmesh

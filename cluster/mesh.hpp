@@ -1,0 +1,174 @@
+// The NATS mesh: the processes' roles (node agent, router, index shard) and
+// the clients (route, admin, remote router) over Cap'n Proto on NATS.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/actors.hpp"
+#include "actors/index_shard.hpp"
+#include "actors/router.hpp"
+#include "actors/worker.hpp"
+#include "cluster/nats.hpp"
+#include "core/error.hpp"
+#include "messages/types.hpp"
+
+namespace kvmesh {
+
+// Every subject kvmesh uses, under one prefix (docs/wire.md lists them).
+struct subjects {
+  std::string prefix = "kvmesh";
+
+  std::string route() const { return prefix + ".route"; }
+  std::string route_json() const { return prefix + ".route.json"; }
+  // Durable intake: a route request published on route_durable() + "." +
+  // the client's reply subject, stored in a JetStream work queue.
+  std::string route_durable() const { return prefix + ".route.durable"; }
+  // Pushed heartbeats: WorkerStatus, RouterStatus, ShardStatus.
+  std::string worker_beat() const { return prefix + ".heartbeat.worker"; }
+  std::string router_beat() const { return prefix + ".heartbeat.router"; }
+  std::string shard_beat() const { return prefix + ".heartbeat.shard"; }
+  // A node agent's verbs: bid, award, release, drain.
+  std::string agent(const std::string& name, const char* verb) const {
+    return prefix + ".agent." + name + "." + verb;
+  }
+  // A router's verbs: weights.get, weights.set.
+  std::string router(const std::string& name, const char* verb) const {
+    return prefix + ".router." + name + "." + verb;
+  }
+  std::string kv(uint32_t shard) const {
+    return prefix + ".kv." + std::to_string(shard);
+  }
+  std::string index_query(uint32_t shard) const {
+    return prefix + ".index." + std::to_string(shard) + ".query";
+  }
+  // First tokens and ends of requests (RequestEvents).
+  std::string events() const { return prefix + ".events"; }
+  // workers, routers, shards, prefix, weights.get, weights.set, drain,
+  // undrain; served by any router process (queue group "admin").
+  std::string admin(const std::string& verb) const {
+    return prefix + ".admin." + verb;
+  }
+};
+
+// A name fit for one subject token: letters, digits, '-' and '_'.
+status check_name(const std::string& what, const std::string& name);
+
+struct mesh_options {
+  subjects subj;
+  // Agents push heartbeats this often; routers count a worker out after
+  // missing `missed_beats` of them (or at once when an award goes
+  // unanswered).
+  caf::timespan heartbeat = std::chrono::seconds(1);
+  uint32_t missed_beats = 3;
+  // How long a process waits for a reply on the wire before giving up.
+  caf::timespan call_timeout = std::chrono::seconds(2);
+};
+
+// -- node agent ---------------------------------------------------------------
+
+struct agent_options {
+  mesh_options mesh;
+  std::string name;  // unique per agent: its subjects carry it
+  // One WORKER per entry; each one's ledger.id is its worker id.
+  std::vector<worker_options> workers;
+};
+
+// A running node agent: its WORKERs, served on NATS. Destroying it stops
+// them and unsubscribes.
+class agent_node {
+ public:
+  static expected<std::unique_ptr<agent_node>> start(caf::actor_system& sys,
+                                                     nats_bus& bus,
+                                                     const agent_options& opt);
+  ~agent_node();
+  const std::vector<worker_actor>& workers() const;
+
+  struct impl;
+
+ private:
+  explicit agent_node(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+// -- router -------------------------------------------------------------------
+
+struct router_node_options {
+  mesh_options mesh;
+  std::string name;  // unique per router process
+  // Pricing, deadlines, fan-out; workers and shards come from heartbeats.
+  router_options router;
+  // Pull route requests from the JetStream work queue too (acked once the
+  // decision is sent).
+  bool durable = false;
+};
+
+// A running router process: a ROUTER serving route requests (Cap'n Proto
+// and JSON, queue group "routers"), the mesh's membership from heartbeats,
+// and an ADMIN serving operators' requests (queue group "admin").
+class router_node {
+ public:
+  static expected<std::unique_ptr<router_node>> start(
+      caf::actor_system& sys, nats_bus& bus, const router_node_options& opt);
+  ~router_node();
+  router_actor router() const;
+  admin_actor admin() const;
+
+  struct impl;
+
+ private:
+  explicit router_node(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+// -- index shard --------------------------------------------------------------
+
+struct shard_node_options {
+  mesh_options mesh;
+  index_shard_options shard;  // shard index, RocksDB directory
+  uint32_t shards = 1;        // how many shards the index has
+};
+
+class shard_node {
+ public:
+  static expected<std::unique_ptr<shard_node>> start(
+      caf::actor_system& sys, nats_bus& bus, const shard_node_options& opt);
+  ~shard_node();
+  index_shard_actor shard() const;
+
+  struct impl;
+
+ private:
+  explicit shard_node(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+// -- clients (blocking: for command-line tools, not inside actors)
+// -------------
+
+// Routes one request and waits for the decision (an error names why there
+// is none: no reply in time, or the router's reason).
+expected<decision> route_once(nats_bus& bus, const subjects& subj,
+                              const route_request_msg& r,
+                              std::chrono::milliseconds timeout);
+
+// Sends `verb` (see subjects::admin) to the mesh's ADMIN and waits.
+expected<admin_reply> admin_request_call(nats_bus& bus, const subjects& subj,
+                                         const std::string& verb,
+                                         const admin_request& req,
+                                         std::chrono::milliseconds timeout);
+
+// A ROUTER in another process as an actor of this one: route requests go
+// over NATS (queue group "routers"), so a replay client can drive the mesh.
+// Request events (first tokens, ends) published by agents go to
+// `listener` when set.
+expected<router_actor> spawn_remote_router(caf::actor_system& sys,
+                                           nats_bus& bus,
+                                           const mesh_options& opt,
+                                           listener_actor listener);
+
+}  // namespace kvmesh

@@ -1,0 +1,340 @@
+// Stand-ins for remote actors: node agents and their workers, index shards,
+// and the publisher of request events.
+#include "cluster/remote.hpp"
+
+#include "messages/codec.hpp"
+
+namespace kvmesh {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+caf::error to_caf(const error& e) {
+  return caf::make_error(e.code, e.message);
+}
+
+// -- agent link ---------------------------------------------------------------
+
+struct link_state {
+  static inline const char* name = "agent_link";
+  struct bid_batch {
+    call_for_bids cfb;  // its workers list grows per worker asked
+    std::vector<caf::typed_response_promise<bid>> promises;
+  };
+  subjects subj;
+  std::string agent;
+  caf::timespan timeout{};
+  pending_calls calls;
+  std::unordered_map<uint64_t, bid_batch> bids;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> releases;
+  bool flushing = false;
+};
+
+using link_pointer = agent_link_actor::stateful_pointer<link_state>;
+
+// The router sends its calls for one auction in one go: they all sit in
+// this mailbox before the flush that this schedules, so one message per
+// agent carries them.
+void schedule_flush(link_pointer self) {
+  if (self->state.flushing) return;
+  self->state.flushing = true;
+  self->send(self, flush_atom::value);
+}
+
+void flush(link_pointer self) {
+  auto& st = self->state;
+  st.flushing = false;
+  for (auto& [id, b] : st.bids) {
+    auto workers = b.cfb.workers;
+    auto promises = std::move(b.promises);
+    st.calls.call(self, st.subj.agent(st.agent, "bid"), encode(b.cfb),
+                  st.timeout, [workers, promises](expected<bytes> r) mutable {
+                    expected<bid_list> bids =
+                        r ? decode<bid_list>(*r) : expected<bid_list>(r.err());
+                    if (bids && !bids->error.empty())
+                      bids = make_error(ec::not_found, bids->error);
+                    for (size_t i = 0; i < workers.size(); ++i) {
+                      if (!bids) {
+                        promises[i].deliver(to_caf(bids.err()));
+                        continue;
+                      }
+                      bool found = false;
+                      for (const bid& b : bids->bids)
+                        if (b.worker == workers[i]) {
+                          promises[i].deliver(b);
+                          found = true;
+                          break;
+                        }
+                      if (!found)
+                        promises[i].deliver(caf::make_error(
+                            ec::not_found, "no bid from worker " +
+                                               std::to_string(workers[i])));
+                    }
+                  });
+  }
+  st.bids.clear();
+  for (auto& [id, workers] : st.releases)
+    (void)st.calls.box().bus().publish(st.subj.agent(st.agent, "release"),
+                                       encode(release_msg{id, workers}));
+  st.releases.clear();
+}
+
+agent_link_actor::behavior_type agent_link(link_pointer self,
+                                           std::shared_ptr<inbox> box,
+                                           mesh_options mesh,
+                                           std::string agent) {
+  auto& st = self->state;
+  st.subj = mesh.subj;
+  st.agent = std::move(agent);
+  st.timeout = mesh.call_timeout;
+  st.calls.attach(std::move(box));
+  return {
+      [=](bid_atom, uint32_t w, call_for_bids& cfb) -> caf::result<bid> {
+        auto& b = self->state.bids[cfb.request.id];
+        if (b.promises.empty()) {
+          b.cfb = std::move(cfb);
+          b.cfb.workers.clear();
+        }
+        b.cfb.workers.push_back(w);
+        auto rp = self->make_response_promise<bid>();
+        b.promises.push_back(rp);
+        schedule_flush(self);
+        return rp;
+      },
+      [=](award_atom, uint32_t w, route_request_msg& r,
+          double expected_queued) -> caf::result<award_reply> {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<award_reply>();
+        st.calls.call(self, st.subj.agent(st.agent, "award"),
+                      encode(award_msg{std::move(r), expected_queued, w}),
+                      st.timeout, [rp](expected<bytes> reply) mutable {
+                        if (!reply) {
+                          rp.deliver(to_caf(reply.err()));
+                          return;
+                        }
+                        auto a = decode<award_reply>(*reply);
+                        if (!a)
+                          rp.deliver(to_caf(a.err()));
+                        else
+                          rp.deliver(std::move(*a));
+                      });
+        return rp;
+      },
+      [=](release_atom, uint32_t w, uint64_t request) {
+        self->state.releases[request].push_back(w);
+        schedule_flush(self);
+      },
+      [=](put_atom, drain_atom, uint32_t w, bool on) {
+        auto& st = self->state;
+        admin_request req;
+        req.worker = w;
+        req.on = on;
+        (void)st.calls.box().bus().publish(st.subj.agent(st.agent, "drain"),
+                                           encode(req));
+      },
+      [=](flush_atom) { flush(self); },
+      [=](reply_atom, uint64_t seq, bytes& payload) {
+        self->state.calls.complete(seq, std::move(payload));
+      },
+      [=](sweep_atom) { self->state.calls.sweep(self); },
+  };
+}
+
+// -- remote worker ------------------------------------------------------------
+
+struct remote_worker_state {
+  static inline const char* name = "remote_worker";
+  uint32_t id = 0;
+  agent_link_actor link;
+  caf::timespan stale{};
+  worker_status last;
+  steady::time_point seen;
+  bool heard = false;
+};
+
+remote_worker_actor::behavior_type remote_worker(
+    remote_worker_actor::stateful_pointer<remote_worker_state> self,
+    uint32_t id, agent_link_actor link, caf::timespan stale) {
+  self->state.id = id;
+  self->state.link = std::move(link);
+  self->state.stale = stale;
+  return {
+      [=](bid_atom, call_for_bids& cfb) -> caf::result<bid> {
+        return self->delegate(self->state.link, bid_atom::value, self->state.id,
+                              std::move(cfb));
+      },
+      [=](award_atom, route_request_msg& r,
+          double expected_queued) -> caf::result<award_reply> {
+        return self->delegate(self->state.link, award_atom::value,
+                              self->state.id, std::move(r), expected_queued);
+      },
+      [=](release_atom, uint64_t request) {
+        self->send(self->state.link, release_atom::value, self->state.id,
+                   request);
+      },
+      [=](status_atom) -> caf::result<worker_status> {
+        auto& st = self->state;
+        const auto age = steady::now() - st.seen;
+        if (!st.heard || age > st.stale)
+          return caf::make_error(
+              ec::timeout,
+              "no heartbeat from worker " + std::to_string(st.id) + " for " +
+                  std::to_string(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(age)
+                          .count()) +
+                  " ms");
+        return st.last;
+      },
+      [=](put_atom, drain_atom, bool on) {
+        self->send(self->state.link, put_atom::value, drain_atom::value,
+                   self->state.id, on);
+      },
+      // The agent learns the shards itself; steps run at the agent.
+      [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
+      [=](step_atom) {},
+      [=](put_atom, worker_status& s) {
+        auto& st = self->state;
+        st.last = std::move(s);
+        st.seen = steady::now();
+        st.heard = true;
+      },
+  };
+}
+
+// -- remote index shard -------------------------------------------------------
+
+struct remote_shard_state {
+  static inline const char* name = "remote_shard";
+  subjects subj;
+  uint32_t shard = 0;
+  caf::timespan timeout{};
+  pending_calls calls;
+  shard_status last;
+  bool heard = false;
+};
+
+remote_shard_actor::behavior_type remote_shard(
+    remote_shard_actor::stateful_pointer<remote_shard_state> self,
+    std::shared_ptr<inbox> box, mesh_options mesh, uint32_t shard) {
+  auto& st = self->state;
+  st.subj = mesh.subj;
+  st.shard = shard;
+  st.timeout = mesh.call_timeout;
+  st.calls.attach(std::move(box));
+  return {
+      [=](kv_atom, uint32_t worker, std::vector<cache_event>& events) {
+        auto& st = self->state;
+        (void)st.calls.box().bus().publish(
+            st.subj.kv(st.shard), encode(kv_batch{worker, std::move(events)}));
+      },
+      [=](query_atom, std::vector<uint64_t>& chain)
+          -> caf::result<std::vector<holder_match>> {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<std::vector<holder_match>>();
+        st.calls.call(self, st.subj.index_query(st.shard),
+                      encode(index_query{std::move(chain)}), st.timeout,
+                      [rp](expected<bytes> reply) mutable {
+                        if (!reply) {
+                          rp.deliver(to_caf(reply.err()));
+                          return;
+                        }
+                        auto r = decode<index_reply>(*reply);
+                        if (!r)
+                          rp.deliver(to_caf(r.err()));
+                        else if (!r->error.empty())
+                          rp.deliver(caf::make_error(ec::not_found, r->error));
+                        else
+                          rp.deliver(std::move(r->holders));
+                      });
+        return rp;
+      },
+      // A worker that left is forgotten by the shard's own process.
+      [=](drop_atom, uint32_t) {},
+      [=](status_atom) -> caf::result<shard_status> {
+        auto& st = self->state;
+        if (!st.heard)
+          return caf::make_error(ec::timeout, "no heartbeat from shard " +
+                                                  std::to_string(st.shard));
+        return st.last;
+      },
+      [=](reply_atom, uint64_t seq, bytes& payload) {
+        self->state.calls.complete(seq, std::move(payload));
+      },
+      [=](sweep_atom) { self->state.calls.sweep(self); },
+      [=](put_atom, shard_status& s) {
+        self->state.last = std::move(s);
+        self->state.heard = true;
+      },
+  };
+}
+
+// -- request events -----------------------------------------------------------
+
+struct event_publisher_state {
+  static inline const char* name = "event_publisher";
+  nats_bus* bus = nullptr;
+  std::string subject;
+  request_events out;
+  bool flushing = false;
+};
+
+event_publisher_actor::behavior_type event_publisher(
+    event_publisher_actor::stateful_pointer<event_publisher_state> self,
+    nats_bus* bus, std::string subject) {
+  self->state.bus = bus;
+  self->state.subject = std::move(subject);
+  auto add = [=](request_event e) {
+    auto& st = self->state;
+    st.out.events.push_back(e);
+    if (!st.flushing) {
+      st.flushing = true;
+      self->send(self, flush_atom::value);
+    }
+  };
+  return {
+      [=](first_atom, uint64_t id, uint32_t gpu, uint32_t host, uint32_t disk) {
+        add(request_event{id, 0, false, gpu, host, disk});
+      },
+      [=](done_atom, uint64_t id) {
+        add(request_event{id, 0, true, 0, 0, 0});
+      },
+      [=](flush_atom) {
+        auto& st = self->state;
+        st.flushing = false;
+        if (st.out.events.empty()) return;
+        (void)st.bus->publish(st.subject, encode(st.out));
+        st.out.events.clear();
+      },
+  };
+}
+
+}  // namespace
+
+agent_link_actor spawn_agent_link(caf::actor_system& sys,
+                                  std::shared_ptr<inbox> box,
+                                  const mesh_options& mesh,
+                                  const std::string& agent) {
+  return sys.spawn(agent_link, std::move(box), mesh, agent);
+}
+
+remote_worker_actor spawn_remote_worker(caf::actor_system& sys, uint32_t id,
+                                        agent_link_actor link,
+                                        caf::timespan stale) {
+  return sys.spawn(remote_worker, id, std::move(link), stale);
+}
+
+remote_shard_actor spawn_remote_shard(caf::actor_system& sys,
+                                      std::shared_ptr<inbox> box,
+                                      const mesh_options& mesh,
+                                      uint32_t shard) {
+  return sys.spawn(remote_shard, std::move(box), mesh, shard);
+}
+
+event_publisher_actor spawn_event_publisher(caf::actor_system& sys,
+                                            nats_bus& bus,
+                                            const subjects& subj) {
+  return sys.spawn(event_publisher, &bus, subj.events());
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,65 @@
+// Actors that stand in for actors of other processes: they implement the
+// interfaces of actors/actors.hpp over NATS subjects, so that a ROUTER or a
+// WORKER talks to a remote peer as to a local one.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/actors.hpp"
+#include "cluster/bridge.hpp"
+#include "cluster/mesh.hpp"
+
+namespace kvmesh {
+
+// A node agent as a router process sees it: calls for bids to several of
+// its workers travel as one message, releases likewise.
+using agent_link_actor = caf::typed_actor<
+    caf::replies_to<bid_atom, uint32_t, call_for_bids>::with<bid>,
+    caf::replies_to<award_atom, uint32_t, route_request_msg,
+                    double>::with<award_reply>,
+    caf::reacts_to<release_atom, uint32_t, uint64_t>,
+    caf::reacts_to<put_atom, drain_atom, uint32_t, bool>,
+    caf::reacts_to<flush_atom>, caf::reacts_to<reply_atom, uint64_t, bytes>,
+    caf::reacts_to<sweep_atom>>;
+
+// A remote WORKER: bids and awards go through its agent's link; its status
+// is its last pushed heartbeat, or an error once that is older than the
+// staleness bound (the router then counts it out).
+using remote_worker_actor =
+    worker_actor::extend<caf::reacts_to<put_atom, worker_status>>;
+
+// A remote INDEX SHARD: KV batches are published, queries are calls; its
+// status is its last heartbeat.
+using remote_shard_actor =
+    index_shard_actor::extend<caf::reacts_to<reply_atom, uint64_t, bytes>,
+                              caf::reacts_to<sweep_atom>,
+                              caf::reacts_to<put_atom, shard_status>>;
+
+agent_link_actor spawn_agent_link(caf::actor_system& sys,
+                                  std::shared_ptr<inbox> box,
+                                  const mesh_options& mesh,
+                                  const std::string& agent);
+
+remote_worker_actor spawn_remote_worker(caf::actor_system& sys, uint32_t id,
+                                        agent_link_actor link,
+                                        caf::timespan stale);
+
+remote_shard_actor spawn_remote_shard(caf::actor_system& sys,
+                                      std::shared_ptr<inbox> box,
+                                      const mesh_options& mesh, uint32_t shard);
+
+// Publishes the first tokens and ends its workers report, batched per
+// mailbox drain, on subjects::events().
+using event_publisher_actor =
+    listener_actor::extend<caf::reacts_to<flush_atom>>;
+
+event_publisher_actor spawn_event_publisher(caf::actor_system& sys,
+                                            nats_bus& bus,
+                                            const subjects& subj);
+
+}  // namespace kvmesh

@@ -1,0 +1,429 @@
+// Tests of cluster/mesh: node agents, router processes and index shards on
+// a real nats-server, each with its own connection as separate processes
+// would have, driven by clients that speak only the wire.
+#include "cluster/mesh.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/block_hash.hpp"
+#include "core/sim.hpp"
+#include "messages/codec.hpp"
+#include "nats_server.hpp"
+
+namespace kvmesh::test {
+namespace {
+
+using namespace std::chrono_literals;
+using bytes = std::vector<uint8_t>;
+
+constexpr auto beat = std::chrono::milliseconds(100);
+
+mesh_options mesh() {
+  mesh_options m;
+  m.heartbeat = beat;
+  m.call_timeout = 500ms;
+  return m;
+}
+
+std::unique_ptr<nats_bus> connect(const std::string& url) {
+  nats_options o;
+  o.url = url;
+  auto bus = nats_bus::connect(o);
+  EXPECT_TRUE(bus) << bus.err().message;
+  return bus ? std::move(*bus) : nullptr;
+}
+
+// Waits until `pred` holds or `limit` passes.
+template <class F>
+bool eventually(F pred, std::chrono::milliseconds limit = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+// A request of `blocks` blocks whose chain starts with `family` (requests of
+// one family share their prefix).
+route_request_msg request(uint64_t id, uint64_t family, uint32_t blocks) {
+  route_request_msg r;
+  r.id = id;
+  uint64_t h = family * 0x9E3779B97F4A7C15ull + 1;
+  for (uint32_t i = 0; i < blocks; ++i) {
+    h = h * 6364136223846793005ull + (i < blocks / 2 ? 0 : id);
+    r.blocks.push_back(h);
+  }
+  r.input_tokens = blocks * 16;
+  r.output_tokens = 4;
+  return r;
+}
+
+// A mesh of separate "processes" in one test: every role has its own NATS
+// connection; they share only the actor system.
+class mesh_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The system keeps a reference to its configuration.
+    cfg_ = std::make_unique<caf::actor_system_config>();
+    register_types(*cfg_);
+    sys_ = std::make_unique<caf::actor_system>(*cfg_);
+  }
+  void TearDown() override {
+    routers_.clear();
+    agents_.clear();
+    shards_.clear();
+    buses_.clear();
+    sys_.reset();
+  }
+
+  nats_bus& bus() {
+    buses_.push_back(connect(server_.url()));
+    return *buses_.back();
+  }
+
+  void start_agent(const std::string& name, uint32_t first, uint32_t n) {
+    sim_config cfg;
+    cfg.workers = 8;
+    cfg.gpu_blocks = 512;
+    cfg.block_tokens = 16;
+    agent_options o;
+    o.mesh = mesh();
+    o.name = name;
+    for (uint32_t w = first; w < first + n; ++w) {
+      worker_options wo;
+      wo.engine = fleet_engine_config(cfg, w);
+      auto probe = engine::make(wo.engine);
+      ASSERT_TRUE(probe);
+      wo.ledger = fleet_worker_config(cfg, w, *probe);
+      wo.time_scale = 20;  // requests end soon
+      o.workers.push_back(wo);
+    }
+    auto a = agent_node::start(*sys_, bus(), o);
+    ASSERT_TRUE(a) << a.err().message;
+    agents_[name] = std::move(*a);
+  }
+
+  void start_router(const std::string& name) {
+    router_node_options o;
+    o.mesh = mesh();
+    o.name = name;
+    o.router.block_tokens = 16;
+    o.router.bid_deadline = 200ms;
+    o.router.award_deadline = 200ms;
+    o.router.fanout = 4;  // above it, the index picks the bidders
+    auto r = router_node::start(*sys_, bus(), o);
+    ASSERT_TRUE(r) << r.err().message;
+    routers_.push_back(std::move(*r));
+  }
+
+  void start_shard(uint32_t i, uint32_t n) {
+    shard_node_options o;
+    o.mesh = mesh();
+    o.shard.shard = i;
+    o.shards = n;
+    auto s = shard_node::start(*sys_, bus(), o);
+    ASSERT_TRUE(s) << s.err().message;
+    shards_.push_back(std::move(*s));
+  }
+
+  // 8 workers on 2 agents, 2 routers, 2 shards; returns once every router
+  // sees all 8 workers.
+  void start_mesh() {
+    start_shard(0, 2);
+    start_shard(1, 2);
+    start_agent("node-a", 0, 4);
+    start_agent("node-b", 4, 4);
+    start_router("r1");
+    start_router("r2");
+    auto& client = bus();
+    ASSERT_TRUE(eventually([&] {
+      auto w = admin_request_call(client, subjects{}, "workers", {}, 1000ms);
+      return w && w->workers.size() == 8;
+    }));
+  }
+
+  test::nats_server server_;
+  std::unique_ptr<caf::actor_system_config> cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  std::vector<std::unique_ptr<nats_bus>> buses_;
+  std::map<std::string, std::unique_ptr<agent_node>> agents_;
+  std::vector<std::unique_ptr<router_node>> routers_;
+  std::vector<std::unique_ptr<shard_node>> shards_;
+};
+
+// Publishes route requests without waiting and counts the decisions that
+// come back per request id, as a load generator would.
+class route_client {
+ public:
+  explicit route_client(nats_bus& bus) : bus_(bus) {
+    auto sub = bus_.subscribe("_INBOX.mesh_test.>", "", [this](nats_message m) {
+      auto d = decode<decision>(m.payload);
+      std::lock_guard<std::mutex> g(mu_);
+      if (!d) {
+        ++undecodable_;
+        return;
+      }
+      if (!d->error.empty()) {
+        errors_.push_back(d->error);
+        return;
+      }
+      ++decisions_[d->request];
+      ++by_worker_[d->worker];
+    });
+    EXPECT_TRUE(sub);
+  }
+  void send(const route_request_msg& r) {
+    EXPECT_TRUE(bus_.publish(subjects{}.route(), encode(r),
+                             "_INBOX.mesh_test." + std::to_string(r.id)));
+  }
+  size_t decided() {
+    std::lock_guard<std::mutex> g(mu_);
+    return decisions_.size();
+  }
+  std::map<uint64_t, int> decisions() {
+    std::lock_guard<std::mutex> g(mu_);
+    return decisions_;
+  }
+  std::map<uint32_t, int> by_worker() {
+    std::lock_guard<std::mutex> g(mu_);
+    return by_worker_;
+  }
+  std::vector<std::string> errors() {
+    std::lock_guard<std::mutex> g(mu_);
+    return errors_;
+  }
+
+ private:
+  nats_bus& bus_;
+  std::mutex mu_;
+  std::map<uint64_t, int> decisions_;
+  std::map<uint32_t, int> by_worker_;
+  std::vector<std::string> errors_;
+  int undecodable_ = 0;
+};
+
+TEST_F(mesh_test, every_request_gets_exactly_one_decision) {
+  start_mesh();
+  route_client client(bus());
+  constexpr uint64_t n = 1000;
+  for (uint64_t id = 1; id <= n; ++id) {
+    client.send(request(id, id % 20, 8));
+    if (id % 50 == 0) std::this_thread::sleep_for(5ms);  // a steady load
+  }
+  ASSERT_TRUE(eventually([&] { return client.decided() == n; }, 30000ms))
+      << client.decided() << " of " << n << " decided; first error: "
+      << (client.errors().empty() ? "none" : client.errors().front());
+  std::this_thread::sleep_for(200ms);  // time for a duplicate to show
+  auto d = client.decisions();
+  ASSERT_EQ(d.size(), n);
+  for (auto& [id, count] : d)
+    EXPECT_EQ(count, 1) << "request " << id;
+  EXPECT_TRUE(client.errors().empty());
+  // Both routers decided (queue group), and the load spread over workers.
+  expected<admin_reply> routers = make_error(ec::not_found, "none asked");
+  ASSERT_TRUE(eventually([&] {
+    routers =
+        admin_request_call(*buses_.back(), subjects{}, "routers", {}, 1000ms);
+    return routers && routers->routers.size() == 2 &&
+           routers->routers[0].decisions + routers->routers[1].decisions == n;
+  })) << (routers ? routers->routers.size() : 0)
+      << " routers";
+  for (const auto& r : routers->routers)
+    EXPECT_GT(r.decisions, 0u) << r.name;
+  EXPECT_GE(client.by_worker().size(), 4u);
+}
+
+TEST_F(mesh_test, admin_lists_workers_shards_and_prefix_holders) {
+  start_mesh();
+  auto& c = bus();
+  auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w) << w.err().message;
+  ASSERT_EQ(w->workers.size(), 8u);
+  for (uint32_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(w->workers[i].worker, i);
+    EXPECT_FALSE(w->workers[i].gone);
+    EXPECT_EQ(w->workers[i].capacity, 512u);
+    EXPECT_EQ(w->workers[i].agent, i < 4 ? "node-a" : "node-b");
+  }
+  ASSERT_TRUE(eventually([&] {
+    auto s = admin_request_call(c, subjects{}, "shards", {}, 1000ms);
+    return s && s->shards.size() == 2 && s->shards[0].shards == 2;
+  }));
+  // A routed request's blocks reach the index through KV events.
+  auto r = request(77, 3, 8);
+  auto d = route_once(c, subjects{}, r, 2000ms);
+  ASSERT_TRUE(d) << d.err().message;
+  admin_request q;
+  q.chain = r.blocks;
+  ASSERT_TRUE(eventually([&] {
+    auto h = admin_request_call(c, subjects{}, "prefix", q, 1000ms);
+    return h && !h->holders.empty() && h->holders.front().worker == d->worker &&
+           h->holders.front().gpu == 8;
+  }));
+}
+
+TEST_F(mesh_test, weights_set_reach_every_router_and_drain_steers) {
+  start_mesh();
+  auto& c = bus();
+  ASSERT_TRUE(eventually([&] {
+    auto r = admin_request_call(c, subjects{}, "routers", {}, 1000ms);
+    return r && r->routers.size() == 2;
+  }));
+  admin_request set;
+  set.weights.beta = 0.5;
+  auto n = admin_request_call(c, subjects{}, "weights.set", set, 2000ms);
+  ASSERT_TRUE(n) << n.err().message;
+  EXPECT_EQ(n->count, 2u);
+  for (auto& r : routers_) {
+    caf::scoped_actor self{*sys_};
+    price_config got;
+    self->request(r->router(), 1s, get_atom::value, weights_atom::value)
+        .receive([&](const price_config& p) { got = p; },
+                 [&](caf::error& e) { FAIL() << caf::to_string(e); });
+    EXPECT_EQ(got.beta, 0.5);
+  }
+  // Bad weights are refused with the weight named.
+  set.weights.c_host = 7;
+  auto bad = admin_request_call(c, subjects{}, "weights.set", set, 2000ms);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.err().message.find("c_host"), std::string::npos);
+  // Drain all but worker 5: every decision goes there.
+  for (uint32_t w = 0; w < 8; ++w) {
+    if (w == 5) continue;
+    admin_request dr;
+    dr.worker = w;
+    auto ok = admin_request_call(c, subjects{}, "drain", dr, 2000ms);
+    ASSERT_TRUE(ok) << ok.err().message;
+  }
+  ASSERT_TRUE(eventually([&] {
+    auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+    if (!w) return false;
+    size_t draining = 0;
+    for (auto& s : w->workers)
+      draining += s.draining;
+    return draining == 7;
+  }));
+  for (uint64_t id = 500; id < 520; ++id) {
+    auto d = route_once(c, subjects{}, request(id, id, 4), 2000ms);
+    ASSERT_TRUE(d) << d.err().message;
+    EXPECT_EQ(d->worker, 5u);
+  }
+  admin_request unknown;
+  unknown.worker = 99;
+  EXPECT_FALSE(admin_request_call(c, subjects{}, "drain", unknown, 2000ms));
+}
+
+TEST_F(mesh_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
+  start_mesh();
+  auto& watch = bus();
+  // Awards published to node-b after the cut-off: there must be none.
+  std::atomic<int64_t> last_award_ns{0};
+  ASSERT_TRUE(watch.subscribe(
+      subjects{}.agent("node-b", "award"), "", [&](nats_message) {
+        last_award_ns =
+            std::chrono::steady_clock::now().time_since_epoch().count();
+      }));
+  route_client client(bus());
+  uint64_t id = 1;
+  for (; id <= 200; ++id)
+    client.send(request(id, id % 20, 8));
+  ASSERT_TRUE(eventually([&] { return client.decided() == 200; }, 10000ms));
+  ASSERT_GT(last_award_ns.load(), 0);  // node-b was taking work
+  const auto killed = std::chrono::steady_clock::now();
+  agents_.erase("node-b");  // its connection stays: only the node died
+  // Routing goes on meanwhile.
+  const auto until = killed + 6 * beat;
+  while (std::chrono::steady_clock::now() < until) {
+    client.send(request(id, id % 20, 8));
+    ++id;
+    std::this_thread::sleep_for(2ms);
+  }
+  const uint64_t sent = id - 1;
+  ASSERT_TRUE(eventually([&] { return client.decided() == sent; }, 10000ms))
+      << client.decided() << " of " << sent;
+  const auto last = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(last_award_ns.load()));
+  EXPECT_LT(last - killed, 3 * beat)
+      << "awards went to the dead agent "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(last - killed)
+             .count()
+      << " ms after its death";
+  // Node-b's workers decided before the kill.
+  for (auto& [w, n] : client.by_worker()) {
+    if (w >= 4) {
+      EXPECT_GT(n, 0);
+    }
+  }
+  auto w = admin_request_call(watch, subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w);
+  for (auto& s : w->workers)
+    EXPECT_EQ(s.gone, s.worker >= 4) << "worker " << s.worker;
+}
+
+TEST_F(mesh_test, malformed_payloads_are_counted_and_answered) {
+  start_mesh();
+  auto& c = bus();
+  const bytes garbage = {1, 2, 3, 4, 5, 6, 7};
+  const auto before = decode_errors(msg_kind::route_request);
+  auto reply = c.request(subjects{}.route(), garbage, 2000ms);
+  ASSERT_TRUE(reply) << reply.err().message;
+  auto d = decode<decision>(*reply);
+  ASSERT_TRUE(d);
+  EXPECT_NE(d->error.find("RouteRequest"), std::string::npos) << d->error;
+  EXPECT_EQ(decode_errors(msg_kind::route_request), before + 1);
+  // The JSON form answers in JSON, naming the field.
+  const std::string bad_json = R"({"id": 1, "tokens": "many"})";
+  auto jr = c.request(subjects{}.route_json(),
+                      bytes(bad_json.begin(), bad_json.end()), 2000ms);
+  ASSERT_TRUE(jr);
+  const std::string text(jr->begin(), jr->end());
+  EXPECT_NE(text.find("\"error\""), std::string::npos) << text;
+  EXPECT_NE(text.find("tokens"), std::string::npos) << text;
+  // And a good JSON request is routed.
+  const std::string good =
+      R"({"id": 5, "tokens": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]})";
+  auto ok = c.request(subjects{}.route_json(), bytes(good.begin(), good.end()),
+                      2000ms);
+  ASSERT_TRUE(ok);
+  const std::string ok_text(ok->begin(), ok->end());
+  EXPECT_NE(ok_text.find("\"worker\""), std::string::npos) << ok_text;
+  // Calls for bids, awards, index queries and admin requests likewise.
+  const auto bids_before = decode_errors(msg_kind::call_for_bids);
+  auto b = c.request(subjects{}.agent("node-a", "bid"), garbage, 2000ms);
+  ASSERT_TRUE(b);
+  auto bl = decode<bid_list>(*b);
+  ASSERT_TRUE(bl);
+  EXPECT_NE(bl->error.find("CallForBids"), std::string::npos);
+  EXPECT_EQ(decode_errors(msg_kind::call_for_bids), bids_before + 1);
+  auto a = c.request(subjects{}.agent("node-a", "award"), garbage, 2000ms);
+  ASSERT_TRUE(a);
+  auto ar = decode<award_reply>(*a);
+  ASSERT_TRUE(ar);
+  EXPECT_FALSE(ar->accepted);
+  EXPECT_NE(ar->reason.find("Award"), std::string::npos);
+  auto q = c.request(subjects{}.index_query(0), garbage, 2000ms);
+  ASSERT_TRUE(q);
+  auto qr = decode<index_reply>(*q);
+  ASSERT_TRUE(qr);
+  EXPECT_NE(qr->error.find("IndexQuery"), std::string::npos);
+  auto ad = c.request(subjects{}.admin("drain"), garbage, 2000ms);
+  ASSERT_TRUE(ad);
+  auto adr = decode<admin_reply>(*ad);
+  ASSERT_TRUE(adr);
+  EXPECT_NE(adr->error.find("AdminRequest"), std::string::npos);
+  // Heartbeats of garbage change nothing.
+  ASSERT_TRUE(c.publish(subjects{}.worker_beat(), garbage));
+  auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->workers.size(), 8u);
+}
+
+}  // namespace
+}  // namespace kvmesh::test
