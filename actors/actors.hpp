@@ -75,7 +75,8 @@ typename Inspector::result_type inspect(Inspector& f, cache_event& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, router_status& x) {
   return f(caf::meta::type_name("router_status"), x.name, x.decisions,
-           x.reauctions, x.held, x.overloaded, x.live_workers, x.workers);
+           x.reauctions, x.held, x.overloaded, x.live_workers, x.workers,
+           x.auction_p50_us, x.auction_p99_us, x.nats_in, x.nats_out);
 }
 
 template <class Inspector>

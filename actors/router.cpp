@@ -48,6 +48,14 @@ void award_next(rpointer self, auction_ptr a) {
             if (reply.accepted) {
               release_others(self, a, w);
               ++st.decisions;
+              const float us = std::chrono::duration<float, std::micro>(
+                                   self->clock().now() - a->arrived)
+                                   .count();
+              if (st.latency_us.size() < router_state::latency_window)
+                st.latency_us.push_back(us);
+              else
+                st.latency_us[st.latency_next++ %
+                              router_state::latency_window] = us;
               a->promise.deliver(
                   decision{a->request.id, w, a->round, a->prices, {}});
               return;
@@ -256,6 +264,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
               ec::empty_input,
               "request " + std::to_string(r.id) + " has no prompt blocks");
         auto a = std::make_shared<auction>();
+        a->arrived = self->clock().now();
         a->request = std::move(r);
         a->promise = self->make_response_promise<decision>();
         call_for_bids_(self, a);
@@ -278,6 +287,16 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         for (const auto& m : st.members) {
           s.workers += m.present;
           s.live_workers += m.present && m.live;
+        }
+        if (!st.latency_us.empty()) {
+          std::vector<float> v = st.latency_us;
+          auto at = [&](double q) {
+            auto k = static_cast<size_t>(q * static_cast<double>(v.size() - 1));
+            std::nth_element(v.begin(), v.begin() + k, v.end());
+            return static_cast<double>(v[k]);
+          };
+          s.auction_p50_us = at(0.5);
+          s.auction_p99_us = at(0.99);
         }
         return s;
       },

@@ -44,6 +44,7 @@ struct router_options {
 
 // One request's auction, from call for bids to a confirmed award.
 struct auction {
+  caf::actor_clock::time_point arrived;
   route_request_msg request;
   caf::typed_response_promise<decision> promise;
   uint32_t round = 0;            // auctions run so far
@@ -69,6 +70,10 @@ struct router_state {
   uint64_t decisions = 0;
   uint64_t reauctions = 0;
   uint64_t overloaded = 0;
+  // The last decisions' latencies (a ring), for status percentiles.
+  static constexpr size_t latency_window = 4096;
+  std::vector<float> latency_us;
+  size_t latency_next = 0;
 };
 
 router_actor::behavior_type router(

@@ -1,10 +1,18 @@
-// `kvmesh up --embedded`: the whole mesh (WORKERs with simulated GPUs and
-// ROUTERs) in one process; with --trace it replays a trace through it on
-// the wall clock and prints the same table as `kvmesh sim`.
+// `kvmesh up`: the mesh on NATS as child processes (nats-server, index
+// shards, node agents, routers) until Ctrl-C; with --embedded, the whole mesh
+// (WORKERs with simulated GPUs and ROUTERs) in one process, where --trace
+// replays a trace through it on the wall clock and prints the same table as
+// `kvmesh sim`.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -14,6 +22,7 @@
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
 #include "cli/commands.hpp"
+#include "cli/process.hpp"
 #include "cli/report.hpp"
 
 namespace kvmesh::cli {
@@ -30,20 +39,33 @@ struct up_options {
   double time_scale = 1;
   double timeout_s = 3600;
   sim_config cfg;  // fleet, engine and price settings shared with sim
+  // The mesh on NATS (without --embedded).
+  std::string nats;  // empty: start our own nats-server
+  std::string nats_server = "nats-server";
+  std::string prefix = "kvmesh";
+  uint32_t agents = 1;
+  uint32_t heartbeat_ms = 1000;
+  bool durable = false;
+  // Flags of one mode only, to reject them in the other.
+  std::vector<CLI::Option*> replay_only;
+  std::vector<CLI::Option*> mesh_only;
 };
 
 volatile std::sig_atomic_t interrupted = 0;
+
+int run_up_mesh(const up_options& o);
 
 int run_up(const up_options& o) {
   auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "kvmesh up: %s\n", msg.c_str());
     return 2;
   };
-  if (!o.embedded)
-    return fail(
-        "only --embedded (one process, in-process bus) is available "
-        "so far; the NATS mesh comes with `kvmesh agent` and "
-        "`kvmesh router`");
+  if (!o.embedded) return run_up_mesh(o);
+  for (const CLI::Option* opt : o.mesh_only)
+    if (opt->count() > 0)
+      return fail(opt->get_name() +
+                  ": only for the NATS mesh (without "
+                  "--embedded)");
   const sim_config& cfg = o.cfg;
   if (auto st = validate(cfg); !st) return fail(st.err().message);
   std::shared_ptr<std::vector<trace_request>> trace;
@@ -163,12 +185,280 @@ int run_up(const up_options& o) {
   return 0;
 }
 
+// -- the mesh on NATS, as child processes ---------------------------------
+
+// A number as a flag value that reads back the same, as short as it can
+// be: 0.05, not 0.050000000000000003.
+std::string arg(double v) {
+  char buf[64];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+template <class T>
+std::string arg(T v) {
+  return std::to_string(v);
+}
+
+struct child_proc {
+  std::string role;  // nats-server, index, agent, router
+  std::string name;
+  pid_t pid = -1;
+};
+
+// Removes the data directory up made for itself, whatever the way out.
+struct temp_dir_guard {
+  std::string path;
+  ~temp_dir_guard() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Stops `procs` (`sig`, SIGKILL after the grace), reporting those that did
+// not stop cleanly.
+void stop_procs(std::vector<child_proc>& procs, int sig) {
+  std::vector<pid_t> pids;
+  for (const auto& p : procs)
+    pids.push_back(p.pid);
+  std::vector<int> statuses;
+  stop_children(pids, std::chrono::seconds(5), statuses, sig);
+  for (size_t i = 0; i < procs.size(); ++i) {
+    if (procs[i].pid <= 0) continue;
+    const int st = statuses[i];
+    if (st == -1)
+      std::fprintf(stderr,
+                   "kvmesh up: %s %s (pid %d) did not stop within 5 s: "
+                   "killed\n",
+                   procs[i].role.c_str(), procs[i].name.c_str(), procs[i].pid);
+    else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) &&
+             !(WIFSIGNALED(st) && WTERMSIG(st) == sig))
+      std::fprintf(stderr, "kvmesh up: %s %s (pid %d) %s while stopping\n",
+                   procs[i].role.c_str(), procs[i].name.c_str(), procs[i].pid,
+                   describe_exit(st).c_str());
+    procs[i].pid = -1;
+  }
+}
+
+int run_up_mesh(const up_options& o) {
+  auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "kvmesh up: %s\n", msg.c_str());
+    return 2;
+  };
+  auto die = [](const std::string& msg) {
+    std::fprintf(stderr, "kvmesh up: %s\n", msg.c_str());
+    return 1;
+  };
+  const sim_config& cfg = o.cfg;
+  for (const CLI::Option* opt : o.replay_only)
+    if (opt->count() > 0)
+      return fail(opt->get_name() +
+                  ": replays run only --embedded so far (one process)");
+  if (auto st = validate(cfg); !st) return fail(st.err().message);
+  if (auto st = check_prefix(o.prefix); !st) return fail(st.err().message);
+  if (o.shards == 0) return fail("--shards must be at least 1");
+  if (o.agents == 0) return fail("--agents must be at least 1");
+  if (o.agents > cfg.workers)
+    return fail("--agents: " + std::to_string(o.agents) + " agents for " +
+                std::to_string(cfg.workers) +
+                " workers (--workers): each agent needs one at least");
+  if (cfg.workers > max_worker_id)
+    return fail("--workers: at most " + std::to_string(max_worker_id));
+  auto exe = self_exe();
+  if (!exe) return die(exe.err().message);
+
+  // From here on only sigtimedwait takes these: no Ctrl-C lands half-way
+  // through starting a child, and a child's death wakes the loop below.
+  // Children start in their own process groups, so a Ctrl-C on the
+  // terminal reaches only us, and we stop them in order.
+  std::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would auto-reap
+  const sigset_t signals = block_signals({SIGINT, SIGTERM, SIGCHLD});
+
+  temp_dir_guard temp;
+  std::string dir = o.data_dir;
+  if (dir.empty()) {
+    auto t = make_temp_dir("kvmesh-up");
+    if (!t) return die(t.err().message);
+    dir = temp.path = *t;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return die("--data-dir " + dir + ": " + ec.message());
+  }
+
+  std::vector<child_proc> nats;  // our own nats-server, if any
+  std::vector<child_proc> procs;
+  // The mesh first, while it can still say goodbye on NATS; nats-server
+  // exits 1 on SIGTERM but 0 on SIGINT, its clean shutdown.
+  auto stop_all = [&] {
+    stop_procs(procs, SIGTERM);
+    stop_procs(nats, SIGINT);
+  };
+  auto stop_signal = [&](int wait_ms) {
+    timespec ts{wait_ms / 1000, (wait_ms % 1000) * 1000000L};
+    const int sig = sigtimedwait(&signals, nullptr, &ts);
+    return sig == SIGINT || sig == SIGTERM ? sig : 0;
+  };
+
+  std::string url = o.nats;
+  if (url.empty()) {
+    auto port = free_loopback_port();
+    if (!port) return die(port.err().message);
+    // JetStream on, so that routers take the durable queue too.
+    const std::string log = dir + "/nats-server.log";
+    auto pid = spawn_child({o.nats_server, "-a", "127.0.0.1", "-p",
+                            std::to_string(*port), "-js", "-sd",
+                            dir + "/jetstream", "-l", log});
+    if (!pid) return die(pid.err().message);
+    nats.push_back(
+        {"nats-server", "nats://127.0.0.1:" + std::to_string(*port), *pid});
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!loopback_accepting(*port)) {
+      int st = 0;
+      if (waitpid(*pid, &st, WNOHANG) == *pid) {
+        nats[0].pid = -1;
+        const std::string tail = file_tail(log, 10);
+        return die(o.nats_server + " (pid " + std::to_string(*pid) + ") " +
+                   describe_exit(st) + " before accepting connections" +
+                   (tail.empty() ? "" : "; its log ends:\n" + tail));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        stop_all();
+        return die(o.nats_server + " did not accept connections on port " +
+                   std::to_string(*port) + " within 10 s (log: " + log + ")");
+      }
+      if (stop_signal(50) != 0) {
+        stop_all();
+        return 0;
+      }
+    }
+    url = "nats://127.0.0.1:" + std::to_string(*port);
+    std::printf("nats-server %s pid %d\n", url.c_str(), *pid);
+  } else {
+    std::printf("nats-server %s (not ours)\n", url.c_str());
+  }
+  std::fflush(stdout);
+
+  auto start = [&](const std::string& role, const std::string& name,
+                   std::vector<std::string> argv,
+                   const std::string& note) -> bool {
+    argv.insert(argv.begin(),
+                {*exe, role, "--nats", url, "--prefix", o.prefix});
+    auto pid = spawn_child(argv);
+    if (!pid) {
+      std::fprintf(stderr, "kvmesh up: %s %s: %s\n", role.c_str(), name.c_str(),
+                   pid.err().message.c_str());
+      return false;
+    }
+    procs.push_back({role, name, *pid});
+    std::printf("%s %s pid %d%s\n", role.c_str(), name.c_str(), *pid,
+                note.c_str());
+    std::fflush(stdout);
+    return true;
+  };
+  bool started = true;
+  for (uint32_t i = 0; started && i < o.shards; ++i) {
+    const std::string shard = std::to_string(i);
+    started =
+        start("index", "shard-" + shard,
+              {"--shard", shard + "/" + std::to_string(o.shards), "--db",
+               dir + "/shard-" + shard, "--heartbeat-ms", arg(o.heartbeat_ms)},
+              "");
+  }
+  // Workers split evenly, the first agents taking one more when they do
+  // not divide; ids stay contiguous per agent.
+  uint32_t first = 0;
+  for (uint32_t a = 0; started && a < o.agents; ++a) {
+    const uint32_t n =
+        cfg.workers / o.agents + (a < cfg.workers % o.agents ? 1 : 0);
+    const std::string name = "agent-" + std::to_string(first);
+    started = start("agent", name, {"--engine",        "sim",
+                                    "--name",          name,
+                                    "--workers",       arg(n),
+                                    "--worker-id",     arg(first),
+                                    "--gpu-blocks",    arg(cfg.gpu_blocks),
+                                    "--host-blocks",   arg(cfg.host_blocks),
+                                    "--disk-blocks",   arg(cfg.disk_blocks),
+                                    "--block-tokens",  arg(cfg.block_tokens),
+                                    "--model-factor",  arg(cfg.model_factor),
+                                    "--refuse-growth", arg(cfg.refuse_growth),
+                                    "--time-scale",    arg(o.time_scale),
+                                    "--heartbeat-ms",  arg(o.heartbeat_ms)},
+                    " workers " + std::to_string(first) + "-" +
+                        std::to_string(first + n - 1));
+    first += n;
+  }
+  for (uint32_t r = 0; started && r < cfg.routers; ++r) {
+    std::vector<std::string> argv{"--name",
+                                  "router-" + std::to_string(r),
+                                  "--fanout",
+                                  arg(o.fanout),
+                                  "--block-tokens",
+                                  arg(cfg.block_tokens),
+                                  "--max-auctions",
+                                  arg(cfg.max_auctions),
+                                  "--seed",
+                                  arg(router_seed(cfg.seed, r)),
+                                  "--heartbeat-ms",
+                                  arg(o.heartbeat_ms),
+                                  "--beta",
+                                  arg(cfg.price.beta),
+                                  "--k",
+                                  arg(cfg.price.k),
+                                  "--overflow",
+                                  arg(cfg.price.overflow)};
+    if (o.durable) argv.push_back("--durable");
+    started = start("router", "router-" + std::to_string(r), argv, "");
+  }
+  if (!started) {
+    stop_all();
+    return 1;
+  }
+  std::fprintf(stderr,
+               "kvmesh up: %u workers on %u agent(s), %u router(s), %u index "
+               "shard(s) on %s (data %s%s); Ctrl-C stops\n",
+               cfg.workers, o.agents, cfg.routers, o.shards, url.c_str(),
+               dir.c_str(), temp.path.empty() ? "" : ", removed at exit");
+
+  // Until a signal, or until a child ends: none should on its own.
+  bool failed = false;
+  while (!failed) {
+    if (const int sig = stop_signal(200); sig != 0) {
+      std::fprintf(stderr, "kvmesh up: %s: stopping\n", strsignal(sig));
+      break;
+    }
+    int st = 0;
+    pid_t pid = 0;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+      for (auto* list : {&procs, &nats})
+        for (auto& p : *list)
+          if (p.pid == pid) {
+            std::fprintf(stderr, "kvmesh up: %s %s (pid %d) %s\n",
+                         p.role.c_str(), p.name.c_str(), pid,
+                         describe_exit(st).c_str());
+            p.pid = -1;
+            failed = true;
+          }
+    }
+  }
+  if (failed) std::fprintf(stderr, "kvmesh up: stopping the mesh\n");
+  stop_all();
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 void add_up(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<up_options>();
   auto* cmd = app.add_subcommand(
-      "up", "run the mesh; --embedded: workers and routers in this process");
+      "up",
+      "run the mesh until Ctrl-C: nats-server (unless --nats), index shards, "
+      "node agents with simulated GPUs and routers as child processes; "
+      "--embedded: workers and routers in this process");
   cmd->add_flag("--embedded", o->embedded,
                 "one process on the in-process bus, simulated GPUs");
   o->cfg.workers = 4;  // up's default fleet is smaller than sim's
@@ -178,18 +468,45 @@ void add_up(CLI::App& app, std::function<int()>& run) {
                   "holders plus the least loaded")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--shards", o->shards, "INDEX SHARD actors")
+  cmd->add_option("--shards", o->shards, "INDEX SHARD actors (processes)")
       ->capture_default_str();
-  cmd->add_option("--data-dir", o->data_dir, "where shards keep RocksDB");
-  cmd->add_option("--trace", o->trace, "replay this JSONL trace, then exit");
+  cmd->add_option("--data-dir", o->data_dir,
+                  "where shards keep RocksDB (and nats-server JetStream); "
+                  "default without --embedded: a temporary directory "
+                  "removed at exit");
+  o->replay_only = {
+      cmd->add_option("--trace", o->trace,
+                      "replay this JSONL trace, then exit (--embedded)"),
+      cmd->add_option("--timeout", o->timeout_s,
+                      "give up a replay after X s (--embedded)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str(),
+      cmd->add_option("--json", o->json_path,
+                      "also write the result as JSON (--embedded)")};
   cmd->add_option("--time-scale", o->time_scale,
                   "run arrivals and engines X times faster than real time")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_s, "give up a replay after X s")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--json", o->json_path, "also write the result as JSON");
+  o->mesh_only = {
+      cmd->add_option("--nats", o->nats,
+                      "use this NATS server (comma-separated URLs); default: "
+                      "start nats-server with JetStream on a free loopback "
+                      "port"),
+      cmd->add_option("--nats-server", o->nats_server,
+                      "the nats-server program to start")
+          ->capture_default_str(),
+      cmd->add_option("--agents", o->agents,
+                      "node agents; the workers are split evenly among them")
+          ->capture_default_str(),
+      cmd->add_option("--prefix", o->prefix, "subject prefix of the mesh")
+          ->capture_default_str(),
+      cmd->add_option("--heartbeat-ms", o->heartbeat_ms,
+                      "heartbeat period of agents, routers and shards")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str(),
+      cmd->add_flag("--durable", o->durable,
+                    "routers take the durable JetStream queue too (the "
+                    "nats-server up starts has JetStream on)")};
   cmd->callback([o, &run] { run = [o] { return run_up(*o); }; });
 }
 

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 #include "core/sim.hpp"
 
@@ -15,10 +16,20 @@ void add_hash(CLI::App& app, std::function<int()>& run);
 void add_engine(CLI::App& app, std::function<int()>& run);
 void add_sim(CLI::App& app, std::function<int()>& run);
 void add_up(CLI::App& app, std::function<int()>& run);
+// The NATS mesh (cmd_mesh.cpp): its processes and its clients.
+void add_agent(CLI::App& app, std::function<int()>& run);
+void add_router(CLI::App& app, std::function<int()>& run);
+void add_index(CLI::App& app, std::function<int()>& run);
+void add_route(CLI::App& app, std::function<int()>& run);
+void add_admin(CLI::App& app, std::function<int()>& run);
 
 // The fleet and load flags that `sim` and `up` share, bound to `cfg`:
 // --workers, --routers, --gpu-blocks, --host-blocks, --disk-blocks,
 // --block-tokens, --speedup, --seed.
 void add_fleet_options(CLI::App& cmd, sim_config& cfg);
+
+// Checks a --prefix: subject tokens (letters, digits, '-', '_') separated by
+// dots, so that every subject under it is valid. Errors name --prefix.
+status check_prefix(const std::string& prefix);
 
 }  // namespace kvmesh::cli

@@ -6,6 +6,18 @@
 
 namespace kvmesh {
 
+std::string describe(const caf::error& e) {
+  if (e.category() == caf::atom("kvmesh")) {
+    const auto& ctx = e.context();
+    if (ctx.size() == 1 && ctx.match_element<std::string>(0))
+      return ctx.get_as<std::string>(0);
+  }
+  if (e.category() == caf::atom("system") &&
+      e.code() == static_cast<uint8_t>(caf::sec::request_timeout))
+    return "no answer in time";
+  return caf::to_string(e);
+}
+
 expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
                            const std::string& queue, caf::actor to) {
   return bus.subscribe(subject, queue, [to](nats_message m) {

@@ -30,6 +30,12 @@ using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 // Publishes a heartbeat (an actor sends it to itself).
 using beat_atom = caf::atom_constant<caf::atom("beat")>;
+// A durable route request: (durable_atom, reply, payload, delivery).
+using durable_atom = caf::atom_constant<caf::atom("durable")>;
+
+// An error as a peer on the wire should read it: kvmesh's own errors are
+// their message; others are CAF's rendering.
+std::string describe(const caf::error& e);
 
 // Subscribes `subject` (in queue group `queue` when set) and hands every
 // message to `to` as (nats_atom, subject, reply, payload). The callback

@@ -296,21 +296,26 @@ work_queue::~work_queue() {
 }
 
 status work_queue::publish(const std::vector<uint8_t>& payload) {
+  return publish(opt_.subject, payload);
+}
+
+status work_queue::publish(const std::string& subject,
+                           const std::vector<uint8_t>& payload) {
   jsPubOptions po;
   last_error last;
   natsStatus s = jsPubOptions_Init(&po);
   if (s != NATS_OK)
-    return js_fail("publish on " + opt_.subject, s, no_js_error, last);
+    return js_fail("publish on " + subject, s, no_js_error, last);
   // Refused unless our stream stores it: another stream on an overlapping
   // subject would not be drained by our consumer.
   po.ExpectStream = opt_.stream.c_str();
   jsPubAck* pa = nullptr;
   jsErrCode jerr = no_js_error;
-  s = js_Publish(&pa, core_->js, opt_.subject.c_str(), payload.data(),
+  s = js_Publish(&pa, core_->js, subject.c_str(), payload.data(),
                  static_cast<int>(payload.size()), &po, &jerr);
   jsPubAck_Destroy(pa);
   const std::string what =
-      "publish on " + opt_.subject + " to stream " + opt_.stream;
+      "publish on " + subject + " to stream " + opt_.stream;
   if (s == NATS_NO_RESPONDERS)
     // libnats reports JSNotEnabledErr here, but a deleted stream looks the
     // same to it: nobody stores the subject.

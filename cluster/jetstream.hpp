@@ -102,6 +102,9 @@ class work_queue {
   // Stores `payload` in the stream and waits for the server to confirm it
   // (JetStream's default 5 s); only then is the request durable.
   status publish(const std::vector<uint8_t>& payload);
+  // On `subject`, one the stream's (wildcard) subject covers.
+  status publish(const std::string& subject,
+                 const std::vector<uint8_t>& payload);
 
   // Starts the fetch thread, which calls `h` for every message until
   // stop(). An error if already started.

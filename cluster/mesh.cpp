@@ -3,14 +3,35 @@
 #include "cluster/mesh.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <map>
+#include <optional>
+#include <random>
 
 #include "cluster/bridge.hpp"
 #include "cluster/remote.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
 
+// A durable request's delivery travels with it to the front, which acks it
+// once the decision is out; it never leaves the process.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<kvmesh::delivery>)
+
 namespace kvmesh {
+
+work_queue_options durable_queue(const subjects& subj) {
+  work_queue_options o;
+  std::string name = subj.prefix;
+  for (char& c : name)
+    c = std::isalnum(static_cast<unsigned char>(c))
+            ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+            : '_';
+  o.stream = name + "_ROUTE";
+  // The client's reply subject follows the prefix: JetStream keeps the
+  // subject, not a reply.
+  o.subject = subj.route_durable() + ".>";
+  return o;
+}
 
 status check_name(const std::string& what, const std::string& name) {
   if (name.empty() || name.size() > 64)
@@ -129,7 +150,7 @@ void agent_award(agent_pointer self, const std::string& reply,
           },
           [self, reply](caf::error& e) {
             answer(*self->state.bus, reply,
-                   encode(award_reply{false, caf::to_string(e)}));
+                   encode(award_reply{false, describe(e)}));
           });
 }
 
@@ -262,7 +283,7 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
                 },
                 [self, reply](caf::error& e) {
                   answer(*self->state.bus, reply,
-                         encode(index_reply{{}, caf::to_string(e)}));
+                         encode(index_reply{{}, describe(e)}));
                 });
       },
       [=](beat_atom) {
@@ -328,7 +349,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
                   [self, reply, id](caf::error& e) {
                     decision d;
                     d.request = id;
-                    d.error = caf::to_string(e);
+                    d.error = describe(e);
                     answer(*self->state.bus, reply, encode(d));
                   });
         } else if (subject == st.mesh.subj.route_json()) {
@@ -355,7 +376,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
                   [self, reply, id, to_bytes](caf::error& e) {
                     decision d;
                     d.request = id;
-                    d.error = caf::to_string(e);
+                    d.error = describe(e);
                     answer(*self->state.bus, reply, to_bytes(decision_json(d)));
                   });
         } else if (subject == st.mesh.subj.router(st.name_, "weights.get")) {
@@ -378,11 +399,44 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
           answer(*st.bus, reply, encode(out));
         }
       },
+      [=](durable_atom, const std::string& reply, const bytes& payload,
+          std::shared_ptr<delivery> d) {
+        auto& st = self->state;
+        // Acked once the answer is out: a router that dies before leaves
+        // the request to another one. Malformed requests are answered and
+        // acked too, or they would come back forever.
+        auto r = decode<route_request_msg>(payload);
+        if (!r) {
+          decision out;
+          out.error = r.err().message;
+          answer(*st.bus, reply, encode(out));
+          (void)d->ack();
+          return;
+        }
+        const uint64_t id = r->id;
+        self->request(st.router, route_timeout, route_atom::value,
+                      std::move(*r))
+            .then(
+                [self, reply, d](const decision& out) {
+                  answer(*self->state.bus, reply, encode(out));
+                  (void)d->ack();
+                },
+                [self, reply, id, d](caf::error& e) {
+                  decision out;
+                  out.request = id;
+                  out.error = describe(e);
+                  answer(*self->state.bus, reply, encode(out));
+                  (void)d->ack();
+                });
+      },
       [=](beat_atom) {
         auto& st = self->state;
         self->request(st.router, st.mesh.heartbeat, status_atom::value)
             .then(
                 [self](router_status s) {
+                  const auto t = self->state.bus->stats();
+                  s.nats_in = t.in_msgs;
+                  s.nats_out = t.out_msgs;
                   (void)self->state.bus->publish(
                       self->state.mesh.subj.router_beat(), encode(s));
                 },
@@ -622,7 +676,7 @@ caf::behavior admin_front(caf::stateful_actor<admin_front_state>* self,
         };
         auto fail = [send](caf::error& e) {
           admin_reply r;
-          r.error = caf::to_string(e);
+          r.error = describe(e);
           send(std::move(r));
         };
         // Listing verbs take no arguments: any payload (even none, from a
@@ -902,10 +956,13 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
 struct router_node::impl : node_base {
   router_actor router;
   admin_actor admin;
+  std::unique_ptr<work_queue> queue;
 };
 
 router_node::router_node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 router_node::~router_node() {
+  // No more durable requests, then the actors: unacked ones go elsewhere.
+  impl_->queue.reset();
   impl_->stop();
 }
 router_actor router_node::router() const {
@@ -918,9 +975,6 @@ admin_actor router_node::admin() const {
 expected<std::unique_ptr<router_node>> router_node::start(
     caf::actor_system& sys, nats_bus& bus, const router_node_options& opt) {
   if (auto st = check_name("router name", opt.name); !st) return st.err();
-  if (opt.durable)
-    return make_error(ec::invalid_argument,
-                      "--durable: the JetStream intake is not available yet");
   auto p = std::make_unique<impl>();
   p->bus = &bus;
   auto box = inbox::open(bus);
@@ -964,6 +1018,28 @@ expected<std::unique_ptr<router_node>> router_node::start(
       p->stop();
       return st.err();
     }
+  }
+  if (opt.durable) {
+    auto qo = durable_queue(s);
+    qo.ack_wait_ms = opt.durable_ack_wait.count();
+    auto q = work_queue::open(bus, qo);
+    if (!q) {
+      p->stop();
+      return q.err();
+    }
+    const size_t skip = s.route_durable().size() + 1;
+    auto started =
+        (*q)->start([front, skip](nats_message m, std::shared_ptr<delivery> d) {
+          std::string reply =
+              m.subject.size() > skip ? m.subject.substr(skip) : std::string();
+          caf::anon_send(front, durable_atom::value, std::move(reply),
+                         std::move(m.payload), std::move(d));
+        });
+    if (!started) {
+      p->stop();
+      return started.err();
+    }
+    p->queue = std::move(*q);
   }
   return std::unique_ptr<router_node>(new router_node(std::move(p)));
 }
@@ -1017,6 +1093,49 @@ expected<decision> route_once(nats_bus& bus, const subjects& subj,
   auto reply = bus.request(subj.route(), encode(r), timeout);
   if (!reply) return reply.err();
   auto d = decode<decision>(*reply);
+  if (!d) return d.err();
+  if (!d->error.empty()) return make_error(ec::not_found, d->error);
+  return d;
+}
+
+expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
+                                      const route_request_msg& r,
+                                      std::chrono::milliseconds timeout) {
+  auto q = work_queue::open(bus, durable_queue(subj));
+  if (!q) return q.err();
+  struct waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<bytes> reply;
+  };
+  auto w = std::make_shared<waiter>();
+  std::random_device rd;
+  const uint64_t token = (uint64_t{rd()} << 32) ^ rd();
+  const std::string inbox = "_INBOX.kvmesh.route." + std::to_string(token);
+  auto sub = bus.subscribe(inbox, "", [w](nats_message m) {
+    std::lock_guard<std::mutex> g(w->mu);
+    if (!w->reply) w->reply = std::move(m.payload);  // the first one counts
+    w->cv.notify_all();
+  });
+  if (!sub) return sub.err();
+  auto unsubscribe = [&] { (void)bus.unsubscribe(*sub); };
+  if (auto st = (*q)->publish(subj.route_durable() + "." + inbox, encode(r));
+      !st) {
+    unsubscribe();
+    return st.err();
+  }
+  std::unique_lock<std::mutex> lock(w->mu);
+  const bool got =
+      w->cv.wait_for(lock, timeout, [&] { return w->reply.has_value(); });
+  bytes reply = got ? std::move(*w->reply) : bytes{};
+  lock.unlock();
+  unsubscribe();
+  if (!got)
+    return make_error(ec::timeout, "no decision for request " +
+                                       std::to_string(r.id) + " within " +
+                                       std::to_string(timeout.count()) +
+                                       " ms (it stays queued for the routers)");
+  auto d = decode<decision>(reply);
   if (!d) return d.err();
   if (!d->error.empty()) return make_error(ec::not_found, d->error);
   return d;

@@ -13,6 +13,7 @@
 #include "actors/index_shard.hpp"
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
+#include "cluster/jetstream.hpp"
 #include "cluster/nats.hpp"
 #include "core/error.hpp"
 #include "messages/types.hpp"
@@ -105,6 +106,9 @@ struct router_node_options {
   // Pull route requests from the JetStream work queue too (acked once the
   // decision is sent).
   bool durable = false;
+  // A durable request not acked within this (its router died) goes to
+  // another router.
+  std::chrono::milliseconds durable_ack_wait{5000};
 };
 
 // A running router process: a ROUTER serving route requests (Cap'n Proto
@@ -155,6 +159,16 @@ class shard_node {
 expected<decision> route_once(nats_bus& bus, const subjects& subj,
                               const route_request_msg& r,
                               std::chrono::milliseconds timeout);
+
+// Like route_once, through the JetStream work queue: stored before any
+// router sees it, so a router that dies mid-auction loses nothing (another
+// one gets it after the ack wait). The stream is created when missing.
+expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
+                                      const route_request_msg& r,
+                                      std::chrono::milliseconds timeout);
+
+// The JetStream work queue of durable route requests under `subj`.
+work_queue_options durable_queue(const subjects& subj);
 
 // Sends `verb` (see subjects::admin) to the mesh's ADMIN and waits.
 expected<admin_reply> admin_request_call(nats_bus& bus, const subjects& subj,

@@ -174,6 +174,17 @@ expected<std::vector<uint8_t>> nats_bus::request(
   return out;
 }
 
+nats_bus::traffic nats_bus::stats() const {
+  traffic t;
+  natsStatistics* s = nullptr;
+  if (natsStatistics_Create(&s) != NATS_OK) return t;
+  if (natsConnection_GetStats(conn_, s) == NATS_OK)
+    natsStatistics_GetCounts(s, &t.in_msgs, nullptr, &t.out_msgs, nullptr,
+                             nullptr);
+  natsStatistics_Destroy(s);
+  return t;
+}
+
 status nats_bus::flush(std::chrono::milliseconds timeout) {
   const natsStatus s = natsConnection_FlushTimeout(conn_, timeout.count());
   if (s != NATS_OK) return fail("flush", s);

@@ -78,6 +78,13 @@ class nats_bus {
   // need calls nats_bus does not wrap; it stays owned by this object.
   __natsConnection* native() const { return conn_; }
 
+  // Messages received and sent on this connection (libnats' statistics).
+  struct traffic {
+    uint64_t in_msgs = 0;
+    uint64_t out_msgs = 0;
+  };
+  traffic stats() const;
+
   uint64_t reconnects() const { return reconnects_.load(); }
   uint64_t slow_consumers() const { return slow_consumers_.load(); }
   uint64_t errors() const { return errors_.load(); }

@@ -205,6 +205,10 @@ void write(const router_status& x, wire::RouterStatus::Builder b) {
   b.setLiveWorkers(x.live_workers);
   b.setWorkers(x.workers);
   b.setName(text(x.name));
+  b.setAuctionP50Us(x.auction_p50_us);
+  b.setAuctionP99Us(x.auction_p99_us);
+  b.setNatsIn(x.nats_in);
+  b.setNatsOut(x.nats_out);
 }
 
 void write(const shard_status& x, wire::ShardStatus::Builder b) {
@@ -444,6 +448,10 @@ router_status read(wire::RouterStatus::Reader r) {
   x.workers = r.getWorkers();
   auto name = r.getName();
   x.name.assign(name.begin(), name.size());
+  x.auction_p50_us = r.getAuctionP50Us();
+  x.auction_p99_us = r.getAuctionP99Us();
+  x.nats_in = r.getNatsIn();
+  x.nats_out = r.getNatsOut();
   return x;
 }
 

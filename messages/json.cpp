@@ -103,7 +103,13 @@ std::string decision_json(const decision& d) {
     return nlohmann::ordered_json{{"request", d.request}, {"error", d.error}}
         .dump();
   nlohmann::ordered_json prices = nlohmann::ordered_json::array();
-  for (const auto& p : d.prices)
+  for (const auto& x : d.prices) {
+    // A credit of zero computed as -c * 0 prints as -0.0: adding +0 makes
+    // every zero positive and changes nothing else.
+    price_breakdown p = x;
+    for (double* v : {&p.read, &p.credit_gpu, &p.credit_host, &p.credit_disk,
+                      &p.space, &p.overflow, &p.price, &p.delta})
+      *v += 0.0;
     prices.push_back({{"worker", p.worker},
                       {"read", p.read},
                       {"credit_gpu", p.credit_gpu},
@@ -114,6 +120,7 @@ std::string decision_json(const decision& d) {
                       {"overflow", p.overflow},
                       {"price", p.price},
                       {"delta", p.delta}});
+  }
   nlohmann::ordered_json out{{"request", d.request},
                              {"worker", d.worker},
                              {"auctions", d.auctions},

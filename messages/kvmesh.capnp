@@ -154,6 +154,10 @@ struct RouterStatus {
   liveWorkers @5 :UInt64;
   workers @6 :UInt64;
   name @7 :Text;
+  auctionP50Us @8 :Float64;
+  auctionP99Us @9 :Float64;
+  natsIn @10 :UInt64;
+  natsOut @11 :UInt64;
 }
 
 # What an index shard reports about itself.

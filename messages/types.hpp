@@ -74,6 +74,13 @@ struct router_status {
   uint64_t overloaded = 0;  // requests answered "overloaded"
   uint64_t live_workers = 0;
   uint64_t workers = 0;
+  // From a route request's arrival to its decision, over the last
+  // decisions (router_state::latency_window), in microseconds.
+  double auction_p50_us = 0;
+  double auction_p99_us = 0;
+  // Messages through the router process's NATS connection.
+  uint64_t nats_in = 0;
+  uint64_t nats_out = 0;
 };
 
 // One holder's match of a prefix, as an index shard knows it.

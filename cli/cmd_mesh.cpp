@@ -1,0 +1,1009 @@
+// The NATS mesh's commands: the processes (`kvmesh agent`, `router`,
+// `index`) and the clients (`kvmesh route`, `admin`) over cluster/mesh.hpp.
+#include <unistd.h>
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cinttypes>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "cli/process.hpp"
+#include "cli/report.hpp"
+#include "cluster/mesh.hpp"
+#include "core/block_hash.hpp"
+#include "messages/json.hpp"
+
+namespace kvmesh::cli {
+
+namespace {
+
+// Long enough for an auction that waits in a router's overload queue, short
+// enough that a dead mesh is noticed by a person at a terminal.
+constexpr uint32_t default_timeout_ms = 5000;
+
+// Validators whose messages say what is wanted (CLI11's print the range of
+// a double); CLI11 prefixes the flag's name.
+CLI::Validator number_check(const char* want, const char* desc,
+                            bool (*good)(double)) {
+  return CLI::Validator(
+      [want, good](std::string& text) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !std::isfinite(v) || !good(v))
+          return std::string("must be ") + want + ", got '" + text + "'";
+        return {};
+      },
+      desc);
+}
+
+const CLI::Validator positive = number_check("a positive number", "POSITIVE",
+                                             [](double v) { return v > 0; });
+const CLI::Validator non_negative = number_check(
+    "a number >= 0", "NONNEGATIVE", [](double v) { return v >= 0; });
+const CLI::Validator credit =
+    number_check("a number from 0 to 1", "[0 - 1]",
+                 [](double v) { return v >= 0 && v <= 1; });
+
+// The flags every command on the mesh has.
+struct bus_flags {
+  std::string nats;
+  std::string prefix = "kvmesh";
+};
+
+void add_bus_flags(CLI::App& cmd, bus_flags& b) {
+  cmd.add_option("--nats", b.nats,
+                 "NATS server URL; a comma-separated list is tried in order")
+      ->required();
+  cmd.add_option("--prefix", b.prefix,
+                 "subject prefix: meshes sharing a NATS server differ in it")
+      ->capture_default_str();
+}
+
+// Exit codes: 2 for a bad flag or value (as CLI11's errors, see main.cpp),
+// 1 when the mesh could not do what was asked.
+int usage_error(const char* cmd, const std::string& msg) {
+  std::fprintf(stderr, "kvmesh %s: %s\n", cmd, msg.c_str());
+  return 2;
+}
+
+int run_error(const char* cmd, const std::string& msg) {
+  std::fprintf(stderr, "kvmesh %s: %s\n", cmd, msg.c_str());
+  return 1;
+}
+
+expected<std::vector<std::string>> split_urls(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    std::string url = text.substr(
+        pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const auto first = url.find_first_not_of(" \t");
+    const auto last = url.find_last_not_of(" \t");
+    url = first == std::string::npos ? "" : url.substr(first, last - first + 1);
+    if (url.empty())
+      return make_error(ec::parse_error, "--nats: entry " +
+                                             std::to_string(out.size() + 1) +
+                                             " of '" + text + "' is empty");
+    out.push_back(std::move(url));
+    if (comma == std::string::npos) return out;
+    pos = comma + 1;
+  }
+}
+
+// nats_options takes one URL (libnats' SetURL does not split lists), so a
+// list is tried in order; a NATS cluster then tells the client its other
+// members for reconnects.
+// `used` is set to the URL that answered.
+expected<std::unique_ptr<nats_bus>> connect_bus(
+    const std::vector<std::string>& urls, const std::string& name,
+    std::string* used = nullptr) {
+  std::string why;
+  for (const auto& url : urls) {
+    nats_options o;
+    o.url = url;
+    o.name = name;
+    auto bus = nats_bus::connect(o);
+    if (bus) {
+      if (used) *used = url;
+      return bus;
+    }
+    why += (why.empty() ? "" : "; ") + bus.err().message;
+  }
+  return make_error(ec::io_error, why);
+}
+
+// A node that refuses its options (invalid_argument) is a usage error, one
+// that cannot start (a store, the server) a failure.
+int start_error(const char* cmd, const std::string& what, const error& e) {
+  const std::string msg = what + ": " + e.message;
+  return e.code == ec::invalid_argument ? usage_error(cmd, msg)
+                                        : run_error(cmd, msg);
+}
+
+// Stops a node in the order its parts depend on each other: the node sends
+// its actors an exit; they may still publish until they are gone, and the
+// last one releases the reply inbox, which unsubscribes from the bus; only
+// then may the bus close.
+template <class Node>
+void stop_node(caf::actor_system& sys, std::unique_ptr<Node>& node,
+               std::unique_ptr<nats_bus>& bus) {
+  node.reset();
+  sys.await_all_actors_done();
+  bus.reset();
+}
+
+mesh_options make_mesh_options(const std::string& prefix,
+                               uint32_t heartbeat_ms) {
+  mesh_options m;
+  m.subj.prefix = prefix;
+  m.heartbeat = std::chrono::milliseconds(heartbeat_ms);
+  return m;
+}
+
+// Checks what every command on the mesh shares; "" when fine.
+std::string check_bus_flags(const bus_flags& b) {
+  if (auto urls = split_urls(b.nats); !urls) return urls.err().message;
+  if (auto st = check_prefix(b.prefix); !st) return st.err().message;
+  return {};
+}
+
+// Parses "1,2,3" into token ids; a malformed entry is named by position.
+expected<std::vector<uint32_t>> parse_token_list(const std::string& text) {
+  std::vector<uint32_t> out;
+  if (text.empty())
+    return make_error(ec::empty_input, "--tokens: the token list is empty");
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(
+        pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t used = 0;
+    unsigned long long v = 0;
+    bool good = !item.empty() && item[0] >= '0' && item[0] <= '9';
+    if (good) {
+      try {
+        v = std::stoull(item, &used, 10);
+      } catch (const std::exception&) {
+        good = false;
+      }
+    }
+    if (!good || used != item.size() || v > UINT32_MAX)
+      return make_error(ec::parse_error,
+                        "--tokens: entry " + std::to_string(out.size() + 1) +
+                            " '" + item +
+                            "' is not a token id (0..4294967295)");
+    out.push_back(static_cast<uint32_t>(v));
+    if (comma == std::string::npos) return out;
+    pos = comma + 1;
+  }
+}
+
+// The prompt's chained block hashes, as parse_route_json makes them from
+// "tokens": the same function, so a JSON client and this one agree.
+expected<std::vector<uint64_t>> chain_of(const std::vector<uint32_t>& tokens,
+                                         uint32_t block_tokens,
+                                         const std::string& salt) {
+  auto hashes = hash_blocks(tokens, block_tokens, salt);
+  if (!hashes)
+    return make_error(ec::invalid_argument,
+                      "--tokens: " + hashes.err().message);
+  if (hashes->empty())
+    return make_error(ec::invalid_argument,
+                      "--tokens: " + std::to_string(tokens.size()) +
+                          " tokens make no full block of " +
+                          std::to_string(block_tokens) + " (--block-tokens)");
+  std::vector<uint64_t> chain;
+  for (const auto& h : *hashes)
+    chain.push_back(h.seq);
+  return chain;
+}
+
+// -- tables -------------------------------------------------------------------
+
+std::string fixed(double v, int digits = 2) {
+  // Nothing prints as -0.00.
+  if (std::fabs(v) < 0.5 * std::pow(10.0, -digits)) v = 0;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string general(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+bool numeric(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!std::strchr("0123456789.-+e/", c)) return false;
+  return true;
+}
+
+using table = std::vector<std::vector<std::string>>;
+
+// Prints rows (the first one the header) as aligned columns; a column of
+// numbers is right-aligned so that digits line up.
+void print_columns(const table& rows) {
+  if (rows.empty()) return;
+  const size_t cols = rows[0].size();
+  std::vector<size_t> width(cols, 0);
+  std::vector<bool> right(cols, rows.size() > 1);
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t c = 0; c < cols && c < rows[r].size(); ++c) {
+      width[c] = std::max(width[c], rows[r][c].size());
+      if (r > 0 && !rows[r][c].empty() && !numeric(rows[r][c]))
+        right[c] = false;
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < cols; ++c) {
+      const std::string& cell = c < row.size() ? row[c] : std::string();
+      const std::string pad(width[c] - cell.size(), ' ');
+      if (c > 0) line += "  ";
+      line += right[c] ? pad + cell : cell + (c + 1 < cols ? pad : "");
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+// -- kvmesh agent -------------------------------------------------------------
+
+struct agent_flags {
+  bus_flags bus;
+  std::string engine;
+  std::string name;
+  uint32_t workers = 0;
+  uint32_t first_id = 0;
+  uint32_t heartbeat_ms = 1000;
+  double time_scale = 1;
+  double speed = 1;
+  sim_config cfg;  // one GPU's engine: tiers, block size, model factor
+};
+
+int run_agent(agent_flags f) {
+  const char* cmd = "agent";
+  if (auto why = check_bus_flags(f.bus); !why.empty())
+    return usage_error(cmd, why);
+  if (f.engine == "vllm")
+    return usage_error(cmd, "--engine vllm: not yet available (use sim)");
+  if (f.engine != "sim")
+    return usage_error(cmd, "--engine " + f.engine +
+                                ": unknown engine (sim; vllm is planned)");
+  const uint64_t last = uint64_t{f.first_id} + f.workers - 1;
+  if (last >= max_worker_id)
+    return usage_error(cmd, "--worker-id/--workers: worker ids " +
+                                std::to_string(f.first_id) + ".." +
+                                std::to_string(last) + " exceed " +
+                                std::to_string(max_worker_id - 1));
+  if (f.name.empty()) f.name = "agent-" + std::to_string(f.first_id);
+  if (auto st = check_name("--name", f.name); !st)
+    return usage_error(cmd, st.err().message);
+  f.cfg.workers = f.workers;
+  if (auto st = validate(f.cfg); !st) return usage_error(cmd, st.err().message);
+  agent_options ao;
+  ao.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
+  ao.name = f.name;
+  for (uint32_t id = f.first_id; id <= last; ++id) {
+    worker_options wo;
+    wo.engine = fleet_engine_config(f.cfg, id);
+    wo.engine.speed = f.speed;
+    auto probe = engine::make(wo.engine);
+    if (!probe) return usage_error(cmd, probe.err().message);
+    wo.ledger = fleet_worker_config(f.cfg, id, *probe);
+    wo.time_scale = f.time_scale;
+    ao.workers.push_back(std::move(wo));
+  }
+  block_signals({SIGINT, SIGTERM});
+  caf::actor_system_config sys_cfg;
+  register_types(sys_cfg);
+  caf::actor_system sys{sys_cfg};
+  std::string url;
+  auto bus = connect_bus(*split_urls(f.bus.nats), f.name, &url);
+  if (!bus) return run_error(cmd, bus.err().message);
+  auto node = agent_node::start(sys, **bus, ao);
+  if (!node) return start_error(cmd, f.name, node.err());
+  std::fprintf(stderr,
+               "kvmesh agent: %s serves workers %u-%u (engine sim, speed %g, "
+               "%" PRIu64 "/%" PRIu64 "/%" PRIu64
+               " GPU/host/disk blocks of %u tokens, time scale %g) on %s, "
+               "prefix %s\n",
+               f.name.c_str(), f.first_id, static_cast<uint32_t>(last), f.speed,
+               f.cfg.gpu_blocks, f.cfg.host_blocks, f.cfg.disk_blocks,
+               f.cfg.block_tokens, f.time_scale, url.c_str(),
+               f.bus.prefix.c_str());
+  wait_for_stop();
+  stop_node(sys, *node, *bus);
+  return 0;
+}
+
+}  // namespace
+
+void add_agent(CLI::App& app, std::function<int()>& run) {
+  auto f = std::make_shared<agent_flags>();
+  auto* cmd = app.add_subcommand(
+      "agent",
+      "run a node agent: N WORKERs (simulated GPUs) served on NATS, bidding "
+      "for requests, pushing heartbeats and KV events; until SIGINT/SIGTERM");
+  add_bus_flags(*cmd, f->bus);
+  cmd->add_option("--engine", f->engine, "the GPUs' engine: sim")->required();
+  cmd->add_option("--workers", f->workers, "WORKERs (GPUs) on this node")
+      ->required()
+      ->check(positive);
+  cmd->add_option("--worker-id", f->first_id,
+                  "id of the first worker; the others follow (ids are "
+                  "unique across the mesh)")
+      ->capture_default_str();
+  cmd->add_option("--name", f->name,
+                  "the agent's name in its subjects, unique in the mesh "
+                  "(default agent-<first worker id>)");
+  cmd->add_option("--heartbeat-ms", f->heartbeat_ms,
+                  "push each worker's status this often")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--time-scale", f->time_scale,
+                  "run the simulated engines X times faster than real time")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--speed", f->speed,
+                  "prefill speed of these GPUs relative to the reference")
+      ->check(positive)
+      ->capture_default_str();
+  sim_config& c = f->cfg;
+  cmd->add_option("--gpu-blocks", c.gpu_blocks, "GPU KV blocks per worker")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--host-blocks", c.host_blocks,
+                  "host-memory blocks per worker (0: no tier)")
+      ->capture_default_str();
+  cmd->add_option("--disk-blocks", c.disk_blocks,
+                  "disk blocks per worker (0: no tier)")
+      ->capture_default_str();
+  cmd->add_option("--block-tokens", c.block_tokens,
+                  "tokens per block (the routers' and clients' too)")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--model-factor", c.model_factor,
+                  "scale every engine step time by X")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--refuse-growth", c.refuse_growth,
+                  "refuse an award when the queue grew by more than X "
+                  "request sizes beyond what the router priced (0: never)")
+      ->check(non_negative)
+      ->capture_default_str();
+  cmd->callback([f, &run] { run = [f] { return run_agent(*f); }; });
+}
+
+namespace {
+
+// -- kvmesh router ------------------------------------------------------------
+
+struct router_flags {
+  bus_flags bus;
+  std::string name;
+  bool durable = false;
+  uint32_t metrics_port = 0;
+  uint32_t heartbeat_ms = 1000;
+  uint32_t missed_beats = 3;
+  router_options router;  // pricing, fan-out, auctions, seed
+};
+
+void add_price_flags(CLI::App& cmd, price_config& p) {
+  cmd.add_option("--c-host", p.c_host,
+                 "credit of a block in host memory, for workers that do not "
+                 "measure their own")
+      ->check(credit)
+      ->capture_default_str();
+  cmd.add_option("--c-disk", p.c_disk,
+                 "credit of a block on disk, for workers that do not measure "
+                 "their own")
+      ->check(credit)
+      ->capture_default_str();
+  cmd.add_option("--beta", p.beta, "weight of occupancy")
+      ->check(non_negative)
+      ->capture_default_str();
+  cmd.add_option("--k", p.k, "GPU credit decay with excess queue")
+      ->check(non_negative)
+      ->capture_default_str();
+  cmd.add_option("--overflow", p.overflow, "price per block beyond capacity")
+      ->check(non_negative)
+      ->capture_default_str();
+  cmd.add_option("--ceiling", p.overload_ceiling,
+                 "cheapest price per request block above which the fleet is "
+                 "saturated and requests wait (0: never)")
+      ->check(non_negative)
+      ->capture_default_str();
+}
+
+int run_router(router_flags f) {
+  const char* cmd = "router";
+  if (auto why = check_bus_flags(f.bus); !why.empty())
+    return usage_error(cmd, why);
+  if (f.name.empty()) f.name = "router-" + std::to_string(getpid());
+  if (auto st = check_name("--name", f.name); !st)
+    return usage_error(cmd, st.err().message);
+  if (f.metrics_port != 0)
+    std::fprintf(stderr,
+                 "kvmesh router: --metrics-port %u: metrics: not yet served\n",
+                 f.metrics_port);
+  router_node_options rn;
+  rn.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
+  rn.mesh.missed_beats = f.missed_beats;
+  rn.name = f.name;
+  rn.router = f.router;
+  rn.router.name = f.name;
+  rn.router.heartbeat = rn.mesh.heartbeat;
+  rn.router.missed_beats = f.missed_beats;
+  rn.durable = f.durable;
+  block_signals({SIGINT, SIGTERM});
+  caf::actor_system_config sys_cfg;
+  register_types(sys_cfg);
+  caf::actor_system sys{sys_cfg};
+  std::string url;
+  auto bus = connect_bus(*split_urls(f.bus.nats), f.name, &url);
+  if (!bus) return run_error(cmd, bus.err().message);
+  auto node = router_node::start(sys, **bus, rn);
+  if (!node) return start_error(cmd, f.name, node.err());
+  std::fprintf(stderr,
+               "kvmesh router: %s routes on %s, prefix %s (fanout %zu, "
+               "durable queue %s)\n",
+               f.name.c_str(), url.c_str(), f.bus.prefix.c_str(),
+               f.router.fanout, f.durable ? "on" : "off");
+  wait_for_stop();
+  stop_node(sys, *node, *bus);
+  return 0;
+}
+
+}  // namespace
+
+void add_router(CLI::App& app, std::function<int()>& run) {
+  auto f = std::make_shared<router_flags>();
+  auto* cmd = app.add_subcommand(
+      "router",
+      "run a router: auctions route requests among the workers it hears "
+      "heartbeats from, and serves `kvmesh admin`; until SIGINT/SIGTERM");
+  add_bus_flags(*cmd, f->bus);
+  cmd->add_option("--name", f->name,
+                  "the router's name, unique in the mesh (default "
+                  "router-<pid>)");
+  cmd->add_flag("--durable", f->durable,
+                "also take requests from the durable JetStream queue "
+                "(needs nats-server -js)");
+  cmd->add_option("--metrics-port", f->metrics_port,
+                  "serve metrics on this port (not yet served)")
+      ->check(CLI::Range(1, 65535));
+  cmd->add_option("--heartbeat-ms", f->heartbeat_ms,
+                  "push this router's status this often; workers' beats are "
+                  "expected as often")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--missed-beats", f->missed_beats,
+                  "count a worker out after missing this many heartbeats")
+      ->check(positive)
+      ->capture_default_str();
+  router_options& r = f->router;
+  cmd->add_option("--fanout", r.fanout,
+                  "above this many workers, bids come from the index's "
+                  "holders plus the least loaded")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--max-auctions", r.max_auctions,
+                  "auctions per request at most (refusals re-auction)")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--block-tokens", r.block_tokens,
+                  "tokens per block, for the output-length estimate")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--seed", r.seed, "seed of the tie-breaking")
+      ->capture_default_str();
+  add_price_flags(*cmd, r.price);
+  cmd->callback([f, &run] { run = [f] { return run_router(*f); }; });
+}
+
+namespace {
+
+// -- kvmesh index -------------------------------------------------------------
+
+struct index_flags {
+  bus_flags bus;
+  std::string shard;
+  std::string db;
+  uint32_t heartbeat_ms = 1000;
+};
+
+// "I/N": shard I of N, 0 <= I < N. Digits only, so "+1/2" or "1/2x" fail.
+expected<std::pair<uint32_t, uint32_t>> parse_shard(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return make_error(ec::parse_error,
+                      "--shard: '" + text + "' " + why +
+                          " (expected I/N: shard I of N, 0 <= I < N)");
+  };
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos) return bad("has no '/'");
+  auto number = [](const std::string& s, uint32_t& out) {
+    if (s.empty() || s.size() > 9 ||
+        s.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    out = static_cast<uint32_t>(std::stoul(s));
+    return true;
+  };
+  uint32_t i = 0, n = 0;
+  if (!number(text.substr(0, slash), i)) return bad("has no shard number I");
+  if (!number(text.substr(slash + 1), n)) return bad("has no shard count N");
+  if (n == 0) return bad("has no shards (N must be at least 1)");
+  if (i >= n) return bad("names a shard past the last one");
+  return std::make_pair(i, n);
+}
+
+int run_index(const index_flags& f) {
+  const char* cmd = "index";
+  if (auto why = check_bus_flags(f.bus); !why.empty())
+    return usage_error(cmd, why);
+  auto shard = parse_shard(f.shard);
+  if (!shard) return usage_error(cmd, shard.err().message);
+  if (f.db.empty()) return usage_error(cmd, "--db: the directory is empty");
+  shard_node_options so;
+  so.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
+  so.shard.shard = shard->first;
+  so.shard.dir = f.db;
+  so.shards = shard->second;
+  block_signals({SIGINT, SIGTERM});
+  caf::actor_system_config sys_cfg;
+  register_types(sys_cfg);
+  caf::actor_system sys{sys_cfg};
+  const std::string name = "index-" + std::to_string(shard->first);
+  std::string url;
+  auto bus = connect_bus(*split_urls(f.bus.nats), name, &url);
+  if (!bus) return run_error(cmd, bus.err().message);
+  auto node = shard_node::start(sys, **bus, so);
+  if (!node) return start_error(cmd, "--db " + f.db, node.err());
+  std::fprintf(stderr,
+               "kvmesh index: shard %u/%u (RocksDB %s) serves on %s, prefix "
+               "%s\n",
+               shard->first, shard->second, f.db.c_str(), url.c_str(),
+               f.bus.prefix.c_str());
+  wait_for_stop();
+  stop_node(sys, *node, *bus);
+  return 0;
+}
+
+}  // namespace
+
+void add_index(CLI::App& app, std::function<int()>& run) {
+  auto f = std::make_shared<index_flags>();
+  auto* cmd = app.add_subcommand(
+      "index",
+      "run an index shard: which worker holds which blocks, fed by KV events "
+      "and kept in RocksDB, queried by routers; until SIGINT/SIGTERM");
+  add_bus_flags(*cmd, f->bus);
+  cmd->add_option("--shard", f->shard,
+                  "I/N: this is shard I (from 0) of an index of N shards")
+      ->required();
+  cmd->add_option("--db", f->db, "RocksDB directory (created when missing)")
+      ->required();
+  cmd->add_option("--heartbeat-ms", f->heartbeat_ms,
+                  "push this shard's status this often")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->callback([f, &run] { run = [f] { return run_index(*f); }; });
+}
+
+namespace {
+
+// -- kvmesh route -------------------------------------------------------------
+
+struct route_flags {
+  bus_flags bus;
+  bool durable = false;
+  uint64_t request_id = 0;
+  CLI::Option* request_id_opt = nullptr;
+  uint32_t timeout_ms = default_timeout_ms;
+  uint32_t block_tokens = 0;
+  std::string tokens;
+  std::string salt;
+  uint32_t output_tokens = 0;
+  bool json = false;
+};
+
+// 63 bits, so that ids stay positive for clients with signed integers.
+uint64_t random_request_id() {
+  std::random_device rd;
+  const uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  return v & 0x7fffffffffffffffull;
+}
+
+void print_decision(const decision& d) {
+  std::printf("request %" PRIu64 " -> worker %u (%u auction%s)\n", d.request,
+              d.worker, d.auctions, d.auctions == 1 ? "" : "s");
+  if (d.prices.empty()) return;
+  table rows{{"won", "worker", "read", "credit_gpu", "credit_host",
+              "credit_disk", "space", "speed", "overflow", "price", "delta"}};
+  for (const auto& p : d.prices)
+    rows.push_back({p.worker == d.worker ? "*" : "", std::to_string(p.worker),
+                    fixed(p.read), fixed(p.credit_gpu), fixed(p.credit_host),
+                    fixed(p.credit_disk), fixed(p.space), general(p.speed),
+                    fixed(p.overflow), fixed(p.price), fixed(p.delta)});
+  print_columns(rows);
+}
+
+int run_route(const route_flags& f) {
+  const char* cmd = "route";
+  if (auto why = check_bus_flags(f.bus); !why.empty())
+    return usage_error(cmd, why);
+  // mesh.hpp's route_once() has no durable form yet (the subject is
+  // there, no client publishing to the work queue and awaiting the reply).
+  if (f.durable) return usage_error(cmd, "--durable: not yet available");
+  auto tokens = parse_token_list(f.tokens);
+  if (!tokens) return usage_error(cmd, tokens.err().message);
+  auto chain = chain_of(*tokens, f.block_tokens, f.salt);
+  if (!chain) return usage_error(cmd, chain.err().message);
+  route_request_msg r;
+  r.id = f.request_id_opt->count() > 0 ? f.request_id : random_request_id();
+  r.blocks = std::move(*chain);
+  r.input_tokens = static_cast<uint32_t>(tokens->size());
+  r.output_tokens = f.output_tokens;
+  auto bus = connect_bus(*split_urls(f.bus.nats), "kvmesh-route");
+  if (!bus) return run_error(cmd, bus.err().message);
+  subjects subj;
+  subj.prefix = f.bus.prefix;
+  auto d = route_once(**bus, subj, r, std::chrono::milliseconds(f.timeout_ms));
+  if (!d)
+    return run_error(
+        cmd, "request " + std::to_string(r.id) + ": " + d.err().message);
+  if (!d->error.empty())
+    return run_error(cmd, "request " + std::to_string(r.id) + ": " + d->error);
+  if (f.json)
+    std::printf("%s\n", decision_json(*d).c_str());
+  else
+    print_decision(*d);
+  return 0;
+}
+
+}  // namespace
+
+void add_route(CLI::App& app, std::function<int()>& run) {
+  auto f = std::make_shared<route_flags>();
+  auto* cmd = app.add_subcommand(
+      "route",
+      "route one request through the mesh and print the decision: the "
+      "winner and every bidder's price");
+  add_bus_flags(*cmd, f->bus);
+  cmd->add_flag("--durable", f->durable,
+                "send through the durable JetStream queue (not yet available)");
+  f->request_id_opt =
+      cmd->add_option("--request-id", f->request_id,
+                      "the request's id (default: random, 63 bits)");
+  cmd->add_option("--timeout-ms", f->timeout_ms,
+                  "wait this long for a decision")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--block-tokens", f->block_tokens,
+                  "tokens per block, as the mesh's workers have it")
+      ->required()
+      ->check(positive);
+  cmd->add_option("--tokens", f->tokens, "the prompt's token ids: 1,2,3")
+      ->required();
+  cmd->add_option("--salt", f->salt, "salt or LoRA name of the block hashes");
+  cmd->add_option("--output-tokens", f->output_tokens,
+                  "expected output length (default: the router estimates)");
+  cmd->add_flag("--json", f->json, "print the decision as JSON");
+  cmd->footer(
+      "Exit status: 0 decided, 1 no decision (the reason on stderr), 2 bad "
+      "flag or value.");
+  cmd->callback([f, &run] { run = [f] { return run_route(*f); }; });
+}
+
+namespace {
+
+// -- kvmesh admin -------------------------------------------------------------
+
+struct admin_flags {
+  bus_flags bus;
+  bool json = false;
+  uint32_t timeout_ms = default_timeout_ms;
+  std::string verb;  // the subject's verb (subjects::admin)
+  uint32_t worker = 0;
+  uint32_t block_tokens = 0;
+  std::string tokens;
+  price_config weights;  // weights set: the values given
+  std::vector<std::pair<CLI::Option*, double price_config::*>> weight_opts;
+};
+
+const char* state_of(const worker_status& w) {
+  return w.gone ? "gone" : w.draining ? "draining" : "live";
+}
+
+void print_admin(const admin_flags& f, const admin_reply& r) {
+  const std::string& v = f.verb;
+  if (f.json) {
+    json out;
+    if (v == "workers") {
+      json list = json::array();
+      for (const auto& w : r.workers)
+        list.push_back({{"id", w.worker},
+                        {"state", state_of(w)},
+                        {"gpu_blocks", w.gpu_blocks},
+                        {"host_blocks", w.host_blocks},
+                        {"disk_blocks", w.disk_blocks},
+                        {"queued_blocks", w.queued},
+                        {"active_blocks", w.active},
+                        {"capacity_blocks", w.capacity},
+                        {"speed", w.speed}});
+      out = {{"workers", list}};
+    } else if (v == "routers") {
+      json list = json::array();
+      for (const auto& x : r.routers)
+        list.push_back({{"name", x.name},
+                        {"decisions", x.decisions},
+                        {"reauctions", x.reauctions},
+                        {"held", x.held},
+                        {"overloaded", x.overloaded},
+                        {"live_workers", x.live_workers},
+                        {"workers", x.workers}});
+      out = {{"routers", list}};
+    } else if (v == "shards") {
+      json list = json::array();
+      for (const auto& s : r.shards)
+        list.push_back({{"shard", s.shard},
+                        {"shards", s.shards},
+                        {"blocks", s.blocks},
+                        {"entries", s.entries},
+                        {"disk_bytes", s.disk_bytes},
+                        {"events", s.events},
+                        {"errors", s.errors}});
+      out = {{"shards", list}};
+    } else if (v == "prefix") {
+      json list = json::array();
+      for (const auto& h : r.holders)
+        list.push_back({{"worker", h.worker},
+                        {"gpu", h.gpu},
+                        {"host", h.host},
+                        {"disk", h.disk}});
+      out = {{"holders", list}};
+    } else if (v == "weights.get") {
+      const price_config& w = r.weights;
+      out = {{"weights",
+              {{"c_host", w.c_host},
+               {"c_disk", w.c_disk},
+               {"beta", w.beta},
+               {"k", w.k},
+               {"overflow", w.overflow},
+               {"overload_ceiling", w.overload_ceiling}}}};
+    } else {
+      out = {{"ok", true}, {"count", r.count}};
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return;
+  }
+  table rows;
+  if (v == "workers") {
+    rows.push_back({"worker", "state", "agent", "gpu", "host", "disk", "queued",
+                    "reserved", "active", "capacity", "waiting", "running",
+                    "completed", "speed"});
+    for (const auto& w : r.workers)
+      rows.push_back({std::to_string(w.worker), state_of(w), w.agent,
+                      std::to_string(w.gpu_blocks),
+                      std::to_string(w.host_blocks),
+                      std::to_string(w.disk_blocks), fixed(w.queued, 1),
+                      fixed(w.reserved, 1), std::to_string(w.active),
+                      std::to_string(w.capacity), std::to_string(w.waiting),
+                      std::to_string(w.running), std::to_string(w.completed),
+                      general(w.speed)});
+  } else if (v == "routers") {
+    rows.push_back({"router", "decisions", "reauctions", "held", "overloaded",
+                    "live_workers", "workers"});
+    for (const auto& x : r.routers)
+      rows.push_back(
+          {x.name, std::to_string(x.decisions), std::to_string(x.reauctions),
+           std::to_string(x.held), std::to_string(x.overloaded),
+           std::to_string(x.live_workers), std::to_string(x.workers)});
+  } else if (v == "shards") {
+    rows.push_back(
+        {"shard", "blocks", "entries", "disk_bytes", "events", "errors"});
+    for (const auto& s : r.shards)
+      rows.push_back({std::to_string(s.shard) + "/" + std::to_string(s.shards),
+                      std::to_string(s.blocks), std::to_string(s.entries),
+                      std::to_string(s.disk_bytes), std::to_string(s.events),
+                      std::to_string(s.errors)});
+  } else if (v == "prefix") {
+    if (r.holders.empty()) {
+      std::printf("no worker holds this prefix\n");
+      return;
+    }
+    rows.push_back({"worker", "gpu", "host", "disk"});
+    for (const auto& h : r.holders)
+      rows.push_back({std::to_string(h.worker), std::to_string(h.gpu),
+                      std::to_string(h.host), std::to_string(h.disk)});
+  } else if (v == "weights.get") {
+    const price_config& w = r.weights;
+    rows = {{"weight", "value"},
+            {"c_host", general(w.c_host)},
+            {"c_disk", general(w.c_disk)},
+            {"beta", general(w.beta)},
+            {"k", general(w.k)},
+            {"overflow", general(w.overflow)},
+            {"overload_ceiling", general(w.overload_ceiling)}};
+  } else if (v == "weights.set") {
+    std::printf("weights set (count %u)\n", r.count);
+    return;
+  } else {
+    std::printf("%s worker %u: ok (count %u)\n", v.c_str(), f.worker, r.count);
+    return;
+  }
+  print_columns(rows);
+}
+
+int run_admin(const admin_flags& f) {
+  const char* cmd = "admin";
+  if (auto why = check_bus_flags(f.bus); !why.empty())
+    return usage_error(cmd, why);
+  if (f.verb.empty())
+    return usage_error(cmd,
+                       "which verb? workers, routers, shards, prefix, "
+                       "weights [set], drain ID, undrain ID");
+  admin_request req;
+  if (f.verb == "prefix") {
+    auto tokens = parse_token_list(f.tokens);
+    if (!tokens) return usage_error(cmd, tokens.err().message);
+    auto chain = chain_of(*tokens, f.block_tokens, "");
+    if (!chain) return usage_error(cmd, chain.err().message);
+    req.chain = std::move(*chain);
+  } else if (f.verb == "drain" || f.verb == "undrain") {
+    req.worker = f.worker;
+    req.on = f.verb == "drain";
+  }
+  auto bus = connect_bus(*split_urls(f.bus.nats), "kvmesh-admin");
+  if (!bus) return run_error(cmd, bus.err().message);
+  subjects subj;
+  subj.prefix = f.bus.prefix;
+  const std::chrono::milliseconds timeout(f.timeout_ms);
+  auto call = [&](const std::string& verb,
+                  const admin_request& q) -> expected<admin_reply> {
+    auto r = admin_request_call(**bus, subj, verb, q, timeout);
+    if (!r) return make_error(r.err().code, verb + ": " + r.err().message);
+    if (!r->error.empty())
+      return make_error(ec::invalid_argument, verb + ": " + r->error);
+    return r;
+  };
+  if (f.verb == "weights.set") {
+    // Weights not given keep their value: read them all, change some.
+    auto current = call("weights.get", admin_request{});
+    if (!current) return run_error(cmd, current.err().message);
+    req.weights = current->weights;
+    for (const auto& [opt, field] : f.weight_opts)
+      if (opt->count() > 0) req.weights.*field = f.weights.*field;
+  }
+  auto r = call(f.verb, req);
+  if (!r) return run_error(cmd, r.err().message);
+  print_admin(f, *r);
+  return 0;
+}
+
+}  // namespace
+
+void add_admin(CLI::App& app, std::function<int()>& run) {
+  auto f = std::make_shared<admin_flags>();
+  auto* cmd = app.add_subcommand(
+      "admin",
+      "inspect and steer a running mesh: list workers, routers and index "
+      "shards, show a prefix's holders, get or set price weights, drain a "
+      "worker");
+  add_bus_flags(*cmd, f->bus);
+  cmd->add_flag("--json", f->json, "print the answer as JSON");
+  cmd->add_option("--timeout-ms", f->timeout_ms, "wait this long for an answer")
+      ->check(positive)
+      ->capture_default_str();
+  // A missing verb is checked in run_admin: CLI11 would call an unknown one
+  // a missing subcommand.
+  cmd->require_subcommand(0, 1);
+  cmd->footer(
+      "Exit status: 0 done, 1 no answer or an error answer (on stderr), 2 bad "
+      "flag or value.");
+  // The admin's flags may follow the verb: `admin workers --json`.
+  auto verb = [&](const char* name, const char* wire, const char* help) {
+    auto* v = cmd->add_subcommand(name, help);
+    v->fallthrough();
+    v->callback([f, wire] {
+      // `weights set` sets its verb before `weights` runs its callback.
+      if (f->verb.empty()) f->verb = wire;
+    });
+    return v;
+  };
+  verb("workers", "workers", "every worker's state, load and tiers");
+  verb("routers", "routers", "every router's counters");
+  verb("shards", "shards", "every index shard's size and counters");
+  auto* prefix = verb("prefix", "prefix",
+                      "which workers hold how much of a prompt's prefix, per "
+                      "tier");
+  prefix
+      ->add_option("--block-tokens", f->block_tokens,
+                   "tokens per block, as the mesh's workers have it")
+      ->required()
+      ->check(positive);
+  prefix->add_option("--tokens", f->tokens, "the prompt's token ids: 1,2,3")
+      ->required();
+  auto* weights =
+      verb("weights", "weights.get", "the routers' price weights; `set` them");
+  weights->require_subcommand(0, 1);
+  auto* set = weights->add_subcommand(
+      "set", "set price weights on every router; those not given keep theirs");
+  set->fallthrough();
+  set->callback([f] { f->verb = "weights.set"; });
+  price_config& w = f->weights;
+  struct weight_flag {
+    const char* flag;
+    double price_config::*field;
+    const char* help;
+    bool unit;  // a credit: from 0 to 1
+  };
+  const weight_flag flags[] = {
+      {"--c-host", &price_config::c_host, "credit of a host-memory block",
+       true},
+      {"--c-disk", &price_config::c_disk, "credit of a disk block", true},
+      {"--beta", &price_config::beta, "weight of occupancy", false},
+      {"--k", &price_config::k, "GPU credit decay with excess queue", false},
+      {"--overflow", &price_config::overflow, "price per block beyond capacity",
+       false},
+      {"--ceiling", &price_config::overload_ceiling,
+       "saturation price per request block (0: never)", false}};
+  for (const auto& wf : flags) {
+    auto* opt = set->add_option(wf.flag, w.*wf.field, wf.help);
+    if (wf.unit)
+      opt->check(credit);
+    else
+      opt->check(non_negative);
+    f->weight_opts.emplace_back(opt, wf.field);
+  }
+  auto* drain = verb("drain", "drain",
+                     "stop awarding requests to worker ID (it finishes what "
+                     "it has)");
+  drain->add_option("ID", f->worker, "worker id")->required();
+  auto* undrain =
+      verb("undrain", "undrain", "let worker ID win auctions again");
+  undrain->add_option("ID", f->worker, "worker id")->required();
+  cmd->callback([f, &run] { run = [f] { return run_admin(*f); }; });
+}
+
+status check_prefix(const std::string& prefix) {
+  auto bad = [&](const std::string& why) {
+    return make_error(ec::invalid_argument,
+                      "--prefix: '" + prefix + "' " + why);
+  };
+  if (prefix.empty()) return bad("is empty");
+  size_t start = 0;
+  while (true) {
+    const size_t dot = prefix.find('.', start);
+    const std::string token = prefix.substr(
+        start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (token.empty()) return bad("has an empty subject token");
+    for (char c : token)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+            c == '_'))
+        return bad(std::string("holds '") + c +
+                   "': subject tokens are letters, digits, '-' and '_', "
+                   "separated by '.'");
+    if (dot == std::string::npos) return ok;
+    start = dot + 1;
+  }
+}
+
+}  // namespace kvmesh::cli

@@ -1,0 +1,214 @@
+// Child processes and signals for the long-running commands (POSIX, Linux).
+#include "cli/process.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace kvmesh::cli {
+
+sigset_t block_signals(std::initializer_list<int> signals) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : signals)
+    sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+int wait_for_stop() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
+}
+
+std::string describe_exit(int wait_status) {
+  if (WIFEXITED(wait_status))
+    return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    const int sig = WTERMSIG(wait_status);
+    return "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) +
+           ")";
+  }
+  return "ended (wait status " + std::to_string(wait_status) + ")";
+}
+
+expected<pid_t> spawn_child(const std::vector<std::string>& argv,
+                            const child_options& opt) {
+  if (argv.empty()) return make_error(ec::invalid_argument, "empty command");
+  // Everything the child needs is built before fork: between fork and exec
+  // only async-signal-safe calls are allowed.
+  std::vector<char*> args;
+  for (const auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const std::string failed = "kvmesh: cannot start " + argv[0] + ": ";
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0)
+    return make_error(ec::io_error,
+                      "fork for " + argv[0] + ": " + std::strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    if (opt.parent_death_signal != 0) {
+      prctl(PR_SET_PDEATHSIG, opt.parent_death_signal);
+      // The parent died before prctl took effect: nobody would stop us.
+      if (getppid() != parent) _exit(1);
+    }
+    // Exec failures are reported on the parent's stderr, even when the
+    // child's output goes to a file.
+    int err_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (err_fd < 0) err_fd = STDERR_FILENO;
+    if (!opt.output.empty()) {
+      const int fd =
+          open(opt.output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd < 0) {
+        const char* why = std::strerror(errno);
+        (void)!write(err_fd, failed.data(), failed.size());
+        (void)!write(err_fd, opt.output.data(), opt.output.size());
+        (void)!write(err_fd, ": ", 2);
+        (void)!write(err_fd, why, std::strlen(why));
+        (void)!write(err_fd, "\n", 1);
+        _exit(127);
+      }
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      if (fd > STDERR_FILENO) close(fd);
+    }
+    // Ignored and blocked signals survive exec: undo what we set up.
+    for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP, SIGQUIT})
+      signal(s, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvp(args[0], args.data());
+    const char* why = std::strerror(errno);
+    (void)!write(err_fd, failed.data(), failed.size());
+    (void)!write(err_fd, why, std::strlen(why));
+    (void)!write(err_fd, "\n", 1);
+    _exit(127);
+  }
+  // Also here: the parent may signal the group before the child ran.
+  setpgid(pid, pid);
+  return pid;
+}
+
+void stop_children(std::vector<pid_t>& pids, std::chrono::milliseconds grace,
+                   std::vector<int>& statuses, int sig) {
+  statuses.resize(pids.size(), 0);
+  for (pid_t p : pids)
+    if (p > 0) kill(p, sig);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (true) {
+    bool left = false;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (pids[i] <= 0) continue;
+      int st = 0;
+      const pid_t r = waitpid(pids[i], &st, WNOHANG);
+      if (r == pids[i] || (r < 0 && errno == ECHILD)) {
+        statuses[i] = r == pids[i] ? st : 0;
+        pids[i] = -1;
+      } else {
+        left = true;
+      }
+    }
+    if (!left || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (pids[i] <= 0) continue;
+    kill(pids[i], SIGKILL);
+    int st = 0;
+    while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {
+    }
+    statuses[i] = -1;
+    pids[i] = -1;
+  }
+}
+
+expected<std::string> self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    return make_error(
+        ec::io_error,
+        "cannot find this program (/proc/self/exe): " + ec.message());
+  return p.string();
+}
+
+expected<int> free_loopback_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return make_error(ec::io_error,
+                      std::string("socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return make_error(ec::io_error, "no free loopback port: " + why);
+  }
+  close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+bool loopback_accepting(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok =
+      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+expected<std::string> make_temp_dir(const std::string& tag) {
+  std::error_code ec;
+  std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+  if (ec) base = "/tmp";
+  std::string t = (base / (tag + "-XXXXXX")).string();
+  if (!mkdtemp(t.data()))
+    return make_error(ec::io_error, "cannot make a temporary directory " + t +
+                                        ": " + std::strerror(errno));
+  return t;
+}
+
+std::string file_tail(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::deque<std::string> last;
+  std::string line;
+  while (std::getline(in, line)) {
+    last.push_back(line);
+    if (last.size() > lines) last.pop_front();
+  }
+  std::string out;
+  for (const auto& l : last)
+    out += l + "\n";
+  return out;
+}
+
+}  // namespace kvmesh::cli
