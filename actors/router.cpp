@@ -82,6 +82,13 @@ void award_next(rpointer self, auction_ptr a) {
 void decide(rpointer self, auction_ptr a) {
   auto& st = self->state;
   if (a->bids.empty()) {
+    // Silence from every bidder is more often a hiccup (a busy host, a
+    // reconnect) than a dead fleet: call again while rounds are left.
+    if (a->round < st.opt.max_auctions) {
+      ++st.reauctions;
+      call_for_bids_(self, a);
+      return;
+    }
     fail(a, ec::not_found,
          "no worker answered the call for bids for request " +
              std::to_string(a->request.id));
@@ -189,6 +196,12 @@ void call_for_bids_(rpointer self, auction_ptr a) {
         !st.members[i].last.draining)
       eligible.push_back(i);
   if (eligible.empty()) {
+    // Heartbeats may only be late (a busy host): hold the request for the
+    // next ticks while rounds are left.
+    if (a->round < st.opt.max_auctions && st.held.size() < st.opt.max_held) {
+      st.held.push_back(a);
+      return;
+    }
     fail(a, ec::not_found,
          "no live worker for request " + std::to_string(a->request.id));
     return;

@@ -3,6 +3,7 @@
 #include "cluster/mesh.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <optional>
@@ -310,6 +311,9 @@ struct front_state {
   router_actor router;
   std::string name_;
   uint32_t block_tokens = 512;
+  // Set when the process stops: durable requests in flight are then left
+  // unacked, as a killed process leaves them, for another router.
+  std::shared_ptr<std::atomic<bool>> stopping;
 };
 
 // Route requests wait for the router's own deadlines; this only bounds a
@@ -319,8 +323,10 @@ constexpr auto route_timeout = std::chrono::seconds(60);
 caf::behavior router_front(caf::stateful_actor<front_state>* self,
                            nats_bus* bus, mesh_options mesh,
                            router_actor router, std::string name,
-                           uint32_t block_tokens) {
+                           uint32_t block_tokens,
+                           std::shared_ptr<std::atomic<bool>> stopping) {
   auto& st = self->state;
+  st.stopping = std::move(stopping);
   st.bus = bus;
   st.mesh = std::move(mesh);
   st.router = std::move(router);
@@ -418,10 +424,19 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
                       std::move(*r))
             .then(
                 [self, reply, d](const decision& out) {
+                  if (*self->state.stopping) return;
                   answer(*self->state.bus, reply, encode(out));
                   (void)d->ack();
                 },
                 [self, reply, id, d](caf::error& e) {
+                  if (*self->state.stopping) return;
+                  // Only the router's own verdicts (no worker, overloaded)
+                  // are answers; a router that went away mid-auction hands
+                  // the request back for another one.
+                  if (e.category() != caf::atom("kvmesh")) {
+                    (void)d->nak();
+                    return;
+                  }
                   decision out;
                   out.request = id;
                   out.error = describe(e);
@@ -957,11 +972,15 @@ struct router_node::impl : node_base {
   router_actor router;
   admin_actor admin;
   std::unique_ptr<work_queue> queue;
+  std::shared_ptr<std::atomic<bool>> stopping =
+      std::make_shared<std::atomic<bool>>(false);
 };
 
 router_node::router_node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 router_node::~router_node() {
-  // No more durable requests, then the actors: unacked ones go elsewhere.
+  // No more durable requests, none answered from now on, then the actors:
+  // unacked ones go elsewhere.
+  *impl_->stopping = true;
   impl_->queue.reset();
   impl_->stop();
 }
@@ -997,7 +1016,7 @@ expected<std::unique_ptr<router_node>> router_node::start(
   p->admin = caf::actor_cast<admin_actor>(dir);
   p->actors.push_back(caf::actor_cast<caf::actor>(dir));
   auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
-                         opt.router.block_tokens);
+                         opt.router.block_tokens, p->stopping);
   p->actors.push_back(front);
   auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout);
   p->actors.push_back(admin_ep);

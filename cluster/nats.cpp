@@ -74,7 +74,8 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
     return bad("bad URL");
   // Without it libnats holds small publishes up to a millisecond to batch
   // them: every hop of an auction would wait.
-  if ((s = natsOptions_SetSendAsap(o, opt.send_asap)) != NATS_OK)
+  if ((s = natsOptions_SetSendAsap(o, opt.send_asap)) != NATS_OK ||
+      (s = natsOptions_SetNoRandomize(o, !opt.randomize)) != NATS_OK)
     return bad("options");
   if ((s = natsOptions_SetName(o, opt.name.c_str())) != NATS_OK ||
       (s = natsOptions_SetMaxReconnect(o, opt.max_reconnect)) != NATS_OK ||

@@ -45,6 +45,9 @@ struct nats_options {
   // Send each publish at once (latency) rather than batching them for up to
   // a millisecond (fewer system calls).
   bool send_asap = true;
+  // Connect to the servers of a list in random order (spreads clients over
+  // a cluster) or in the order given.
+  bool randomize = true;
 };
 
 class nats_bus {

@@ -192,11 +192,17 @@ TEST_F(router_test, no_bids_at_all_is_an_error) {
   a.silent_bids = true;
   auto r = spawn_router(mocks({a}));
   auto d = ask<decision>(r, route_atom::value, request(1));
-  advance(std::chrono::milliseconds(60));
+  // Silence is called again, round after round (8 in all), before it is
+  // an error.
+  for (int i = 0; i < 40 && !d->has_value(); ++i)
+    advance(std::chrono::milliseconds(60));
   ASSERT_TRUE(d->has_value());
   ASSERT_FALSE(**d);
   EXPECT_NE(sys->render((**d).error()).find("no worker answered"),
             std::string::npos);
+  auto s = ask<router_status>(r, status_atom::value);
+  ASSERT_TRUE(s->has_value() && **s);
+  EXPECT_EQ((***s).reauctions, 7u);
 }
 
 TEST_F(router_test, a_weight_change_takes_effect_on_the_next_auction) {

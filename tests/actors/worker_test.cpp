@@ -77,7 +77,8 @@ TEST_F(worker_test, award_runs_the_request_on_the_engine_clock) {
   EXPECT_DOUBLE_EQ(s.queued, 0.0);
   EXPECT_EQ(s.gpu_blocks, 4u);  // its prompt stays cached
   // A second request with the same prompt now bids with a full GPU match.
-  auto b = ask<bid>(w, bid_atom::value, call_for_bids{request(2, 100), 1.0, {}});
+  auto b =
+      ask<bid>(w, bid_atom::value, call_for_bids{request(2, 100), 1.0, {}});
   EXPECT_EQ((**b)->gpu, 4u);
 }
 
