@@ -28,8 +28,18 @@ void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
 void award_next(rpointer self, auction_ptr a) {
   auto& st = self->state;
   if (a->next >= a->ranked.size()) {
+    // Every bidder refused or stayed silent: the silent ones are out now,
+    // so a fresh round asks the rest while rounds are left.
+    if (a->round < st.opt.max_auctions) {
+      ++st.reauctions;
+      release_others(self, a, UINT32_MAX);
+      call_for_bids_(self, a);
+      return;
+    }
     fail(a, ec::not_found,
-         "no worker took request " + std::to_string(a->request.id));
+         "no worker took request " + std::to_string(a->request.id) +
+             (a->refusal.empty() ? std::string()
+                                 : " (last refusal: " + a->refusal + ")"));
     return;
   }
   const uint32_t idx = a->ranked[a->next];
@@ -45,6 +55,7 @@ void award_next(rpointer self, auction_ptr a) {
             // A draining worker stays out until a heartbeat says otherwise.
             if (!reply.accepted && reply.reason == "draining")
               st.members[w].last.draining = true;
+            if (!reply.accepted) a->refusal = reply.reason;
             if (reply.accepted) {
               release_others(self, a, w);
               ++st.decisions;

@@ -52,7 +52,8 @@ struct auction {
   std::vector<bid> bids;         // answered bids, in arrival order
   std::vector<uint32_t> ranked;  // bidder indices, cheapest first
   std::vector<price_breakdown> prices;
-  size_t next = 0;  // next entry of ranked to award
+  size_t next = 0;      // next entry of ranked to award
+  std::string refusal;  // the last awardee's reason, for the client
 };
 
 struct router_state {

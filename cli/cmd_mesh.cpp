@@ -67,7 +67,8 @@ struct bus_flags {
 
 void add_bus_flags(CLI::App& cmd, bus_flags& b) {
   cmd.add_option("--nats", b.nats,
-                 "NATS server URL; a comma-separated list is tried in order")
+                 "NATS server URL, or a comma-separated list of one "
+                 "cluster's servers (the connection fails over among them)")
       ->required();
   cmd.add_option("--prefix", b.prefix,
                  "subject prefix: meshes sharing a NATS server differ in it")
@@ -86,6 +87,54 @@ int run_error(const char* cmd, const std::string& msg) {
   return 1;
 }
 
+// Checks one --nats entry's form, [nats:// | tls://][user[:password]@]
+// host[:port], so that a typo is a flag error naming the entry rather than
+// libnats' "Invalid Argument" or "No server available".
+status check_url(const std::string& url, size_t entry,
+                 const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    const std::string which =
+        url == text ? "'" + url + "'"
+                    : "entry " + std::to_string(entry) + " '" + url + "'";
+    return make_error(ec::parse_error, "--nats: " + which + " " + why);
+  };
+  std::string rest = url;
+  if (const size_t sep = rest.find("://"); sep != std::string::npos) {
+    const std::string scheme = rest.substr(0, sep);
+    if (scheme != "nats" && scheme != "tls")
+      return bad("has scheme '" + scheme + "' (want nats:// or tls://)");
+    rest = rest.substr(sep + 3);
+  }
+  if (const size_t at = rest.rfind('@'); at != std::string::npos)
+    rest = rest.substr(at + 1);  // user and password: the server checks them
+  if (rest.find_first_of(" \t/?#") != std::string::npos)
+    return bad("is not [nats://]host[:port]");
+  std::string host = rest, port;
+  if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
+    const size_t close = rest.find(']');
+    if (close == std::string::npos)
+      return bad("has no ']' after its IPv6 host");
+    host = rest.substr(0, close + 1);
+    if (close + 1 < rest.size()) {
+      if (rest[close + 1] != ':') return bad("is not [nats://]host[:port]");
+      port = rest.substr(close + 2);
+      if (port.empty()) return bad("has an empty port");
+    }
+  } else if (const size_t colon = rest.rfind(':'); colon != std::string::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+    if (port.empty()) return bad("has an empty port");
+  }
+  if (host.empty() || host == "[]") return bad("has no host");
+  if (!port.empty() &&
+      (port.size() > 5 ||
+       port.find_first_not_of("0123456789") != std::string::npos ||
+       std::stoul(port) == 0 || std::stoul(port) > 65535))
+    return bad("has port '" + port + "' (want 1 to 65535)");
+  return ok;
+}
+
+// Splits --nats into its URLs, each checked by check_url.
 expected<std::vector<std::string>> split_urls(const std::string& text) {
   std::vector<std::string> out;
   size_t pos = 0;
@@ -100,32 +149,30 @@ expected<std::vector<std::string>> split_urls(const std::string& text) {
       return make_error(ec::parse_error, "--nats: entry " +
                                              std::to_string(out.size() + 1) +
                                              " of '" + text + "' is empty");
+    if (auto st = check_url(url, out.size() + 1, text); !st) return st.err();
     out.push_back(std::move(url));
     if (comma == std::string::npos) return out;
     pos = comma + 1;
   }
 }
 
-// nats_options takes one URL (libnats' SetURL does not split lists), so a
-// list is tried in order; a NATS cluster then tells the client its other
-// members for reconnects.
-// `used` is set to the URL that answered.
-expected<std::unique_ptr<nats_bus>> connect_bus(
-    const std::vector<std::string>& urls, const std::string& name,
-    std::string* used = nullptr) {
-  std::string why;
-  for (const auto& url : urls) {
-    nats_options o;
-    o.url = url;
-    o.name = name;
-    auto bus = nats_bus::connect(o);
-    if (bus) {
-      if (used) *used = url;
-      return bus;
-    }
-    why += (why.empty() ? "" : "; ") + bus.err().message;
-  }
-  return make_error(ec::io_error, why);
+// The checked --nats list as nats_bus takes it: the servers of one cluster,
+// among which libnats fails over (and reconnects).
+std::string url_list(const std::string& text) {
+  const auto urls = split_urls(text);
+  std::string out;
+  if (!urls) return out;
+  for (const auto& url : *urls)
+    out += (out.empty() ? "" : ",") + url;
+  return out;
+}
+
+expected<std::unique_ptr<nats_bus>> connect_bus(const std::string& nats,
+                                                const std::string& name) {
+  nats_options o;
+  o.url = url_list(nats);
+  o.name = name;
+  return nats_bus::connect(o);
 }
 
 // A node that refuses its options (invalid_argument) is a usage error, one
@@ -315,8 +362,8 @@ int run_agent(agent_flags f) {
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  std::string url;
-  auto bus = connect_bus(*split_urls(f.bus.nats), f.name, &url);
+  const std::string url = url_list(f.bus.nats);
+  auto bus = connect_bus(f.bus.nats, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
   auto node = agent_node::start(sys, **bus, ao);
   if (!node) return start_error(cmd, f.name, node.err());
@@ -457,8 +504,8 @@ int run_router(router_flags f) {
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  std::string url;
-  auto bus = connect_bus(*split_urls(f.bus.nats), f.name, &url);
+  const std::string url = url_list(f.bus.nats);
+  auto bus = connect_bus(f.bus.nats, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
   auto node = router_node::start(sys, **bus, rn);
   if (!node) return start_error(cmd, f.name, node.err());
@@ -571,8 +618,8 @@ int run_index(const index_flags& f) {
   register_types(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const std::string name = "index-" + std::to_string(shard->first);
-  std::string url;
-  auto bus = connect_bus(*split_urls(f.bus.nats), name, &url);
+  const std::string url = url_list(f.bus.nats);
+  auto bus = connect_bus(f.bus.nats, name);
   if (!bus) return run_error(cmd, bus.err().message);
   auto node = shard_node::start(sys, **bus, so);
   if (!node) return start_error(cmd, "--db " + f.db, node.err());
@@ -645,13 +692,59 @@ void print_decision(const decision& d) {
   print_columns(rows);
 }
 
+// Why a route request got no decision, for a person: the router's reason
+// (it names the request) or the bus's, with what to check where the reason
+// alone does not say. libnats' texts are matched because nats_bus reports
+// every failed request as an io_error.
+std::string route_failure(const route_flags& f, const subjects& subj,
+                          const route_request_msg& r, const error& e) {
+  const std::string id = std::to_string(r.id);
+  const std::string& why = e.message;
+  const std::string subject = f.durable ? subj.route_durable() : subj.route();
+  auto ends_with = [&](const std::string& tail) {
+    return why.size() >= tail.size() &&
+           why.compare(why.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const bool no_responders =
+      why.find("No responders available") != std::string::npos;
+  // Durable: nobody answers JetStream's API on a server without it.
+  if (f.durable && no_responders)
+    return "request " + id + ": " + why +
+           (why.find("JetStream is not enabled") != std::string::npos
+                ? ""
+                : " (the durable queue needs JetStream: is nats-server "
+                  "running with -js?)");
+  if (no_responders)
+    return "request " + id + ": no router serves " + subject +
+           " (is a router running on this NATS server with --prefix " +
+           subj.prefix + "?)";
+  if (e.code == ec::io_error && ends_with(": Timeout"))
+    return "request " + id + ": no decision within " +
+           std::to_string(f.timeout_ms) + " ms from the routers on " + subject;
+  std::string msg = why;
+  if (msg.find("request " + id) == std::string::npos)
+    msg = "request " + id + ": " + msg;
+  if (f.durable && e.code == ec::timeout)
+    msg +=
+        "; are routers with --durable running on this NATS server with "
+        "--prefix " +
+        subj.prefix + "?";
+  // Every bidder refused the award, in every auction. A worker refuses a
+  // prompt of more blocks than its tokens fill at the worker's block size,
+  // which a smaller --block-tokens than the agents' makes, and one that
+  // does not fit its GPU.
+  if (why.find("no worker took request") != std::string::npos)
+    msg += " (every worker refused it: check that --block-tokens " +
+           std::to_string(f.block_tokens) +
+           " matches the agents' --block-tokens, and that " +
+           std::to_string(r.input_tokens) + " tokens fit a worker's GPU)";
+  return msg;
+}
+
 int run_route(const route_flags& f) {
   const char* cmd = "route";
   if (auto why = check_bus_flags(f.bus); !why.empty())
     return usage_error(cmd, why);
-  // mesh.hpp's route_once() has no durable form yet (the subject is
-  // there, no client publishing to the work queue and awaiting the reply).
-  if (f.durable) return usage_error(cmd, "--durable: not yet available");
   auto tokens = parse_token_list(f.tokens);
   if (!tokens) return usage_error(cmd, tokens.err().message);
   auto chain = chain_of(*tokens, f.block_tokens, f.salt);
@@ -661,16 +754,15 @@ int run_route(const route_flags& f) {
   r.blocks = std::move(*chain);
   r.input_tokens = static_cast<uint32_t>(tokens->size());
   r.output_tokens = f.output_tokens;
-  auto bus = connect_bus(*split_urls(f.bus.nats), "kvmesh-route");
+  auto bus = connect_bus(f.bus.nats, "kvmesh-route");
   if (!bus) return run_error(cmd, bus.err().message);
   subjects subj;
   subj.prefix = f.bus.prefix;
-  auto d = route_once(**bus, subj, r, std::chrono::milliseconds(f.timeout_ms));
-  if (!d)
-    return run_error(
-        cmd, "request " + std::to_string(r.id) + ": " + d.err().message);
-  if (!d->error.empty())
-    return run_error(cmd, "request " + std::to_string(r.id) + ": " + d->error);
+  const std::chrono::milliseconds timeout(f.timeout_ms);
+  // Both turn a router's "no decision" reply into an error.
+  auto d = f.durable ? route_durable_once(**bus, subj, r, timeout)
+                     : route_once(**bus, subj, r, timeout);
+  if (!d) return run_error(cmd, route_failure(f, subj, r, d.err()));
   if (f.json)
     std::printf("%s\n", decision_json(*d).c_str());
   else
@@ -688,7 +780,9 @@ void add_route(CLI::App& app, std::function<int()>& run) {
       "winner and every bidder's price");
   add_bus_flags(*cmd, f->bus);
   cmd->add_flag("--durable", f->durable,
-                "send through the durable JetStream queue (not yet available)");
+                "send through the durable JetStream queue: stored before a "
+                "router takes it, so a router's death loses nothing (needs "
+                "nats-server -js and routers started with --durable)");
   f->request_id_opt =
       cmd->add_option("--request-id", f->request_id,
                       "the request's id (default: random, 63 bits)");
@@ -871,7 +965,7 @@ int run_admin(const admin_flags& f) {
     req.worker = f.worker;
     req.on = f.verb == "drain";
   }
-  auto bus = connect_bus(*split_urls(f.bus.nats), "kvmesh-admin");
+  auto bus = connect_bus(f.bus.nats, "kvmesh-admin");
   if (!bus) return run_error(cmd, bus.err().message);
   subjects subj;
   subj.prefix = f.bus.prefix;

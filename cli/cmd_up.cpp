@@ -187,62 +187,6 @@ int run_up(const up_options& o) {
 
 // -- the mesh on NATS, as child processes ---------------------------------
 
-// A number as a flag value that reads back the same, as short as it can
-// be: 0.05, not 0.050000000000000003.
-std::string arg(double v) {
-  char buf[64];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-
-template <class T>
-std::string arg(T v) {
-  return std::to_string(v);
-}
-
-struct child_proc {
-  std::string role;  // nats-server, index, agent, router
-  std::string name;
-  pid_t pid = -1;
-};
-
-// Removes the data directory up made for itself, whatever the way out.
-struct temp_dir_guard {
-  std::string path;
-  ~temp_dir_guard() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
-// Stops `procs` (`sig`, SIGKILL after the grace), reporting those that did
-// not stop cleanly.
-void stop_procs(std::vector<child_proc>& procs, int sig) {
-  std::vector<pid_t> pids;
-  for (const auto& p : procs)
-    pids.push_back(p.pid);
-  std::vector<int> statuses;
-  stop_children(pids, std::chrono::seconds(5), statuses, sig);
-  for (size_t i = 0; i < procs.size(); ++i) {
-    if (procs[i].pid <= 0) continue;
-    const int st = statuses[i];
-    if (st == -1)
-      std::fprintf(stderr,
-                   "kvmesh up: %s %s (pid %d) did not stop within 5 s: "
-                   "killed\n",
-                   procs[i].role.c_str(), procs[i].name.c_str(), procs[i].pid);
-    else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) &&
-             !(WIFSIGNALED(st) && WTERMSIG(st) == sig))
-      std::fprintf(stderr, "kvmesh up: %s %s (pid %d) %s while stopping\n",
-                   procs[i].role.c_str(), procs[i].name.c_str(), procs[i].pid,
-                   describe_exit(st).c_str());
-    procs[i].pid = -1;
-  }
-}
-
 int run_up_mesh(const up_options& o) {
   auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "kvmesh up: %s\n", msg.c_str());
@@ -294,8 +238,8 @@ int run_up_mesh(const up_options& o) {
   // The mesh first, while it can still say goodbye on NATS; nats-server
   // exits 1 on SIGTERM but 0 on SIGINT, its clean shutdown.
   auto stop_all = [&] {
-    stop_procs(procs, SIGTERM);
-    stop_procs(nats, SIGINT);
+    stop_procs(procs, SIGTERM, "up");
+    stop_procs(nats, SIGINT, "up");
   };
   auto stop_signal = [&](int wait_ms) {
     timespec ts{wait_ms / 1000, (wait_ms % 1000) * 1000000L};

@@ -16,6 +16,7 @@ void add_hash(CLI::App& app, std::function<int()>& run);
 void add_engine(CLI::App& app, std::function<int()>& run);
 void add_sim(CLI::App& app, std::function<int()>& run);
 void add_up(CLI::App& app, std::function<int()>& run);
+void add_bench(CLI::App& app, std::function<int()>& run);
 // The NATS mesh (cmd_mesh.cpp): its processes and its clients.
 void add_agent(CLI::App& app, std::function<int()>& run);
 void add_router(CLI::App& app, std::function<int()>& run);

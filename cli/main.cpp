@@ -14,8 +14,8 @@ namespace {
 // CLI11's codes (105, 106, ...), which their users may already test for.
 // `up --embedded` is one of the older ones.
 bool usage_errors_exit_2(const CLI::App& app, int argc, char** argv) {
-  static const std::set<std::string> mesh{"agent", "router", "index",
-                                          "route", "admin",  "up"};
+  static const std::set<std::string> mesh{"agent", "router", "index", "route",
+                                          "admin", "up",     "bench"};
   for (const CLI::App* sub : app.get_subcommands()) {
     if (!mesh.count(sub->get_name())) continue;
     if (sub->get_name() != "up") return true;
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   kvmesh::cli::add_engine(app, run);
   kvmesh::cli::add_sim(app, run);
   kvmesh::cli::add_up(app, run);
+  kvmesh::cli::add_bench(app, run);
   kvmesh::cli::add_agent(app, run);
   kvmesh::cli::add_router(app, run);
   kvmesh::cli::add_index(app, run);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -209,6 +210,44 @@ std::string file_tail(const std::string& path, size_t lines) {
   for (const auto& l : last)
     out += l + "\n";
   return out;
+}
+
+std::string arg(double v) {
+  char buf[64];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+void stop_procs(std::vector<child_proc>& procs, int sig, const char* cmd) {
+  std::vector<pid_t> pids;
+  for (const auto& p : procs)
+    pids.push_back(p.pid);
+  std::vector<int> statuses;
+  stop_children(pids, std::chrono::seconds(5), statuses, sig);
+  for (size_t i = 0; i < procs.size(); ++i) {
+    if (procs[i].pid <= 0) continue;
+    const int st = statuses[i];
+    if (st == -1)
+      std::fprintf(stderr,
+                   "kvmesh %s: %s %s (pid %d) did not stop within 5 s: "
+                   "killed\n",
+                   cmd, procs[i].role.c_str(), procs[i].name.c_str(),
+                   procs[i].pid);
+    else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) &&
+             !(WIFSIGNALED(st) && WTERMSIG(st) == sig))
+      std::fprintf(stderr, "kvmesh %s: %s %s (pid %d) %s while stopping\n", cmd,
+                   procs[i].role.c_str(), procs[i].name.c_str(), procs[i].pid,
+                   describe_exit(st).c_str());
+    procs[i].pid = -1;
+  }
+}
+
+temp_dir_guard::~temp_dir_guard() {
+  std::error_code ec;
+  if (!path.empty()) std::filesystem::remove_all(path, ec);
 }
 
 }  // namespace kvmesh::cli

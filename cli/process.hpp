@@ -64,4 +64,30 @@ expected<std::string> make_temp_dir(const std::string& tag);
 // a child failed.
 std::string file_tail(const std::string& path, size_t lines);
 
+// A number as a flag value that reads back the same, as short as it can
+// be: 0.05, not 0.050000000000000003.
+std::string arg(double v);
+
+template <class T>
+std::string arg(T v) {
+  return std::to_string(v);
+}
+
+// A child of a command that runs the mesh (up, bench), named for messages.
+struct child_proc {
+  std::string role;  // nats-server, index, agent, router
+  std::string name;
+  pid_t pid = -1;
+};
+
+// Stops `procs` (`sig`, SIGKILL after 5 s), reporting on stderr, as
+// "kvmesh <cmd>: ...", those that did not stop cleanly.
+void stop_procs(std::vector<child_proc>& procs, int sig, const char* cmd);
+
+// Removes a data directory a command made for itself, whatever the way out.
+struct temp_dir_guard {
+  std::string path;
+  ~temp_dir_guard();
+};
+
 }  // namespace kvmesh::cli

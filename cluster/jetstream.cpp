@@ -261,6 +261,13 @@ expected<std::unique_ptr<work_queue>> work_queue::open(
     return js_fail("stream " + opt.stream + ": JetStream context", s,
                    no_js_error, last);
   if (status st = ensure_stream(core->js, opt); !st) return st.err();
+  if (!opt.consume) {
+    // A client: the routers' consumer is theirs to configure.
+    std::unique_ptr<work_queue> q(new work_queue());
+    q->opt_ = opt;
+    q->core_ = std::move(core);
+    return q;
+  }
   if (status st = ensure_consumer(core->js, opt); !st) return st.err();
 
   // Bound to the consumer by name, so this subscription never creates or
@@ -335,6 +342,10 @@ status work_queue::start(work_handler h) {
   if (!h)
     return make_error(ec::invalid_argument,
                       "consumer " + opt_.consumer + ": no handler");
+  if (!opt_.consume)
+    return make_error(
+        ec::invalid_argument,
+        "stream " + opt_.stream + ": opened to publish only (consume = false)");
   stop_.store(false);
   fetcher_ = std::thread([this, h = std::move(h)] { run(h); });
   return ok;

@@ -33,6 +33,9 @@ struct work_queue_options {
   // How long one fetch waits for messages; also bounds how long stop() takes.
   int64_t fetch_wait_ms = 100;
   int64_t max_deliver = -1;  // -1: redeliver forever
+  // false: publish only (a client). The consumer is neither created nor
+  // changed, so a client cannot reset the routers' ack wait.
+  bool consume = true;
 };
 
 // Shared by a work_queue and its deliveries, so that an ack from a late

@@ -1120,7 +1120,9 @@ expected<decision> route_once(nats_bus& bus, const subjects& subj,
 expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
                                       const route_request_msg& r,
                                       std::chrono::milliseconds timeout) {
-  auto q = work_queue::open(bus, durable_queue(subj));
+  auto qo = durable_queue(subj);
+  qo.consume = false;
+  auto q = work_queue::open(bus, qo);
   if (!q) return q.err();
   struct waiter {
     std::mutex mu;

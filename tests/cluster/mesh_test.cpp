@@ -30,7 +30,7 @@ constexpr auto beat = std::chrono::milliseconds(200);
 mesh_options mesh() {
   mesh_options m;
   m.heartbeat = beat;
-  m.call_timeout = 500ms;
+  m.call_timeout = 1500ms;
   return m;
 }
 
@@ -130,12 +130,13 @@ class mesh_test : public ::testing::Test {
   void start_router(const std::string& name, bool durable = false) {
     router_node_options o;
     o.durable = durable;
-    o.durable_ack_wait = 1000ms;
+    o.durable_ack_wait = 3000ms;
     o.mesh = mesh();
     o.name = name;
     o.router.block_tokens = 16;
-    o.router.bid_deadline = 200ms;
-    o.router.award_deadline = 200ms;
+    // Generous: a loaded 2-core machine can stall a process that long.
+    o.router.bid_deadline = 1000ms;
+    o.router.award_deadline = 1000ms;
     o.router.fanout = 4;  // above it, the index picks the bidders
     auto r = router_node::start(*sys_, bus(), o);
     ASSERT_TRUE(r) << r.err().message;
@@ -164,7 +165,9 @@ class mesh_test : public ::testing::Test {
     auto& client = bus();
     ASSERT_TRUE(eventually([&] {
       auto w = admin_request_call(client, subjects{}, "workers", {}, 1000ms);
-      return w && w->workers.size() == 8;
+      auto r = admin_request_call(client, subjects{}, "routers", {}, 1000ms);
+      return w && w->workers.size() == 8 && r && r->routers.size() == 2 &&
+             r->routers[0].live_workers == 8 && r->routers[1].live_workers == 8;
     }));
   }
 
@@ -308,7 +311,7 @@ TEST_F(mesh_test, weights_set_reach_every_router_and_drain_steers) {
   }));
   admin_request set;
   set.weights.beta = 0.5;
-  auto n = admin_request_call(c, subjects{}, "weights.set", set, 2000ms);
+  auto n = admin_request_call(c, subjects{}, "weights.set", set, 4000ms);
   ASSERT_TRUE(n) << n.err().message;
   EXPECT_EQ(n->count, 2u);
   for (auto& r : routers_) {
@@ -321,7 +324,7 @@ TEST_F(mesh_test, weights_set_reach_every_router_and_drain_steers) {
   }
   // Bad weights are refused with the weight named.
   set.weights.c_host = 7;
-  auto bad = admin_request_call(c, subjects{}, "weights.set", set, 2000ms);
+  auto bad = admin_request_call(c, subjects{}, "weights.set", set, 4000ms);
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.err().message.find("c_host"), std::string::npos);
   // Drain all but worker 5: every decision goes there.
@@ -360,6 +363,7 @@ TEST_F(mesh_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
         last_award_ns =
             std::chrono::steady_clock::now().time_since_epoch().count();
       }));
+  ASSERT_TRUE(watch.flush(2000ms));  // subscribed before the first award
   route_client client(bus());
   uint64_t id = 1;
   for (; id <= 200; ++id)
@@ -465,7 +469,9 @@ TEST_F(mesh_test, durable_requests_survive_a_router_killed_mid_load) {
   use_jetstream();
   start_mesh(true);
   auto& pub = bus();
-  auto q = work_queue::open(pub, durable_queue(subjects{}));
+  auto qo = durable_queue(subjects{});
+  qo.consume = false;  // a client: the routers own the consumer
+  auto q = work_queue::open(pub, qo);
   ASSERT_TRUE(q) << q.err().message;
   route_client client(bus());
   constexpr uint64_t n = 600;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,6 +103,8 @@ class nats_cluster {
     argv.push_back(nullptr);
     const pid_t pid = fork();
     if (pid == 0) {
+      // Gone with the test process even when that one crashes.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
       const int null = open("/dev/null", O_WRONLY);
       dup2(null, STDOUT_FILENO);
       dup2(null, STDERR_FILENO);

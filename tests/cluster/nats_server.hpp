@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,7 +63,9 @@ class nats_server {
     port_ = port ? port : free_port();
     pid_ = fork();
     if (pid_ == 0) {
-      // The child: nats-server on loopback only, quiet.
+      // The child: nats-server on loopback only, quiet, and gone with the
+      // test process even when that one crashes.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
       freopen("/dev/null", "w", stdout);
       freopen("/dev/null", "w", stderr);
       const std::string p = std::to_string(port_);

@@ -1,0 +1,395 @@
+#!/bin/bash
+# Runs the NATS mesh as an operator would (`kvmesh up`, and one started by
+# hand) and checks admin, route, drain, an agent's death, bad flags and Ctrl-C.
+# usage: mesh_test.sh KVMESH_BINARY
+set -euo pipefail
+bin=$1
+fails=0
+tmp=$(mktemp -d)
+pids=()  # every process this script starts, killed at exit
+
+# SIGTERM first, so that `up` stops its children and removes its data
+# directory; SIGKILL what is left after 8 s.
+cleanup() {
+  local p left end=$((SECONDS + 8))
+  for p in "${pids[@]}"; do
+    kill "$p" 2>/dev/null || true
+  done
+  while true; do
+    left=""
+    for p in "${pids[@]}"; do
+      if ps -o stat= -p "$p" 2>/dev/null | grep -qv Z; then left+=" $p"; fi
+    done
+    if [ -z "$left" ] || [ "$SECONDS" -ge "$end" ]; then break; fi
+    sleep 0.1
+  done
+  for p in $left; do
+    kill -9 "$p" 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ok() { echo "ok   $1"; }
+fail() {
+  local why=${2:-}
+  [ "${#why}" -le 1500 ] || why="${why:0:1500}..."
+  echo "FAIL $1${why:+: $why}"
+  fails=$((fails + 1))
+}
+
+# run ARGS...: runs kvmesh; stdout in $out, stderr in $err, exit code in $rc.
+run() {
+  rc=0
+  out=$("$bin" "$@" 2>"$tmp/err") || rc=$?
+  err=$(cat "$tmp/err")
+}
+
+# jcheck NAME PYTHON: runs PYTHON with `d` the JSON in $out; an exception
+# (a failed assert names what is wrong) fails check NAME.
+jcheck() {
+  local msg
+  if msg=$(python3 -c "import json, sys
+d = json.loads(sys.stdin.read())
+$2" <<<"$out" 2>&1); then
+    ok "$1"
+  else
+    fail "$1" "$(tail -n 1 <<<"$msg"); output: $out $err"
+  fi
+}
+
+# jtest PYTHON: like jcheck, silent; the exit code says whether it held.
+jtest() {
+  python3 -c "import json, sys
+d = json.loads(sys.stdin.read())
+$1" <<<"$out" >/dev/null 2>&1
+}
+
+# poll SECONDS ARGS... -- PYTHON: runs kvmesh ARGS every 0.2 s until its
+# JSON output satisfies PYTHON or SECONDS have passed; 1 then.
+poll() {
+  local secs=$1
+  shift
+  local args=()
+  while [ "$1" != -- ]; do
+    args+=("$1")
+    shift
+  done
+  local code=$2
+  local end=$((SECONDS + secs))
+  while true; do
+    run "${args[@]}"
+    if [ "$rc" -eq 0 ] && jtest "$code"; then return 0; fi
+    [ "$SECONDS" -lt "$end" ] || return 1
+    sleep 0.2
+  done
+}
+
+# wait_exit PID SECONDS: waits for our child PID to end, at most SECONDS;
+# its exit code in $rc, or rc=timeout.
+wait_exit() {
+  local end=$((SECONDS + $2))
+  while kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do
+    # A zombie answers kill -0 too: reaped by wait below.
+    if ! ps -o stat= -p "$1" | grep -qv Z; then break; fi
+    sleep 0.1
+  done
+  if ps -o stat= -p "$1" 2>/dev/null | grep -qv Z; then
+    rc=timeout
+    return
+  fi
+  rc=0
+  wait "$1" || rc=$?
+}
+
+free_port() {
+  python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+prompt=$(seq -s, 1 40)
+workers_contract='
+want = {"id", "state", "gpu_blocks", "host_blocks", "disk_blocks",
+        "queued_blocks", "active_blocks", "capacity_blocks", "speed"}'
+
+# -- bad flags and unreachable servers (no mesh needed) -----------------------
+
+# expect_usage NAME FLAG ARGS...: kvmesh ARGS exits 2 naming FLAG.
+expect_usage() {
+  local name=$1 flag=$2
+  shift 2
+  run "$@"
+  if [ "$rc" -ne 2 ]; then
+    fail "$name" "exit $rc, want 2: $err"
+  elif ! grep -q -- "$flag" <<<"$err"; then
+    fail "$name" "message does not name $flag: $err"
+  else
+    ok "$name"
+  fi
+}
+nowhere=nats://127.0.0.1:$(free_port)
+expect_usage route_without_tokens --tokens \
+  route --nats "$nowhere" --block-tokens 16
+expect_usage index_shard_past_last --shard \
+  index --nats "$nowhere" --shard 3/2 --db "$tmp/db"
+expect_usage agent_engine_vllm --engine \
+  agent --nats "$nowhere" --engine vllm --workers 1
+expect_usage route_bad_nats_url --nats \
+  route --nats "nats://127.0.0.1:port" --block-tokens 16 --tokens "$prompt"
+
+start=$SECONDS
+run route --nats "$nowhere" --block-tokens 16 --tokens "$prompt" \
+  --timeout-ms 3000
+if [ "$rc" -ne 1 ]; then
+  fail route_nobody_serves_nats "exit $rc, want 1: $err"
+elif [ $((SECONDS - start)) -gt 4 ]; then
+  fail route_nobody_serves_nats "took $((SECONDS - start)) s"
+elif ! grep -q "cannot connect" <<<"$err" || ! grep -qF "$nowhere" <<<"$err"
+then
+  fail route_nobody_serves_nats "unclear message: $err"
+else
+  ok route_nobody_serves_nats
+fi
+
+# -- kvmesh up ---------------------------------------------------------------
+
+"$bin" up --workers 8 --routers 2 --shards 2 --agents 2 --durable \
+  --block-tokens 16 --heartbeat-ms 200 >"$tmp/up.out" 2>"$tmp/up.err" &
+up=$!
+pids+=("$up")
+# up prints "ROLE NAME pid PID ..." per child, nats-server first and the
+# last router last.
+end=$((SECONDS + 15))
+until grep -q '^router router-1 pid ' "$tmp/up.out"; do
+  if [ "$SECONDS" -ge "$end" ] || ! kill -0 "$up" 2>/dev/null; then
+    echo "FAIL up_starts: $(cat "$tmp/up.out" "$tmp/up.err")"
+    exit 1
+  fi
+  sleep 0.1
+done
+while read -r _ _ _ pid _; do
+  pids+=("$pid")
+done < <(grep -E '^[a-z-]+ [^ ]+ pid [0-9]+' "$tmp/up.out")
+url=$(sed -n 's/^nats-server \(nats:[^ ]*\) pid .*/\1/p' "$tmp/up.out")
+port=${url##*:}
+mesh_admin() { run admin --nats "$url" "$@"; }
+mesh_route() { run route --nats "$url" --block-tokens 16 "$@"; }
+
+# (a) every worker, with the contract's fields, live.
+if poll 15 admin --nats "$url" workers --json -- \
+  'assert sum(w["state"] == "live" for w in d["workers"]) == 8'; then
+  ok up_workers_live
+else
+  fail up_workers_live "no 8 live workers within 15 s: $out $err"
+fi
+jcheck admin_workers_json "$workers_contract
+ws = d[\"workers\"]
+assert len(ws) == 8, f\"{len(ws)} entries\"
+assert sorted(w[\"id\"] for w in ws) == list(range(8)), [w[\"id\"] for w in ws]
+for w in ws:
+    assert set(w) == want, f\"fields {sorted(set(w) ^ want)}\"
+    assert w[\"state\"] == \"live\", w"
+
+# (b) route: a worker, JSON, and the same prompt to the same worker.
+mesh_route --tokens "$prompt"
+if [ "$rc" -eq 0 ] && grep -Eq -- '-> worker [0-7] ' <<<"$out"; then
+  ok route_names_worker
+else
+  fail route_names_worker "exit $rc: $out $err"
+fi
+first=$(sed -n 's/.*-> worker \([0-9]*\) .*/\1/p' <<<"$out")
+# The prompt's blocks reach the index once its worker has prefilled it.
+if poll 5 admin --nats "$url" prefix --block-tokens 16 --tokens "$prompt" \
+  --json -- "assert any(h['worker'] == ${first:-99} for h in d['holders'])"
+then
+  ok admin_prefix_shows_worker
+else
+  fail admin_prefix_shows_worker "worker ${first:-?} not a holder: $out $err"
+fi
+mesh_route --tokens "$prompt" --json
+jcheck route_json "assert {'request', 'worker', 'prices'} <= set(d), d
+assert isinstance(d['prices'], list) and d['prices'], d['prices']"
+jcheck route_cache_affinity "assert d['worker'] == ${first:-99}, d['worker']"
+mesh_route --tokens "$prompt" --json --durable
+if [ "$rc" -ne 0 ]; then
+  fail route_durable "exit $rc: $err"
+else
+  jcheck route_durable "assert d['worker'] == ${first:-99}, d['worker']"
+fi
+
+# (d) routers and shards.
+if poll 5 admin --nats "$url" routers --json -- \
+  'assert len(d["routers"]) == 2'; then
+  jcheck admin_routers "assert sorted(r['name'] for r in d['routers']) == \
+['router-0', 'router-1'], d"
+else
+  fail admin_routers "$out $err"
+fi
+if poll 5 admin --nats "$url" shards --json -- \
+  'assert len(d["shards"]) == 2'; then
+  jcheck admin_shards "assert sorted(s['shard'] for s in d['shards']) == \
+[0, 1], d"
+else
+  fail admin_shards "$out $err"
+fi
+
+# (e) weights: set on every router, so any of them answers the new value.
+mesh_admin weights set --beta 0.05
+if [ "$rc" -ne 0 ]; then fail admin_weights_set "exit $rc: $err"; fi
+for i in 1 2 3 4 5 6; do
+  mesh_admin weights --json
+  if ! jtest 'assert d["weights"]["beta"] == 0.05'; then break; fi
+done
+jcheck admin_weights_beta "assert d['weights']['beta'] == 0.05, d['weights']"
+
+# (f) drain and undrain.
+mesh_admin drain 3
+if [ "$rc" -ne 0 ]; then fail admin_drain "exit $rc: $err"; fi
+if poll 5 admin --nats "$url" workers --json -- \
+  'assert [w["state"] for w in d["workers"] if w["id"] == 3] == ["draining"]'
+then
+  ok admin_drain
+else
+  fail admin_drain "worker 3 not draining: $out $err"
+fi
+mesh_admin undrain 3
+if [ "$rc" -ne 0 ]; then fail admin_undrain "exit $rc: $err"; fi
+if poll 5 admin --nats "$url" workers --json -- \
+  'assert [w["state"] for w in d["workers"] if w["id"] == 3] == ["live"]'
+then
+  ok admin_undrain
+else
+  fail admin_undrain "worker 3 not live: $out $err"
+fi
+mesh_admin drain 99
+if [ "$rc" -ne 0 ] && grep -q 99 <<<"$err"; then
+  ok admin_drain_unknown
+else
+  fail admin_drain_unknown "exit $rc: $out $err"
+fi
+
+# (j) Ctrl-C: up stops its children and nats-server, and exits 0.
+kill -INT "$up"
+wait_exit "$up" 20
+if [ "$rc" != 0 ]; then
+  fail up_sigint_exit "exit $rc, want 0: $(tail -n 5 "$tmp/up.err")"
+else
+  ok up_sigint_exit
+fi
+left=$(pgrep -f -- "(127\.0\.0\.1:|-p )$port( |$)" || true)
+if [ -n "$left" ]; then
+  fail up_sigint_stops_all "left: $(ps -o pid=,args= -p "${left//$'\n'/,}")"
+else
+  ok up_sigint_stops_all
+fi
+
+# -- a mesh started by hand: an agent's death --------------------------------
+# (up stops the whole mesh when one of its children dies.)
+
+port=$(free_port)
+url=nats://127.0.0.1:$port
+nats-server -a 127.0.0.1 -p "$port" -l "$tmp/nats.log" &
+pids+=($!)
+end=$((SECONDS + 10))
+until (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+  if [ "$SECONDS" -ge "$end" ]; then
+    echo "FAIL nats_server_starts: $(cat "$tmp/nats.log")"
+    exit 1
+  fi
+  sleep 0.1
+done
+common=(--nats "$url" --heartbeat-ms 200)
+"$bin" index "${common[@]}" --shard 0/1 --db "$tmp/db" 2>>"$tmp/mesh.err" &
+pids+=($!)
+"$bin" agent "${common[@]}" --engine sim --workers 4 --worker-id 0 \
+  --block-tokens 16 2>>"$tmp/mesh.err" &
+doomed=$!
+pids+=("$doomed")
+"$bin" agent "${common[@]}" --engine sim --workers 4 --worker-id 4 \
+  --block-tokens 16 2>>"$tmp/mesh.err" &
+pids+=($!)
+for r in 0 1; do
+  "$bin" router "${common[@]}" --name "router-$r" --block-tokens 16 \
+    2>>"$tmp/mesh.err" &
+  pids+=($!)
+done
+if ! poll 15 admin --nats "$url" workers --json -- \
+  'assert sum(w["state"] == "live" for w in d["workers"]) == 8'; then
+  fail mesh_by_hand_starts "$out $err $(cat "$tmp/mesh.err")"
+fi
+
+# (g) kill -9 an agent: its workers are gone, routing goes on without them.
+kill -9 "$doomed"
+wait "$doomed" 2>/dev/null || true
+if poll 5 admin --nats "$url" workers --json -- \
+  'st = {w["id"]: w["state"] for w in d["workers"]}
+assert all(st.get(i) == "gone" for i in range(4)), st
+assert all(st.get(i) == "live" for i in range(4, 8)), st'; then
+  ok agent_death_workers_gone
+else
+  fail agent_death_workers_gone "within 5 s: $out $err"
+fi
+bad=""
+for i in $(seq 1 10); do
+  mesh_route --tokens "$(seq -s, $((i * 1000)) $((i * 1000 + 39)))" --json
+  if [ "$rc" -ne 0 ] || ! jtest 'assert 4 <= d["worker"] <= 7'; then
+    bad+=" [route $i: exit $rc: $out $err]"
+  fi
+done
+if [ -z "$bad" ]; then
+  ok agent_death_routing_goes_on
+else
+  fail agent_death_routing_goes_on "$bad"
+fi
+
+# (i) a NATS server without routers under this prefix.
+run route --nats "$url" --prefix nobody --block-tokens 16 --tokens "$prompt"
+if [ "$rc" -eq 1 ] && grep -q "no router serves nobody.route" <<<"$err"; then
+  ok route_no_router
+else
+  fail route_no_router "exit $rc: $err"
+fi
+
+# -- up when a child dies: it stops the rest and says which ----------------
+
+"$bin" up --workers 2 --agents 2 --heartbeat-ms 200 >"$tmp/up2.out" \
+  2>"$tmp/up2.err" &
+up=$!
+pids+=("$up")
+end=$((SECONDS + 15))
+until grep -q '^router router-0 pid ' "$tmp/up2.out"; do
+  if [ "$SECONDS" -ge "$end" ] || ! kill -0 "$up" 2>/dev/null; then
+    echo "FAIL up_starts: $(cat "$tmp/up2.out" "$tmp/up2.err")"
+    exit 1
+  fi
+  sleep 0.1
+done
+while read -r _ _ _ pid _; do
+  pids+=("$pid")
+done < <(grep -E '^[a-z-]+ [^ ]+ pid [0-9]+' "$tmp/up2.out")
+url=$(sed -n 's/^nats-server \(nats:[^ ]*\) pid .*/\1/p' "$tmp/up2.out")
+port=${url##*:}
+doomed=$(sed -n 's/^agent agent-1 pid \([0-9]*\).*/\1/p' "$tmp/up2.out")
+kill -9 "$doomed"
+wait_exit "$up" 20
+if [ "$rc" != 1 ]; then
+  fail up_child_death "exit $rc, want 1: $(cat "$tmp/up2.err")"
+elif ! grep -q "agent agent-1 (pid $doomed) killed by signal 9" "$tmp/up2.err"
+then
+  fail up_child_death "does not name the dead agent: $(cat "$tmp/up2.err")"
+else
+  ok up_child_death
+fi
+left=$(pgrep -f -- "(127\.0\.0\.1:|-p )$port( |$)" || true)
+if [ -n "$left" ]; then
+  fail up_child_death_stops_all \
+    "left: $(ps -o pid=,args= -p "${left//$'\n'/,}")"
+else
+  ok up_child_death_stops_all
+fi
+
+[ "$fails" -eq 0 ] || { echo "$fails mesh checks failed"; exit 1; }
