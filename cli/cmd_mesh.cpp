@@ -852,7 +852,11 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"held", x.held},
                         {"overloaded", x.overloaded},
                         {"live_workers", x.live_workers},
-                        {"workers", x.workers}});
+                        {"workers", x.workers},
+                        {"auction_p50_us", x.auction_p50_us},
+                        {"auction_p99_us", x.auction_p99_us},
+                        {"nats_in", x.nats_in},
+                        {"nats_out", x.nats_out}});
       out = {{"routers", list}};
     } else if (v == "shards") {
       json list = json::array();

@@ -673,131 +673,102 @@ struct admin_front_state {
   caf::timespan timeout{};
 };
 
-caf::behavior admin_front(caf::stateful_actor<admin_front_state>* self,
-                          nats_bus* bus, admin_actor admin,
-                          caf::timespan timeout) {
+using admin_front_pointer = caf::stateful_actor<admin_front_state>*;
+
+// Asks the ADMIN with `msg...` and answers `reply` with what `fill` puts in
+// an AdminReply, or with the error.
+template <class Result, class Fill, class... Ts>
+void relay(admin_front_pointer self, const std::string& reply, Fill fill,
+           Ts... msg) {
+  self->request(self->state.admin, self->state.timeout, msg...)
+      .then(
+          [self, reply, fill](Result& x) {
+            admin_reply r;
+            fill(r, x);
+            answer(*self->state.bus, reply, encode(r));
+          },
+          [self, reply](caf::error& e) {
+            admin_reply r;
+            r.error = describe(e);
+            answer(*self->state.bus, reply, encode(r));
+          });
+}
+
+caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
+                          admin_actor admin, caf::timespan timeout) {
   self->state.bus = bus;
   self->state.admin = std::move(admin);
   self->state.timeout = timeout;
   return {
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
-        auto& st = self->state;
         if (reply.empty()) return;  // nobody to tell
         const std::string verb =
             subject.substr(subject.find(".admin.") + std::strlen(".admin."));
-        auto send = [self, reply](admin_reply r) {
-          answer(*self->state.bus, reply, encode(r));
-        };
-        auto fail = [send](caf::error& e) {
+        auto refuse = [&](std::string why) {
           admin_reply r;
-          r.error = describe(e);
-          send(std::move(r));
+          r.error = std::move(why);
+          answer(*self->state.bus, reply, encode(r));
         };
         // Listing verbs take no arguments: any payload (even none, from a
         // NATS CLI) will do.
-        if (verb == "workers") {
-          self->request(st.admin, st.timeout, get_atom::value,
-                        workers_atom::value)
-              .then(
-                  [send](std::vector<worker_status>& w) {
-                    admin_reply r;
-                    r.workers = std::move(w);
-                    send(std::move(r));
-                  },
-                  fail);
-          return;
-        }
-        if (verb == "routers") {
-          self->request(st.admin, st.timeout, get_atom::value,
-                        routers_atom::value)
-              .then(
-                  [send](std::vector<router_status>& w) {
-                    admin_reply r;
-                    r.routers = std::move(w);
-                    send(std::move(r));
-                  },
-                  fail);
-          return;
-        }
-        if (verb == "shards") {
-          self->request(st.admin, st.timeout, get_atom::value,
-                        shards_atom::value)
-              .then(
-                  [send](std::vector<shard_status>& w) {
-                    admin_reply r;
-                    r.shards = std::move(w);
-                    send(std::move(r));
-                  },
-                  fail);
-          return;
-        }
-        if (verb == "weights.get") {
-          self->request(st.admin, st.timeout, get_atom::value,
-                        weights_atom::value)
-              .then(
-                  [send](const price_config& p) {
-                    admin_reply r;
-                    r.weights = p;
-                    send(std::move(r));
-                  },
-                  fail);
-          return;
-        }
+        if (verb == "workers")
+          return relay<std::vector<worker_status>>(
+              self, reply,
+              [](admin_reply& r, std::vector<worker_status>& x) {
+                r.workers = std::move(x);
+              },
+              get_atom::value, workers_atom::value);
+        if (verb == "routers")
+          return relay<std::vector<router_status>>(
+              self, reply,
+              [](admin_reply& r, std::vector<router_status>& x) {
+                r.routers = std::move(x);
+              },
+              get_atom::value, routers_atom::value);
+        if (verb == "shards")
+          return relay<std::vector<shard_status>>(
+              self, reply,
+              [](admin_reply& r, std::vector<shard_status>& x) {
+                r.shards = std::move(x);
+              },
+              get_atom::value, shards_atom::value);
+        if (verb == "weights.get")
+          return relay<price_config>(
+              self, reply,
+              [](admin_reply& r, price_config& x) { r.weights = x; },
+              get_atom::value, weights_atom::value);
         auto req = decode<admin_request>(payload);
-        if (!req) {
-          admin_reply r;
-          r.error = req.err().message;
-          send(std::move(r));
-          return;
+        if (!req) return refuse(req.err().message);
+        if (verb == "prefix")
+          return relay<std::vector<holder_match>>(
+              self, reply,
+              [](admin_reply& r, std::vector<holder_match>& x) {
+                r.holders = std::move(x);
+              },
+              query_atom::value, std::move(req->chain));
+        if (verb == "weights.set") {
+          if (auto bad = validate(req->weights); !bad)
+            return refuse(bad.err().message);
+          return relay<uint32_t>(
+              self, reply, [](admin_reply& r, uint32_t& n) { r.count = n; },
+              put_atom::value, weights_atom::value, req->weights);
         }
-        if (verb == "prefix") {
-          self->request(st.admin, st.timeout, query_atom::value,
-                        std::move(req->chain))
-              .then(
-                  [send](std::vector<holder_match>& h) {
-                    admin_reply r;
-                    r.holders = std::move(h);
-                    send(std::move(r));
-                  },
-                  fail);
-        } else if (verb == "weights.set") {
-          if (auto bad = validate(req->weights); !bad) {
-            admin_reply r;
-            r.error = bad.err().message;
-            send(std::move(r));
-            return;
-          }
-          self->request(st.admin, st.timeout, put_atom::value,
-                        weights_atom::value, req->weights)
-              .then(
-                  [send](uint32_t n) {
-                    admin_reply r;
-                    r.count = n;
-                    send(std::move(r));
-                  },
-                  fail);
-        } else if (verb == "drain" || verb == "undrain") {
+        if (verb == "drain" || verb == "undrain") {
           const uint32_t w = req->worker;
-          self->request(st.admin, st.timeout, put_atom::value,
-                        drain_atom::value, w, verb == "drain")
-              .then(
-                  [send, w](bool done) {
-                    admin_reply r;
-                    if (done)
-                      r.count = 1;
-                    else
-                      r.error = "no worker " + std::to_string(w);
-                    send(std::move(r));
-                  },
-                  fail);
-        } else {
-          admin_reply r;
-          r.error = "unknown admin verb '" + verb +
-                    "' (workers, routers, shards, prefix, weights.get, "
-                    "weights.set, drain, undrain)";
-          send(std::move(r));
+          return relay<bool>(
+              self, reply,
+              [w](admin_reply& r, bool& done) {
+                if (done)
+                  r.count = 1;
+                else
+                  r.error = "no worker " + std::to_string(w);
+              },
+              put_atom::value, drain_atom::value, w, verb == "drain");
         }
+        refuse("unknown admin verb '" + verb +
+               "' (workers, routers, shards, prefix, weights.get, "
+               "weights.set, drain, undrain)");
       },
   };
 }
