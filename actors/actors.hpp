@@ -219,4 +219,11 @@ using admin_actor = caf::typed_actor<
 // Registers the error category and message types with a configuration.
 void register_types(caf::actor_system_config& cfg);
 
+// Schedules actors for latency rather than throughput, for processes on the
+// request path: CAF's default work stealing lets an idle thread sleep up to
+// 10 ms before it steals a message another thread queued, and every hop of
+// an auction would pay that. With a shared queue an idle thread is woken at
+// once.
+void tune_for_latency(caf::actor_system_config& cfg);
+
 }  // namespace kvmesh

@@ -37,4 +37,8 @@ void register_types(caf::actor_system_config& cfg) {
       "std::vector<router_status>");
 }
 
+void tune_for_latency(caf::actor_system_config& cfg) {
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+}
+
 }  // namespace kvmesh

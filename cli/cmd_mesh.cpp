@@ -361,6 +361,7 @@ int run_agent(agent_flags f) {
   block_signals({SIGINT, SIGTERM});
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
+  tune_for_latency(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, f.name);
@@ -503,6 +504,7 @@ int run_router(router_flags f) {
   block_signals({SIGINT, SIGTERM});
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
+  tune_for_latency(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, f.name);
@@ -616,6 +618,7 @@ int run_index(const index_flags& f) {
   block_signals({SIGINT, SIGTERM});
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
+  tune_for_latency(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const std::string name = "index-" + std::to_string(shard->first);
   const std::string url = url_list(f.bus.nats);

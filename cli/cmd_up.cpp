@@ -76,6 +76,7 @@ int run_up(const up_options& o) {
   }
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
+  tune_for_latency(sys_cfg);
   caf::actor_system sys{sys_cfg};
 
   auto promise = std::make_shared<std::promise<sim_result>>();

@@ -79,6 +79,7 @@ class mesh_test : public ::testing::Test {
     // The system keeps a reference to its configuration.
     cfg_ = std::make_unique<caf::actor_system_config>();
     register_types(*cfg_);
+    tune_for_latency(*cfg_);
     sys_ = std::make_unique<caf::actor_system>(*cfg_);
   }
   void TearDown() override {
