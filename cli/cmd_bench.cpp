@@ -1107,6 +1107,7 @@ int run_bench(bench_options o) {
   }
   if (auto why = start_mesh(m, o, o.prefix); !why.empty()) return failure(why);
 
+  beat_log beats;  // declared first: it outlives the bus and its callbacks
   nats_options no;
   no.url = m.url;
   no.name = "kvmesh-bench";
@@ -1114,7 +1115,6 @@ int run_bench(bench_options o) {
   if (!bus) return failure(bus.err().message);
   subjects subj;
   subj.prefix = o.prefix;
-  beat_log beats;  // outlives the subscription: the bus closes first
   auto beat_sub =
       (*bus)->subscribe(subj.router_beat(), "", [&beats](nats_message msg) {
         if (auto s = decode<router_status>(msg.payload))

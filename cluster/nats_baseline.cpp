@@ -204,17 +204,18 @@ expected<baseline_result> scatter_gather_latency(const nats_options& o,
     const bool all = g.cv.wait_until(l, t0 + sample_timeout,
                                      [&] { return g.replies == fanout; });
     const auto t1 = steady::now();
-    if (!all)
-      return make_error(ec::io_error, what + ", round " + std::to_string(i) +
-                                          ": " + std::to_string(g.replies) +
-                                          " of " + std::to_string(fanout) +
-                                          " replies within 1 s");
+    // A reply too many says more than a slow round: report it first.
     if (g.stray > 0)
       return make_error(ec::io_error,
                         what + ", round " + std::to_string(i) + ": " +
                             std::to_string(g.stray) +
                             " replies beyond the fan-out (subjects shared "
                             "with another run?)");
+    if (!all)
+      return make_error(ec::io_error, what + ", round " + std::to_string(i) +
+                                          ": " + std::to_string(g.replies) +
+                                          " of " + std::to_string(fanout) +
+                                          " replies within 1 s");
     if (i >= warmup_rounds) us.push_back(micros(t1 - t0));
   }
   return result_of(us);
