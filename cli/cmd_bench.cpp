@@ -212,21 +212,10 @@ std::string start_mesh(mesh_procs& m, const bench_options& o,
   // `id`'s engine with fleet_engine_config(cfg, id), as sim does.
   uint32_t first = 0;
   for (uint32_t a = 0; a < o.agents; ++a) {
-    const uint32_t n =
-        cfg.workers / o.agents + (a < cfg.workers % o.agents ? 1 : 0);
+    const uint32_t n = agent_share(cfg.workers, o.agents, a);
     const std::string name = "agent-" + std::to_string(first);
-    if (auto why =
-            start("agent", name, {"--engine",        "sim",
-                                  "--name",          name,
-                                  "--workers",       arg(n),
-                                  "--worker-id",     arg(first),
-                                  "--gpu-blocks",    arg(cfg.gpu_blocks),
-                                  "--host-blocks",   arg(cfg.host_blocks),
-                                  "--disk-blocks",   arg(cfg.disk_blocks),
-                                  "--block-tokens",  arg(cfg.block_tokens),
-                                  "--model-factor",  arg(cfg.model_factor),
-                                  "--refuse-growth", arg(cfg.refuse_growth),
-                                  "--time-scale",    arg(o.time_scale)});
+    if (auto why = start("agent", name,
+                         sim_agent_args(cfg, name, first, n, o.time_scale));
         !why.empty())
       return why;
     first += n;

@@ -318,21 +318,11 @@ int run_up_mesh(const up_options& o) {
   // not divide; ids stay contiguous per agent.
   uint32_t first = 0;
   for (uint32_t a = 0; started && a < o.agents; ++a) {
-    const uint32_t n =
-        cfg.workers / o.agents + (a < cfg.workers % o.agents ? 1 : 0);
+    const uint32_t n = agent_share(cfg.workers, o.agents, a);
     const std::string name = "agent-" + std::to_string(first);
-    started = start("agent", name, {"--engine",        "sim",
-                                    "--name",          name,
-                                    "--workers",       arg(n),
-                                    "--worker-id",     arg(first),
-                                    "--gpu-blocks",    arg(cfg.gpu_blocks),
-                                    "--host-blocks",   arg(cfg.host_blocks),
-                                    "--disk-blocks",   arg(cfg.disk_blocks),
-                                    "--block-tokens",  arg(cfg.block_tokens),
-                                    "--model-factor",  arg(cfg.model_factor),
-                                    "--refuse-growth", arg(cfg.refuse_growth),
-                                    "--time-scale",    arg(o.time_scale),
-                                    "--heartbeat-ms",  arg(o.heartbeat_ms)},
+    auto args = sim_agent_args(cfg, name, first, n, o.time_scale);
+    args.insert(args.end(), {"--heartbeat-ms", arg(o.heartbeat_ms)});
+    started = start("agent", name, args,
                     " workers " + std::to_string(first) + "-" +
                         std::to_string(first + n - 1));
     first += n;

@@ -250,4 +250,20 @@ temp_dir_guard::~temp_dir_guard() {
   if (!path.empty()) std::filesystem::remove_all(path, ec);
 }
 
+std::vector<std::string> sim_agent_args(const sim_config& cfg,
+                                        const std::string& name, uint32_t first,
+                                        uint32_t n, double time_scale) {
+  return {"--engine",        "sim",
+          "--name",          name,
+          "--workers",       arg(n),
+          "--worker-id",     arg(first),
+          "--gpu-blocks",    arg(cfg.gpu_blocks),
+          "--host-blocks",   arg(cfg.host_blocks),
+          "--disk-blocks",   arg(cfg.disk_blocks),
+          "--block-tokens",  arg(cfg.block_tokens),
+          "--model-factor",  arg(cfg.model_factor),
+          "--refuse-growth", arg(cfg.refuse_growth),
+          "--time-scale",    arg(time_scale)};
+}
+
 }  // namespace kvmesh::cli

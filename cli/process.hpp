@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/sim.hpp"
 
 namespace kvmesh::cli {
 
@@ -89,5 +90,17 @@ struct temp_dir_guard {
   std::string path;
   ~temp_dir_guard();
 };
+
+// The workers agent `a` of `agents` hosts when `workers` are split evenly
+// (the first agents take one more when they do not divide).
+inline uint32_t agent_share(uint32_t workers, uint32_t agents, uint32_t a) {
+  return workers / agents + (a < workers % agents ? 1 : 0);
+}
+
+// `kvmesh agent`'s flags for `n` simulated GPUs with ids from `first`, each
+// engine as `kvmesh sim` builds worker `id` of `cfg`.
+std::vector<std::string> sim_agent_args(const sim_config& cfg,
+                                        const std::string& name, uint32_t first,
+                                        uint32_t n, double time_scale);
 
 }  // namespace kvmesh::cli

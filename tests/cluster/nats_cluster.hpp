@@ -24,6 +24,8 @@
 
 #include "cluster/nats.hpp"
 
+#include "nats_server.hpp"
+
 namespace kvmesh::test {
 
 class nats_cluster {
@@ -194,17 +196,7 @@ class nats_cluster {
     return ports;
   }
 
-  static bool accepting(int port) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool ok =
-        ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    close(fd);
-    return ok;
-  }
+  static bool accepting(int port) { return nats_server::accepting(port); }
 
   std::array<int, size> client_{};
   std::array<int, size> route_{};

@@ -58,6 +58,19 @@ class nats_server {
     return ntohs(a.sin_port);
   }
 
+  // Whether something listens on loopback `port`.
+  static bool accepting(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok =
+        ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    return ok;
+  }
+
  private:
   void launch(int port, std::string jetstream_dir) {
     port_ = port ? port : free_port();
@@ -81,17 +94,7 @@ class nats_server {
     for (int i = 0; i < 100 && !accepting(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  bool accepting() const {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port_));
-    const bool ok =
-        ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    close(fd);
-    return ok;
-  }
+  bool accepting() const { return accepting(port_); }
 
   int port_ = 0;
   pid_t pid_ = -1;
