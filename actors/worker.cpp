@@ -70,6 +70,14 @@ void finish_step(wpointer self) {
   // One batch per shard and step: shards write batches, not single events.
   for (size_t i = 0; i < st.kv_out.size(); ++i) {
     if (st.kv_out[i].empty()) continue;
+    if (st.meters) {
+      size_t stored = 0;
+      for (const cache_event& e : st.kv_out[i])
+        stored += e.kind == cache_event::stored;
+      st.meters->kv_events[0]->inc(static_cast<double>(stored));
+      st.meters->kv_events[1]->inc(
+          static_cast<double>(st.kv_out[i].size() - stored));
+    }
     self->send(st.shards[i], kv_atom::value, st.ledger->config().id,
                std::move(st.kv_out[i]));
     st.kv_out[i].clear();
@@ -88,6 +96,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.time_scale = opt.time_scale;
   st.listener = opt.listener;
   st.shards = opt.shards;
+  st.meters = opt.meters;
   st.kv_out.resize(st.shards.size());
   st.origin = self->clock().now();
   return {
@@ -117,12 +126,22 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         auto& st = self->state;
         auto& r = a.request;
         const double expected = a.expected_queued;
-        if (st.draining) return {false, "draining"};
-        if (st.ledger->should_refuse(r.id, expected))
+        const worker_meters* m = st.meters.get();
+        auto count = [m](worker_meters::award_result x) {
+          if (m) m->awards[x]->inc();
+        };
+        if (st.draining) {
+          count(worker_meters::draining);
+          return {false, "draining"};
+        }
+        if (st.ledger->should_refuse(r.id, expected)) {
+          count(worker_meters::queue_grew);
           return {false, "queue grew since the bid"};
+        }
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
-        const double read = st.ledger->read_cost(
-            make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n), n);
+        const bid held =
+            make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
+        const double read = st.ledger->read_cost(held, n);
         engine_request req;
         req.id = r.id;
         req.prompt_tokens = r.input_tokens;
@@ -130,9 +149,17 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         req.blocks = std::move(r.blocks);
         if (auto ok = st.eng->submit(std::move(req), now_ms(self)); !ok) {
           st.ledger->release(r.id);
+          count(worker_meters::engine_refused);
           return {false, ok.err().message};
         }
         st.ledger->accept(r.id, read);
+        if (m) {
+          count(worker_meters::accepted);
+          m->prompt_blocks->inc(n);
+          m->hit_blocks[0]->inc(held.gpu);
+          m->hit_blocks[1]->inc(held.host);
+          m->hit_blocks[2]->inc(held.disk);
+        }
         maybe_step(self);
         return {true, {}};
       },

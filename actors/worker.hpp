@@ -7,8 +7,25 @@
 #include "actors/actors.hpp"
 #include "core/engine.hpp"
 #include "core/worker.hpp"
+#include "metrics/registry.hpp"
 
 namespace kvmesh {
+
+// What a WORKER counts for the Prometheus series (docs/metrics.md), as
+// handles into its process's registry: counted where the answer is known,
+// as it is given, instead of state kept for a status to report.
+struct worker_meters {
+  // Awards by answer.
+  enum award_result { accepted, draining, queue_grew, engine_refused };
+  metrics::counter* awards[4] = {};
+  // Full prompt blocks of the accepted requests, and of those the prefix
+  // blocks the worker held at the award, by tier (gpu, host, disk).
+  metrics::counter* prompt_blocks = nullptr;
+  metrics::counter* hit_blocks[3] = {};
+  // KV events sent to the index shards (stored, removed): the node
+  // agent's, shared by its workers.
+  metrics::counter* kv_events[2] = {};
+};
 
 struct worker_options {
   engine_config engine;
@@ -22,6 +39,9 @@ struct worker_options {
   // Index shards that get this worker's KV events, each batch to the shard
   // of its chains' first block (shard_of).
   std::vector<index_shard_actor> shards;
+  // Where it counts awards, hits and KV events; null: nowhere (a process
+  // without a metrics endpoint).
+  std::shared_ptr<const worker_meters> meters;
 };
 
 struct worker_state {
@@ -37,6 +57,7 @@ struct worker_state {
   listener_actor listener;
   std::vector<index_shard_actor> shards;
   std::vector<std::vector<cache_event>> kv_out;  // one batch per shard
+  std::shared_ptr<const worker_meters> meters;   // null: not counted
 };
 
 worker_actor::behavior_type worker(

@@ -23,6 +23,7 @@
 #include "cli/report.hpp"
 #include "cli/top_view.hpp"
 #include "cluster/mesh.hpp"
+#include "cluster/mesh_metrics.hpp"
 #include "core/block_hash.hpp"
 #include "messages/json.hpp"
 
@@ -75,6 +76,23 @@ void add_bus_flags(CLI::App& cmd, bus_flags& b) {
       ->required();
   cmd.add_option("--prefix", b.prefix,
                  "subject prefix: meshes sharing a NATS server differ in it")
+      ->capture_default_str();
+}
+
+// --metrics-port and --metrics-address, on every process of the mesh.
+struct metrics_flags {
+  uint32_t port = 0;  // 0: no endpoint
+  std::string address = "0.0.0.0";
+};
+
+void add_metrics_flags(CLI::App& cmd, metrics_flags& m) {
+  cmd.add_option("--metrics-port", m.port,
+                 "serve Prometheus metrics on this port at /metrics "
+                 "(docs/metrics.md; 0: no endpoint)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd.add_option("--metrics-address", m.address,
+                 "the address the metrics endpoint listens on")
       ->capture_default_str();
 }
 
@@ -186,13 +204,34 @@ int start_error(const char* cmd, const std::string& what, const error& e) {
                                         : run_error(cmd, msg);
 }
 
+// The process's metrics endpoint, when --metrics-port asks for one: bound
+// before the node joins the mesh, so that a port in use stops the process
+// before anybody counts on it. Scrapes ask the node once watch() is called.
+expected<std::unique_ptr<metrics::http_server>> start_metrics(
+    const char* cmd, const metrics_flags& m, process_metrics* pm) {
+  if (!pm) return std::unique_ptr<metrics::http_server>();
+  metrics::http_server_options o;
+  o.address = m.address;
+  o.port = static_cast<uint16_t>(m.port);
+  auto server = serve_metrics(*pm, o);
+  if (server)
+    std::fprintf(stderr, "kvmesh %s: metrics on http://%s:%u/metrics\n", cmd,
+                 m.address.find(':') != std::string::npos
+                     ? ("[" + m.address + "]").c_str()
+                     : m.address.c_str(),
+                 m.port);
+  return server;
+}
+
 // Stops a node in the order its parts depend on each other: the node sends
 // its actors an exit; they may still publish until they are gone, and the
 // last one releases the reply inbox, which unsubscribes from the bus; only
 // then may the bus close.
 template <class Node>
 void stop_node(caf::actor_system& sys, std::unique_ptr<Node>& node,
-               std::unique_ptr<nats_bus>& bus) {
+               std::unique_ptr<nats_bus>& bus,
+               std::unique_ptr<metrics::http_server>& metrics) {
+  metrics.reset();  // its scrapes ask the node's actors
   node.reset();
   sys.await_all_actors_done();
   bus.reset();
@@ -318,6 +357,7 @@ void print_columns(const table& rows) {
 
 struct agent_flags {
   bus_flags bus;
+  metrics_flags metrics;
   std::string engine;
   std::string name;
   uint32_t workers = 0;
@@ -361,6 +401,12 @@ int run_agent(agent_flags f) {
     wo.time_scale = f.time_scale;
     ao.workers.push_back(std::move(wo));
   }
+  std::unique_ptr<process_metrics> pm;
+  if (f.metrics.port != 0) {
+    auto m = process_metrics::for_agent(ao);
+    if (!m) return run_error(cmd, m.err().message);
+    pm = std::move(*m);
+  }
   block_signals({SIGINT, SIGTERM});
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
@@ -369,8 +415,13 @@ int run_agent(agent_flags f) {
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
+  auto server = start_metrics(cmd, f.metrics, pm.get());
+  if (!server)
+    return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
+                       server.err());
   auto node = agent_node::start(sys, **bus, ao);
   if (!node) return start_error(cmd, f.name, node.err());
+  if (pm) pm->watch(sys, **bus, **node);
   std::fprintf(stderr,
                "kvmesh agent: %s serves workers %u-%u (engine sim, speed %g, "
                "%" PRIu64 "/%" PRIu64 "/%" PRIu64
@@ -381,7 +432,7 @@ int run_agent(agent_flags f) {
                f.cfg.block_tokens, f.time_scale, url.c_str(),
                f.bus.prefix.c_str());
   wait_for_stop();
-  stop_node(sys, *node, *bus);
+  stop_node(sys, *node, *bus, *server);
   return 0;
 }
 
@@ -394,6 +445,7 @@ void add_agent(CLI::App& app, std::function<int()>& run) {
       "run a node agent: N WORKERs (simulated GPUs) served on NATS, bidding "
       "for requests, pushing heartbeats and KV events; until SIGINT/SIGTERM");
   add_bus_flags(*cmd, f->bus);
+  add_metrics_flags(*cmd, f->metrics);
   cmd->add_option("--engine", f->engine, "the GPUs' engine: sim")->required();
   cmd->add_option("--workers", f->workers, "WORKERs (GPUs) on this node")
       ->required()
@@ -451,7 +503,7 @@ struct router_flags {
   bus_flags bus;
   std::string name;
   bool durable = false;
-  uint32_t metrics_port = 0;
+  metrics_flags metrics;
   uint32_t heartbeat_ms = 1000;
   uint32_t missed_beats = 3;
   router_options router;  // pricing, fan-out, auctions, seed
@@ -491,10 +543,6 @@ int run_router(router_flags f) {
   if (f.name.empty()) f.name = "router-" + std::to_string(getpid());
   if (auto st = check_name("--name", f.name); !st)
     return usage_error(cmd, st.err().message);
-  if (f.metrics_port != 0)
-    std::fprintf(stderr,
-                 "kvmesh router: --metrics-port %u: metrics: not yet served\n",
-                 f.metrics_port);
   router_node_options rn;
   rn.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
   rn.mesh.missed_beats = f.missed_beats;
@@ -504,6 +552,12 @@ int run_router(router_flags f) {
   rn.router.heartbeat = rn.mesh.heartbeat;
   rn.router.missed_beats = f.missed_beats;
   rn.durable = f.durable;
+  std::unique_ptr<process_metrics> pm;
+  if (f.metrics.port != 0) {
+    auto m = process_metrics::for_router(rn);
+    if (!m) return run_error(cmd, m.err().message);
+    pm = std::move(*m);
+  }
   block_signals({SIGINT, SIGTERM});
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
@@ -512,15 +566,20 @@ int run_router(router_flags f) {
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
+  auto server = start_metrics(cmd, f.metrics, pm.get());
+  if (!server)
+    return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
+                       server.err());
   auto node = router_node::start(sys, **bus, rn);
   if (!node) return start_error(cmd, f.name, node.err());
+  if (pm) pm->watch(sys, **bus, **node);
   std::fprintf(stderr,
                "kvmesh router: %s routes on %s, prefix %s (fanout %zu, "
                "durable queue %s)\n",
                f.name.c_str(), url.c_str(), f.bus.prefix.c_str(),
                f.router.fanout, f.durable ? "on" : "off");
   wait_for_stop();
-  stop_node(sys, *node, *bus);
+  stop_node(sys, *node, *bus, *server);
   return 0;
 }
 
@@ -539,9 +598,7 @@ void add_router(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--durable", f->durable,
                 "also take requests from the durable JetStream queue "
                 "(needs nats-server -js)");
-  cmd->add_option("--metrics-port", f->metrics_port,
-                  "serve metrics on this port (not yet served)")
-      ->check(CLI::Range(1, 65535));
+  add_metrics_flags(*cmd, f->metrics);
   cmd->add_option("--heartbeat-ms", f->heartbeat_ms,
                   "push this router's status this often; workers' beats are "
                   "expected as often")
@@ -585,6 +642,7 @@ namespace {
 
 struct index_flags {
   bus_flags bus;
+  metrics_flags metrics;
   std::string shard;
   std::string db;
   uint32_t heartbeat_ms = 1000;
@@ -626,6 +684,12 @@ int run_index(const index_flags& f) {
   so.shard.shard = shard->first;
   so.shard.dir = f.db;
   so.shards = shard->second;
+  std::unique_ptr<process_metrics> pm;
+  if (f.metrics.port != 0) {
+    auto m = process_metrics::for_shard(so);
+    if (!m) return run_error(cmd, m.err().message);
+    pm = std::move(*m);
+  }
   block_signals({SIGINT, SIGTERM});
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
@@ -635,15 +699,20 @@ int run_index(const index_flags& f) {
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, name);
   if (!bus) return run_error(cmd, bus.err().message);
+  auto server = start_metrics(cmd, f.metrics, pm.get());
+  if (!server)
+    return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
+                       server.err());
   auto node = shard_node::start(sys, **bus, so);
   if (!node) return start_error(cmd, "--db " + f.db, node.err());
+  if (pm) pm->watch(sys, **bus, **node);
   std::fprintf(stderr,
                "kvmesh index: shard %u/%u (RocksDB %s) serves on %s, prefix "
                "%s\n",
                shard->first, shard->second, f.db.c_str(), url.c_str(),
                f.bus.prefix.c_str());
   wait_for_stop();
-  stop_node(sys, *node, *bus);
+  stop_node(sys, *node, *bus, *server);
   return 0;
 }
 
@@ -656,6 +725,7 @@ void add_index(CLI::App& app, std::function<int()>& run) {
       "run an index shard: which worker holds which blocks, fed by KV events "
       "and kept in RocksDB, queried by routers; until SIGINT/SIGTERM");
   add_bus_flags(*cmd, f->bus);
+  add_metrics_flags(*cmd, f->metrics);
   cmd->add_option("--shard", f->shard,
                   "I/N: this is shard I (from 0) of an index of N shards")
       ->required();

@@ -253,13 +253,16 @@ struct shard_host_state {
   uint32_t index = 0;
   uint32_t shards = 1;
   batcher out;  // replies, sent when the mailbox has drained
+  std::shared_ptr<const shard_meters> meters;  // null: not counted
 };
 
 caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
                              nats_bus* bus, mesh_options mesh,
                              index_shard_actor shard, uint32_t index,
-                             uint32_t shards) {
+                             uint32_t shards,
+                             std::shared_ptr<const shard_meters> meters) {
   auto& st = self->state;
+  st.meters = std::move(meters);
   st.bus = bus;
   st.mesh = std::move(mesh);
   st.shard = std::move(shard);
@@ -288,6 +291,7 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
                       std::move(q->chain))
             .then(
                 [self, reply](std::vector<holder_match>& h) {
+                  if (self->state.meters) self->state.meters->queries->inc();
                   answer_batched(self, *self->state.bus, self->state.out, reply,
                                  encode(index_reply{std::move(h), {}}));
                 },
@@ -324,19 +328,49 @@ struct front_state {
   // Set when the process stops: durable requests in flight are then left
   // unacked, as a killed process leaves them, for another router.
   std::shared_ptr<std::atomic<bool>> stopping;
+  std::shared_ptr<const router_meters> meters;  // null: not counted
 };
+
+using front_pointer = caf::stateful_actor<front_state>*;
+
+// The front's counts, when the process has a metrics endpoint: a request
+// as it comes in (the time it came, for its decision's latency), then its
+// decision or the class of its failure.
+steady::time_point took(front_pointer self, intake i) {
+  const auto& m = self->state.meters;
+  if (!m) return {};
+  m->took(i);
+  return steady::now();
+}
+
+void decided(front_pointer self, const decision& d, steady::time_point since) {
+  if (const auto& m = self->state.meters)
+    m->decided(d, std::chrono::duration<double>(steady::now() - since).count());
+}
+
+void failed(front_pointer self, const caf::error& e) {
+  if (const auto& m = self->state.meters)
+    m->failed(e.category() == caf::atom("kvmesh")
+                  ? classify_route_error(static_cast<ec>(e.code()), describe(e))
+                  : route_failure::other);
+}
+
+void failed(front_pointer self, route_failure f) {
+  if (const auto& m = self->state.meters) m->failed(f);
+}
 
 // Route requests wait for the router's own deadlines; this only bounds a
 // router that never answers.
 constexpr auto route_timeout = std::chrono::seconds(60);
 
-caf::behavior router_front(caf::stateful_actor<front_state>* self,
-                           nats_bus* bus, mesh_options mesh,
+caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                            router_actor router, std::string name,
                            uint32_t block_tokens,
-                           std::shared_ptr<std::atomic<bool>> stopping) {
+                           std::shared_ptr<std::atomic<bool>> stopping,
+                           std::shared_ptr<const router_meters> meters) {
   auto& st = self->state;
   st.stopping = std::move(stopping);
+  st.meters = std::move(meters);
   st.bus = bus;
   st.mesh = std::move(mesh);
   st.router = std::move(router);
@@ -348,8 +382,10 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
           const bytes& payload) {
         auto& st = self->state;
         if (subject == st.mesh.subj.route()) {
+          const auto since = took(self, intake::core);
           auto r = decode<route_request_msg>(payload);
           if (!r) {
+            failed(self, route_failure::other);
             decision d;
             d.error = r.err().message;
             answer(*st.bus, reply, encode(d));
@@ -359,16 +395,19 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
           self->request(st.router, route_timeout, route_atom::value,
                         std::move(*r))
               .then(
-                  [self, reply](const decision& d) {
+                  [self, reply, since](const decision& d) {
+                    decided(self, d, since);
                     answer(*self->state.bus, reply, encode(d));
                   },
                   [self, reply, id](caf::error& e) {
+                    failed(self, e);
                     decision d;
                     d.request = id;
                     d.error = describe(e);
                     answer(*self->state.bus, reply, encode(d));
                   });
         } else if (subject == st.mesh.subj.route_json()) {
+          const auto since = took(self, intake::json);
           auto r = parse_route_json(
               std::string_view(reinterpret_cast<const char*>(payload.data()),
                                payload.size()),
@@ -377,6 +416,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
             return bytes(s.begin(), s.end());
           };
           if (!r) {
+            failed(self, route_failure::other);
             decision d;
             d.error = r.err().message;
             answer(*st.bus, reply, to_bytes(decision_json(d)));
@@ -386,10 +426,12 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
           self->request(st.router, route_timeout, route_atom::value,
                         std::move(*r))
               .then(
-                  [self, reply, to_bytes](const decision& d) {
+                  [self, reply, to_bytes, since](const decision& d) {
+                    decided(self, d, since);
                     answer(*self->state.bus, reply, to_bytes(decision_json(d)));
                   },
                   [self, reply, id, to_bytes](caf::error& e) {
+                    failed(self, e);
                     decision d;
                     d.request = id;
                     d.error = describe(e);
@@ -418,11 +460,13 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
       [=](durable_atom, const std::string& reply, const bytes& payload,
           std::shared_ptr<delivery> d) {
         auto& st = self->state;
+        const auto since = took(self, intake::durable);
         // Acked once the answer is out: a router that dies before leaves
         // the request to another one. Malformed requests are answered and
         // acked too, or they would come back forever.
         auto r = decode<route_request_msg>(payload);
         if (!r) {
+          failed(self, route_failure::other);
           decision out;
           out.error = r.err().message;
           answer(*st.bus, reply, encode(out));
@@ -433,8 +477,9 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
         self->request(st.router, route_timeout, route_atom::value,
                       std::move(*r))
             .then(
-                [self, reply, d](const decision& out) {
+                [self, reply, d, since](const decision& out) {
                   if (*self->state.stopping) return;
+                  decided(self, out, since);
                   answer(*self->state.bus, reply, encode(out));
                   (void)d->ack();
                 },
@@ -447,6 +492,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
                     (void)d->nak();
                     return;
                   }
+                  failed(self, e);
                   decision out;
                   out.request = id;
                   out.error = describe(e);
@@ -1003,7 +1049,7 @@ expected<std::unique_ptr<router_node>> router_node::start(
   p->admin = caf::actor_cast<admin_actor>(dir);
   p->actors.push_back(caf::actor_cast<caf::actor>(dir));
   auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
-                         opt.router.block_tokens, p->stopping);
+                         opt.router.block_tokens, p->stopping, opt.meters);
   p->actors.push_back(front);
   auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout);
   p->actors.push_back(admin_ep);
@@ -1078,7 +1124,7 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
   p->shard = *shard;
   p->actors.push_back(caf::actor_cast<caf::actor>(*shard));
   auto ep = sys.spawn(shard_endpoint, &bus, opt.mesh, *shard, opt.shard.shard,
-                      opt.shards);
+                      opt.shards, opt.meters);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   // Queries also come batched, on the query subject's parent + ".batch".

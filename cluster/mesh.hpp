@@ -14,6 +14,7 @@
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
 #include "cluster/jetstream.hpp"
+#include "cluster/meters.hpp"
 #include "cluster/nats.hpp"
 #include "core/error.hpp"
 #include "messages/types.hpp"
@@ -114,6 +115,9 @@ struct router_node_options {
   // A durable request not acked within this (its router died) goes to
   // another router.
   std::chrono::milliseconds durable_ack_wait{5000};
+  // Where the front counts requests, decisions and failures
+  // (cluster/mesh_metrics.hpp makes it); null: not counted.
+  std::shared_ptr<const router_meters> meters;
 };
 
 // A running router process: a ROUTER serving route requests (Cap'n Proto
@@ -140,6 +144,8 @@ struct shard_node_options {
   mesh_options mesh;
   index_shard_options shard;  // shard index, RocksDB directory
   uint32_t shards = 1;        // how many shards the index has
+  // Where the front counts the queries it answers; null: not counted.
+  std::shared_ptr<const shard_meters> meters;
 };
 
 class shard_node {

@@ -317,6 +317,31 @@ TEST_F(router_test, above_the_fanout_bound_it_asks_holders_and_least_loaded) {
   EXPECT_EQ(asked, (std::vector<uint32_t>{0, 3}));
 }
 
+// Their words class these failures in kvmesh_router_failures_total
+// (cluster/meters.cpp): a change of words here must change that too.
+TEST_F(router_test, failures_say_why_in_the_words_the_metrics_class) {
+  auto error_of = [&](const router_actor& r, uint64_t id) {
+    auto d = ask<decision>(r, route_atom::value, request(id));
+    for (int i = 0; i < 20 && !d->has_value(); ++i)
+      advance(std::chrono::seconds(1));
+    EXPECT_TRUE(d->has_value() && !**d);
+    return d->has_value() && !**d ? sys->render((**d).error()) : "";
+  };
+  auto refuser = bidder(0, 0);
+  refuser.refuse = true;
+  EXPECT_NE(error_of(spawn_router(mocks({refuser}), 2), 1)
+                .find("no worker took request 1"),
+            std::string::npos);
+  EXPECT_NE(error_of(spawn_router({}), 2).find("router has no workers"),
+            std::string::npos);
+  auto gone = bidder(0, 0);
+  gone.silent_status = true;
+  auto r = spawn_router(mocks({gone}));
+  advance(std::chrono::milliseconds(4500));  // three heartbeats missed
+  EXPECT_NE(error_of(r, 3).find("no live worker for request 3"),
+            std::string::npos);
+}
+
 TEST_F(router_test, a_request_without_blocks_is_an_error) {
   auto r = spawn_router(mocks({bidder(0, 0)}));
   route_request_msg empty;

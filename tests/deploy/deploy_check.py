@@ -901,16 +901,23 @@ def cmd_smoke(args):
         config = next(o["data"] for o in objs if o["kind"] == "ConfigMap"
                       and o["metadata"]["name"] == "kvmesh-config")
         kenv = {k: str(v) for k, v in config.items()}
-        kenv.update(NATS_URL=url, MESH_PREFIX="kvmesh-k8s", KVMESH_BIN=binary,
-                    METRICS_PORT=str(free_port()))
+        kenv.update(NATS_URL=url, MESH_PREFIX="kvmesh-k8s", KVMESH_BIN=binary)
         entry = os.path.join(deploy, "entrypoint.sh")
-        start("k8s-router", [entry, "router"],
-              {**kenv, "POD_NAME": "kvmesh-router-5d8c9-x2x4q"})
+        # Pods have a network each; here they share one, so each its own
+        # METRICS_PORT. role: port, for the scrapes below.
+        scrape = {}
+
+        def pod(name, role, env):
+            scrape[name] = (role, free_port())
+            start(name, [entry, role],
+                  {**kenv, **env, "METRICS_PORT": str(scrape[name][1])})
+
+        pod("k8s-router", "router", {"POD_NAME": "kvmesh-router-5d8c9-x2x4q"})
         for i in range(int(kenv["INDEX_SHARDS"])):
-            start(f"k8s-index-{i}", [entry, "index"],
-                  {**kenv, "POD_NAME": f"kvmesh-index-{i}",
-                   "INDEX_DB": os.path.join(tmp, "k8s", f"index-{i}")})
-        start("k8s-agent", [entry, "agent"], {**kenv, "NODE_NAME": "dev"})
+            pod(f"k8s-index-{i}", "index",
+                {"POD_NAME": f"kvmesh-index-{i}",
+                 "INDEX_DB": os.path.join(tmp, "k8s", f"index-{i}")})
+        pod("k8s-agent", "agent", {"NODE_NAME": "dev"})
         expect["kvmesh-k8s"] = (int(kenv["WORKERS_PER_NODE"]),
                                 {"kvmesh-router-5d8c9-x2x4q"},
                                 int(kenv["INDEX_SHARDS"]))
@@ -956,6 +963,22 @@ def cmd_smoke(args):
             else:
                 print(f"smoke: {prefix}: {nw} workers, routers "
                       f"{sorted(nr)}, {ns} shards; routed a request")
+        # The pods' metrics endpoints, as Prometheus scrapes them.
+        import urllib.request
+        for name, (role, mport) in sorted(scrape.items()):
+            want = re.compile(r'kvmesh_build_info\{version="[^"]+",'
+                              f'role="{role}"' r'\} 1$')
+            try:
+                with urllib.request.urlopen(
+                        f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
+                    page = r.read().decode()
+                if not any(want.match(x) for x in page.splitlines()):
+                    bad(f"{name}: /metrics on {mport} lacks "
+                        f"kvmesh_build_info of role {role}")
+            except OSError as e:
+                bad(f"{name}: /metrics on {mport}: {e}; {tail(name)}")
+        if not problems:
+            print(f"smoke: kvmesh-k8s: {len(scrape)} pods serve /metrics")
         return finish("smoke")
     finally:
         for _, p, _ in reversed(procs):

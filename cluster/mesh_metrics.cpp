@@ -1,0 +1,507 @@
+// The series of a mesh process: registered per role, counted by the
+// actors' meters, collected from the actors' status at each scrape.
+#include "cluster/mesh_metrics.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <optional>
+
+#include "messages/codec.hpp"
+#include "messages/json.hpp"
+
+namespace kvmesh {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+using metrics::counter;
+using metrics::family;
+using metrics::gauge;
+using metrics::histogram;
+
+const char* const tier_names[3] = {"gpu", "host", "disk"};
+
+// Registers series and remembers the first error, so that a role's list
+// reads as a list; its handles are only used when result() is ok.
+class builder {
+ public:
+  explicit builder(metrics::registry& r) : reg_(r) {}
+
+  family<counter>* counters(const std::string& name, const std::string& help,
+                            std::vector<std::string> labels = {}) {
+    return keep(reg_.add_counter(name, help, std::move(labels)));
+  }
+  family<gauge>* gauges(const std::string& name, const std::string& help,
+                        std::vector<std::string> labels = {}) {
+    return keep(reg_.add_gauge(name, help, std::move(labels)));
+  }
+  family<histogram>* histograms(const std::string& name,
+                                const std::string& help,
+                                std::vector<double> bounds) {
+    return keep(reg_.add_histogram(name, help, std::move(bounds)));
+  }
+  // The series of `values` in f (nullptr after an error).
+  template <class T>
+  T* at(family<T>* f, const std::vector<std::string>& values = {}) {
+    return f ? keep(f->with(values)) : nullptr;
+  }
+  status result() const {
+    if (err_) return *err_;
+    return ok;
+  }
+
+ private:
+  template <class T>
+  T* keep(expected<T*> x) {
+    if (x) return *x;
+    if (!err_) err_ = x.err();
+    return nullptr;
+  }
+  metrics::registry& reg_;
+  std::optional<error> err_;
+};
+
+struct worker_series {
+  uint32_t id = 0;
+  gauge* queued = nullptr;
+  gauge* reserved = nullptr;
+  gauge* active = nullptr;
+  gauge* capacity = nullptr;
+  gauge* cached[3] = {};
+  gauge* waiting = nullptr;
+  gauge* running = nullptr;
+  gauge* draining = nullptr;
+  gauge* speed = nullptr;
+  counter* completed = nullptr;
+};
+
+struct router_series {
+  counter* decisions = nullptr;
+  counter* reauctions = nullptr;
+  gauge* held = nullptr;
+  gauge* workers[3] = {};  // live, draining, gone
+};
+
+struct shard_series {
+  gauge* blocks = nullptr;
+  gauge* entries = nullptr;
+  gauge* bytes = nullptr;
+  counter* events = nullptr;
+  counter* errors = nullptr;
+};
+
+// Asks `h` and waits until `deadline`; nothing when it did not answer, and
+// a line on stderr naming `what`.
+template <class T, class Handle, class... Ts>
+std::optional<T> ask(caf::scoped_actor& self, const Handle& h,
+                     steady::time_point deadline, const std::string& what,
+                     Ts... xs) {
+  std::optional<T> out;
+  const auto left = std::max<caf::timespan>(
+      std::chrono::duration_cast<caf::timespan>(deadline - steady::now()),
+      std::chrono::milliseconds(1));
+  self->request(h, left, xs...)
+      .receive([&](T& x) { out = std::move(x); },
+               [&](caf::error& e) {
+                 std::fprintf(stderr,
+                              "kvmesh metrics: %s gave no status for this "
+                              "scrape (%s): its series keep their last "
+                              "values\n",
+                              what.c_str(), self->system().render(e).c_str());
+               });
+  return out;
+}
+
+}  // namespace
+
+struct process_metrics::impl {
+  metrics::registry reg;
+  std::string role;
+  counter* nats_reconnects = nullptr;
+  counter* nats_slow = nullptr;
+  counter* nats_errors = nullptr;
+  counter* nats_in = nullptr;
+  counter* nats_out = nullptr;
+  counter* decode[msg_kind_count + 1] = {};  // the last: json
+  family<counter>* http_answers = nullptr;
+  // Role series, set by for_*.
+  std::vector<worker_series> workers;
+  router_series router;
+  shard_series shard;
+  // Set by watch: what a scrape asks. Guarded, as the server may already
+  // scrape while the node starts.
+  std::mutex mu;
+  caf::actor_system* sys = nullptr;
+  nats_bus* bus = nullptr;
+  std::function<void(caf::scoped_actor&, steady::time_point)> collect;
+
+  // The series of every process.
+  status add_common(const std::string& r) {
+    role = r;
+    builder b(reg);
+    auto* info = b.gauges("kvmesh_build_info",
+                          "Always 1: the version and role of this process.",
+                          {"version", "role"});
+    if (auto* g = b.at(info, {kvmesh_version, role})) g->set(1);
+    nats_reconnects =
+        b.at(b.counters("kvmesh_nats_reconnects_total",
+                        "Times the NATS connection was re-established after a "
+                        "loss."));
+    nats_slow =
+        b.at(b.counters("kvmesh_nats_slow_consumers_total",
+                        "Times a subscription of this process fell behind and "
+                        "libnats dropped messages for it."));
+    nats_errors = b.at(
+        b.counters("kvmesh_nats_errors_total",
+                   "Asynchronous errors libnats reported on the connection."));
+    auto* msgs = b.counters("kvmesh_nats_messages_total",
+                            "Messages received (in) and sent (out) on the "
+                            "NATS connection.",
+                            {"direction"});
+    nats_in = b.at(msgs, {"in"});
+    nats_out = b.at(msgs, {"out"});
+    auto* dec = b.counters(
+        "kvmesh_decode_errors_total",
+        "Payloads that did not decode, by message kind (json: JSON route "
+        "requests).",
+        {"kind"});
+    for (size_t i = 0; i < msg_kind_count; ++i)
+      decode[i] = b.at(dec, {to_string(static_cast<msg_kind>(i))});
+    decode[msg_kind_count] = b.at(dec, {"json"});
+    http_answers = b.counters("kvmesh_metrics_requests_total",
+                              "Requests to this metrics endpoint, by HTTP "
+                              "status of the answer.",
+                              {"code"});
+    b.at(http_answers, {"200"});
+    return b.result();
+  }
+
+  void collect_common() {
+    if (bus) {
+      nats_reconnects->set(static_cast<double>(bus->reconnects()));
+      nats_slow->set(static_cast<double>(bus->slow_consumers()));
+      nats_errors->set(static_cast<double>(bus->errors()));
+      const auto t = bus->stats();
+      nats_in->set(static_cast<double>(t.in_msgs));
+      nats_out->set(static_cast<double>(t.out_msgs));
+    }
+    for (size_t i = 0; i < msg_kind_count; ++i)
+      decode[i]->set(
+          static_cast<double>(decode_errors(static_cast<msg_kind>(i))));
+    decode[msg_kind_count]->set(static_cast<double>(json_decode_errors()));
+  }
+};
+
+process_metrics::process_metrics(std::unique_ptr<impl> p)
+    : impl_(std::move(p)) {}
+process_metrics::~process_metrics() = default;
+
+metrics::registry& process_metrics::registry() {
+  return impl_->reg;
+}
+
+// -- node agent ---------------------------------------------------------------
+
+expected<std::unique_ptr<process_metrics>> process_metrics::for_agent(
+    agent_options& opt) {
+  auto p = std::make_unique<impl>();
+  if (auto st = p->add_common("agent"); !st) return st.err();
+  builder b(p->reg);
+  const std::vector<std::string> w = {"worker"};
+  const std::vector<std::string> wt = {"worker", "tier"};
+  auto* queued = b.gauges("kvmesh_worker_queued_blocks",
+                          "Read work the worker accepted and has not yet "
+                          "prefilled, in blocks.",
+                          w);
+  auto* reserved = b.gauges("kvmesh_worker_reserved_blocks",
+                            "Blocks soft-reserved by auctions still open.", w);
+  auto* active =
+      b.gauges("kvmesh_worker_active_blocks",
+               "GPU blocks held by running sequences (occupancy).", w);
+  auto* capacity = b.gauges("kvmesh_worker_capacity_blocks",
+                            "GPU KV blocks of the worker.", w);
+  auto* cached = b.gauges("kvmesh_worker_cached_blocks",
+                          "Blocks cached in each tier.", wt);
+  auto* tier_capacity =
+      b.gauges("kvmesh_worker_tier_capacity_blocks",
+               "Capacity of each tier in blocks (0: no such tier).", wt);
+  auto* requests = b.gauges("kvmesh_worker_requests",
+                            "Requests waiting for prefill and running.",
+                            {"worker", "state"});
+  auto* completed = b.counters("kvmesh_worker_completed_total",
+                               "Requests the worker finished.", w);
+  auto* awards = b.counters("kvmesh_worker_awards_total",
+                            "Awards the worker received, by its answer.",
+                            {"worker", "result"});
+  auto* prompt = b.counters("kvmesh_worker_prompt_blocks_total",
+                            "Full prompt blocks of the requests accepted.", w);
+  auto* hits = b.counters(
+      "kvmesh_worker_hit_blocks_total",
+      "Of the accepted prompt blocks, those of the prefix the worker held at "
+      "the award, by the tier it held them in.",
+      wt);
+  auto* draining = b.gauges("kvmesh_worker_draining",
+                            "1 while the worker is drained, else 0.", w);
+  auto* speed = b.gauges("kvmesh_worker_speed",
+                         "Prefill speed relative to the reference GPU.", w);
+  auto* kv = b.counters("kvmesh_agent_kv_events_total",
+                        "KV events the agent's workers sent to the index "
+                        "shards.",
+                        {"kind"});
+  counter* kv_stored = b.at(kv, {"stored"});
+  counter* kv_removed = b.at(kv, {"removed"});
+  const char* results[4] = {"accepted", "draining", "queue_grew",
+                            "engine_refused"};
+  for (auto& wo : opt.workers) {
+    const std::string id = std::to_string(wo.ledger.id);
+    worker_series s;
+    s.id = wo.ledger.id;
+    s.queued = b.at(queued, {id});
+    s.reserved = b.at(reserved, {id});
+    s.active = b.at(active, {id});
+    s.capacity = b.at(capacity, {id});
+    const uint64_t tiers[3] = {wo.engine.cache.gpu_blocks,
+                               wo.engine.cache.host_blocks,
+                               wo.engine.cache.disk_blocks};
+    auto m = std::make_shared<worker_meters>();
+    for (size_t t = 0; t < 3; ++t) {
+      s.cached[t] = b.at(cached, {id, tier_names[t]});
+      if (auto* g = b.at(tier_capacity, {id, tier_names[t]}))
+        g->set(static_cast<double>(tiers[t]));
+      m->hit_blocks[t] = b.at(hits, {id, tier_names[t]});
+    }
+    s.waiting = b.at(requests, {id, "waiting"});
+    s.running = b.at(requests, {id, "running"});
+    s.completed = b.at(completed, {id});
+    s.draining = b.at(draining, {id});
+    s.speed = b.at(speed, {id});
+    for (size_t r = 0; r < 4; ++r)
+      m->awards[r] = b.at(awards, {id, results[r]});
+    m->prompt_blocks = b.at(prompt, {id});
+    m->kv_events[0] = kv_stored;
+    m->kv_events[1] = kv_removed;
+    wo.meters = std::move(m);
+    p->workers.push_back(s);
+  }
+  if (auto st = b.result(); !st) {
+    for (auto& wo : opt.workers)
+      wo.meters.reset();
+    return st.err();
+  }
+  return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
+}
+
+void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
+                            const agent_node& node) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->sys = &sys;
+  impl_->bus = &bus;
+  // The node's workers are in the order of the options' (agent_node).
+  std::vector<worker_actor> handles = node.workers();
+  impl* p = impl_.get();
+  impl_->collect = [p, handles](caf::scoped_actor& self,
+                                steady::time_point deadline) {
+    for (size_t i = 0; i < handles.size() && i < p->workers.size(); ++i) {
+      const worker_series& w = p->workers[i];
+      auto s = ask<worker_status>(self, handles[i], deadline,
+                                  "worker " + std::to_string(w.id),
+                                  status_atom::value);
+      if (!s) continue;
+      w.queued->set(s->queued);
+      w.reserved->set(s->reserved);
+      w.active->set(static_cast<double>(s->active));
+      w.capacity->set(static_cast<double>(s->capacity));
+      w.cached[0]->set(static_cast<double>(s->gpu_blocks));
+      w.cached[1]->set(static_cast<double>(s->host_blocks));
+      w.cached[2]->set(static_cast<double>(s->disk_blocks));
+      w.waiting->set(static_cast<double>(s->waiting));
+      w.running->set(static_cast<double>(s->running));
+      w.completed->set(static_cast<double>(s->completed));
+      w.draining->set(s->draining ? 1 : 0);
+      w.speed->set(s->speed);
+    }
+  };
+}
+
+// -- router -------------------------------------------------------------------
+
+expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
+    router_node_options& opt) {
+  auto p = std::make_unique<impl>();
+  if (auto st = p->add_common("router"); !st) return st.err();
+  builder b(p->reg);
+  auto m = std::make_shared<router_meters>();
+  auto* requests = b.counters("kvmesh_router_requests_total",
+                              "Route requests this router took, by the "
+                              "subject they came on.",
+                              {"intake"});
+  const char* intakes[intake_count] = {"core", "json", "durable"};
+  for (size_t i = 0; i < intake_count; ++i)
+    m->requests[i] = b.at(requests, {intakes[i]});
+  p->router.decisions =
+      b.at(b.counters("kvmesh_router_decisions_total",
+                      "Requests this router gave a worker (answered with a "
+                      "decision)."));
+  auto* failures =
+      b.counters("kvmesh_router_failures_total",
+                 "Requests answered without a worker, by why.", {"reason"});
+  for (size_t i = 0; i < route_failure_count; ++i)
+    m->failures[i] = b.at(failures, {to_string(static_cast<route_failure>(i))});
+  m->auction_seconds = b.at(b.histograms(
+      "kvmesh_router_auction_seconds",
+      "From a route request's arrival at the router process's front to its "
+      "decision, re-auctions and waits in the overload queue included; "
+      "decided requests only.",
+      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+       0.25, 0.5, 1, 2.5}));
+  m->bids_per_auction =
+      b.at(b.histograms("kvmesh_router_bids_per_auction",
+                        "Bids priced in the auction that decided each request.",
+                        {1, 2, 4, 8, 16, 32, 64, 128, 256}));
+  p->router.reauctions = b.at(b.counters(
+      "kvmesh_router_reauctions_total",
+      "Auctions run again for a request: its award refused or unanswered, "
+      "or no bid at all."));
+  m->winner_price =
+      b.at(b.histograms("kvmesh_router_winner_price_blocks",
+                        "The winning bid's price in cache blocks.",
+                        {1, 4, 16, 64, 256, 1024, 4096, 16384, 65536}));
+  auto* terms = b.counters("kvmesh_router_winner_term_blocks_total",
+                           "The terms of the winners' prices in blocks, "
+                           "summed over decisions.",
+                           {"term"});
+  const char* term_names[6] = {"read",        "credit_gpu", "credit_host",
+                               "credit_disk", "space",      "overflow"};
+  for (size_t i = 0; i < 6; ++i)
+    m->winner_terms[i] = b.at(terms, {term_names[i]});
+  p->router.held = b.at(b.gauges(
+      "kvmesh_router_held_requests",
+      "Requests waiting: held while every worker is past the price ceiling, "
+      "or for a free auction slot (--max-inflight)."));
+  auto* workers = b.gauges("kvmesh_router_workers",
+                           "Workers this router knows from heartbeats, by "
+                           "state.",
+                           {"state"});
+  const char* states[3] = {"live", "draining", "gone"};
+  for (size_t i = 0; i < 3; ++i)
+    p->router.workers[i] = b.at(workers, {states[i]});
+  if (auto st = b.result(); !st) return st.err();
+  opt.meters = std::move(m);
+  return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
+}
+
+void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
+                            const router_node& node) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->sys = &sys;
+  impl_->bus = &bus;
+  impl* p = impl_.get();
+  impl_->collect = [p, router = node.router(), admin = node.admin()](
+                       caf::scoped_actor& self, steady::time_point deadline) {
+    if (auto s = ask<router_status>(self, router, deadline, "the ROUTER",
+                                    status_atom::value)) {
+      p->router.decisions->set(static_cast<double>(s->decisions));
+      p->router.reauctions->set(static_cast<double>(s->reauctions));
+      p->router.held->set(static_cast<double>(s->held));
+    }
+    if (auto ws = ask<std::vector<worker_status>>(
+            self, admin, deadline, "the ADMIN (workers)", get_atom::value,
+            workers_atom::value)) {
+      double n[3] = {0, 0, 0};
+      for (const auto& w : *ws)
+        n[w.gone ? 2 : w.draining ? 1 : 0] += 1;
+      for (size_t i = 0; i < 3; ++i)
+        p->router.workers[i]->set(n[i]);
+    }
+  };
+}
+
+// -- index shard --------------------------------------------------------------
+
+expected<std::unique_ptr<process_metrics>> process_metrics::for_shard(
+    shard_node_options& opt) {
+  auto p = std::make_unique<impl>();
+  if (auto st = p->add_common("index"); !st) return st.err();
+  builder b(p->reg);
+  const std::vector<std::string> s = {std::to_string(opt.shard.shard)};
+  const std::vector<std::string> l = {"shard"};
+  p->shard.blocks = b.at(b.gauges("kvmesh_index_blocks",
+                                  "Distinct block hashes the shard knows.", l),
+                         s);
+  p->shard.entries =
+      b.at(b.gauges("kvmesh_index_entries", "(block, holder) pairs.", l), s);
+  p->shard.bytes = b.at(
+      b.gauges("kvmesh_index_rocksdb_bytes",
+               "Bytes of the files in the shard's --db directory (SST files, "
+               "WAL, MANIFEST, logs).",
+               l),
+      s);
+  p->shard.events =
+      b.at(b.counters("kvmesh_index_events_total", "KV events applied.", l), s);
+  p->shard.errors = b.at(b.counters("kvmesh_index_errors_total",
+                                    "KV batches refused or not persisted.", l),
+                         s);
+  auto m = std::make_shared<shard_meters>();
+  m->queries = b.at(
+      b.counters("kvmesh_index_queries_total", "Prefix queries answered.", l),
+      s);
+  if (auto* g = b.at(b.gauges("kvmesh_index_shards",
+                              "The shard count N the shard was started with "
+                              "(--shard I/N).",
+                              l),
+                     s))
+    g->set(opt.shards);
+  if (auto st = b.result(); !st) return st.err();
+  opt.meters = std::move(m);
+  return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
+}
+
+void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
+                            const shard_node& node) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->sys = &sys;
+  impl_->bus = &bus;
+  impl* p = impl_.get();
+  impl_->collect = [p, shard = node.shard()](caf::scoped_actor& self,
+                                             steady::time_point deadline) {
+    auto s = ask<shard_status>(self, shard, deadline, "the INDEX SHARD",
+                               status_atom::value);
+    if (!s) return;
+    p->shard.blocks->set(static_cast<double>(s->blocks));
+    p->shard.entries->set(static_cast<double>(s->entries));
+    p->shard.bytes->set(static_cast<double>(s->disk_bytes));
+    p->shard.events->set(static_cast<double>(s->events));
+    p->shard.errors->set(static_cast<double>(s->errors));
+  };
+}
+
+// -- scrapes ------------------------------------------------------------------
+
+std::string process_metrics::scrape() {
+  {
+    // One scrape at a time collects (the server serves one at a time
+    // anyway); the lock also keeps watch() from changing what it asks.
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->collect_common();
+    if (impl_->collect && impl_->sys) {
+      caf::scoped_actor self{*impl_->sys};
+      impl_->collect(self, steady::now() + collect_timeout);
+    }
+  }
+  return impl_->reg.render();
+}
+
+void process_metrics::answered(int status) {
+  if (auto c = impl_->http_answers->with({std::to_string(status)})) (*c)->inc();
+}
+
+expected<std::unique_ptr<metrics::http_server>> serve_metrics(
+    process_metrics& pm, const metrics::http_server_options& opt) {
+  return metrics::http_server::start(
+      opt, [&pm] { return pm.scrape(); },
+      [&pm](int status) { pm.answered(status); });
+}
+
+}  // namespace kvmesh

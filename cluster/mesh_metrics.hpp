@@ -1,0 +1,66 @@
+// The Prometheus series of a mesh process (docs/metrics.md): what each role
+// registers, the meters its actors count with, and what a scrape asks them.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "cluster/mesh.hpp"
+#include "core/error.hpp"
+#include "metrics/http_server.hpp"
+#include "metrics/registry.hpp"
+
+namespace kvmesh {
+
+// The version kvmesh_build_info reports: the project's (CMakeLists.txt).
+inline constexpr const char* kvmesh_version = KVMESH_VERSION;
+
+// One process's metrics. Made before its node starts (the node's options
+// get the meters its actors count with), watching the node once it runs:
+// each scrape then asks the node's actors for their status (all of them
+// within `collect_timeout`), reads the NATS connection's and the codecs'
+// counters, and renders. What an actor did not answer in time keeps its
+// last value, and the scrape says so on stderr.
+class process_metrics {
+ public:
+  // Registers the series of every process and of the role; gives each of
+  // opt's workers (opt's front) its meters.
+  static expected<std::unique_ptr<process_metrics>> for_agent(
+      agent_options& opt);
+  static expected<std::unique_ptr<process_metrics>> for_router(
+      router_node_options& opt);
+  static expected<std::unique_ptr<process_metrics>> for_shard(
+      shard_node_options& opt);
+  ~process_metrics();
+
+  // From now on a scrape asks the node's actors and reads `bus`. Both must
+  // outlive the scrapes: stop the server first.
+  void watch(caf::actor_system& sys, nats_bus& bus, const agent_node& node);
+  void watch(caf::actor_system& sys, nats_bus& bus, const router_node& node);
+  void watch(caf::actor_system& sys, nats_bus& bus, const shard_node& node);
+
+  // Collects, then renders every series (text format 0.0.4). Called on the
+  // HTTP server's thread.
+  std::string scrape();
+  // Counts an answer of the endpoint (kvmesh_metrics_requests_total).
+  void answered(int status);
+
+  metrics::registry& registry();
+
+  std::chrono::milliseconds collect_timeout{1000};
+
+  struct impl;
+
+ private:
+  explicit process_metrics(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+// Serves `pm` on opt.address:opt.port (GET /metrics) until destroyed.
+expected<std::unique_ptr<metrics::http_server>> serve_metrics(
+    process_metrics& pm, const metrics::http_server_options& opt);
+
+}  // namespace kvmesh

@@ -1,0 +1,49 @@
+// What the mesh's NATS fronts count: decisions into histograms and terms,
+// failures into their classes.
+#include "cluster/meters.hpp"
+
+namespace kvmesh {
+
+const char* to_string(route_failure f) {
+  switch (f) {
+    case route_failure::overloaded:
+      return "overloaded";
+    case route_failure::refused:
+      return "refused";
+    case route_failure::no_workers:
+      return "no_workers";
+    case route_failure::other:
+      return "other";
+  }
+  return "other";
+}
+
+route_failure classify_route_error(ec code, const std::string& message) {
+  if (code == ec::capacity_exceeded) return route_failure::overloaded;
+  if (code != ec::not_found) return route_failure::other;
+  auto has = [&](const char* words) {
+    return message.find(words) != std::string::npos;
+  };
+  if (has("no worker took request")) return route_failure::refused;
+  if (has("no live worker") || has("router has no workers") ||
+      has("no worker answered"))
+    return route_failure::no_workers;
+  return route_failure::other;
+}
+
+void router_meters::decided(const decision& d, double seconds) const {
+  auction_seconds->observe(seconds);
+  // The decision carries the priced bids of the auction that decided it.
+  bids_per_auction->observe(static_cast<double>(d.prices.size()));
+  for (const price_breakdown& p : d.prices) {
+    if (p.worker != d.worker) continue;
+    winner_price->observe(p.price);
+    const double terms[6] = {p.read,        p.credit_gpu, p.credit_host,
+                             p.credit_disk, p.space,      p.overflow};
+    for (size_t i = 0; i < 6; ++i)
+      winner_terms[i]->inc(terms[i]);
+    break;
+  }
+}
+
+}  // namespace kvmesh

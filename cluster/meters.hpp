@@ -1,0 +1,61 @@
+// What the mesh's NATS fronts count for the Prometheus series: handles into
+// the process's registry, and how a route request's failure is classed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+#include "messages/types.hpp"
+#include "metrics/registry.hpp"
+
+namespace kvmesh {
+
+// Why a route request got no worker (kvmesh_router_failures_total's
+// reason label).
+enum class route_failure : uint8_t {
+  overloaded,  // the overload queue was full
+  refused,     // every award was refused, in every auction
+  no_workers,  // no live worker, or none answered the call for bids
+  other,       // a malformed request, no prompt blocks, a router gone
+};
+inline constexpr size_t route_failure_count = 4;
+
+const char* to_string(route_failure f);
+
+// The class of a ROUTER's error: by its code, and for not_found by the
+// words of actors/router.cpp's messages (tests/cluster/meters_test.cpp
+// checks them against the ROUTER's real answers).
+route_failure classify_route_error(ec code, const std::string& message);
+
+// Where a route request came in (kvmesh_router_requests_total's intake).
+enum class intake : uint8_t { core, json, durable };
+inline constexpr size_t intake_count = 3;
+
+// A router process's front: requests as they arrive, decisions and
+// failures as they are answered. The front counts these rather than the
+// ROUTER (actors/router.cpp), so that metrics add nothing to the auction;
+// the rest comes from the ROUTER's status at a scrape.
+struct router_meters {
+  metrics::counter* requests[intake_count] = {};
+  metrics::counter* failures[route_failure_count] = {};
+  metrics::histogram* auction_seconds = nullptr;
+  metrics::histogram* bids_per_auction = nullptr;
+  metrics::histogram* winner_price = nullptr;
+  // read, credit_gpu, credit_host, credit_disk, space, overflow
+  metrics::counter* winner_terms[6] = {};
+
+  void took(intake i) const { requests[static_cast<size_t>(i)]->inc(); }
+  // A decision `seconds` after its request arrived at the front.
+  void decided(const decision& d, double seconds) const;
+  void failed(route_failure f) const {
+    failures[static_cast<size_t>(f)]->inc();
+  }
+};
+
+// An index shard process's front: prefix queries it answered.
+struct shard_meters {
+  metrics::counter* queries = nullptr;
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,190 @@
+#!/bin/bash
+# Runs an index shard, a node agent and a router with --metrics-port on a
+# nats-server of its own, routes requests with `kvmesh route`, and checks
+# what each /metrics serves (tests/cli/metrics_check.py), the endpoint's
+# refusals, the flags' errors and a clean stop.
+# usage: metrics_test.sh KVMESH_BINARY SOURCE_ROOT
+set -euo pipefail
+bin=$1
+root=$2
+fails=0
+tmp=$(mktemp -d)
+pids=()  # every process this script starts, stopped at exit
+
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do
+    kill "$p" 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ok() { echo "ok   $1"; }
+fail() {
+  local why=${2:-}
+  [ "${#why}" -le 2000 ] || why="${why:0:2000}..."
+  echo "FAIL $1${why:+: $why}"
+  fails=$((fails + 1))
+}
+
+free_port() {
+  python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# get URL: the status code and body of GET URL, as "CODE BODY".
+get() {
+  python3 - "$1" <<'EOF'
+import sys, urllib.request, urllib.error
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+except OSError as e:
+    print(0, e)
+EOF
+}
+
+# wait_metrics PORT NAME: until PORT answers /metrics (10 s).
+wait_metrics() {
+  local end=$((SECONDS + 10)) r
+  while r=$(get "http://127.0.0.1:$1/metrics") && [ "${r:0:3}" != 200 ]; do
+    if [ "$SECONDS" -ge "$end" ]; then
+      fail "$2_serves_metrics" "port $1: $(cat "$tmp/$2.err")"
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+port=$(free_port)
+url=nats://127.0.0.1:$port
+nats-server -a 127.0.0.1 -p "$port" -l "$tmp/nats.log" &
+pids+=($!)
+end=$((SECONDS + 10))
+until (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+  if [ "$SECONDS" -ge "$end" ]; then
+    echo "FAIL nats_server_starts: $(cat "$tmp/nats.log")"
+    exit 1
+  fi
+  sleep 0.1
+done
+
+# -- the flags ----------------------------------------------------------------
+
+rc=0
+"$bin" router --nats "$url" --metrics-port 70000 2>"$tmp/err" || rc=$?
+if [ "$rc" -eq 2 ] && grep -q -- --metrics-port "$tmp/err"; then
+  ok metrics_port_out_of_range
+else
+  fail metrics_port_out_of_range "exit $rc: $(cat "$tmp/err")"
+fi
+rc=0
+"$bin" index --nats "$url" --shard 0/1 --db "$tmp/nodb" --metrics-port 9 \
+  --metrics-address 'no such host!' 2>"$tmp/err" || rc=$?
+if [ "$rc" -eq 2 ] && grep -q "no such host!" "$tmp/err"; then
+  ok metrics_address_bad
+else
+  fail metrics_address_bad "exit $rc: $(cat "$tmp/err")"
+fi
+
+# -- a mesh with metrics --------------------------------------------------------
+
+mi=$(free_port)
+ma=$(free_port)
+mr=$(free_port)
+common=(--nats "$url" --heartbeat-ms 200 --metrics-address 127.0.0.1)
+"$bin" index "${common[@]}" --shard 0/1 --db "$tmp/db" --metrics-port "$mi" \
+  2>"$tmp/index.err" &
+index=$!
+pids+=("$index")
+"$bin" agent "${common[@]}" --engine sim --workers 3 --worker-id 0 \
+  --block-tokens 16 --host-blocks 256 --time-scale 20 --metrics-port "$ma" \
+  2>"$tmp/agent.err" &
+agent=$!
+pids+=("$agent")
+"$bin" router "${common[@]}" --name router-m --block-tokens 16 \
+  --metrics-port "$mr" 2>"$tmp/router.err" &
+router=$!
+pids+=("$router")
+wait_metrics "$mi" index || exit 1
+wait_metrics "$ma" agent || exit 1
+wait_metrics "$mr" router || exit 1
+
+# A second process on a port in use stops at once, naming it.
+rc=0
+timeout 10 "$bin" router --nats "$url" --name router-x --metrics-port "$mr" \
+  --metrics-address 127.0.0.1 2>"$tmp/err" || rc=$?
+if [ "$rc" -eq 1 ] && grep -q "127.0.0.1:$mr" "$tmp/err"; then
+  ok metrics_port_in_use
+else
+  fail metrics_port_in_use "exit $rc: $(cat "$tmp/err")"
+fi
+
+# Routing starts once the router hears the 3 workers.
+end=$((SECONDS + 15))
+until "$bin" admin --nats "$url" workers --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert sum(w["state"] == "live" for w in d["workers"]) == 3' 2>/dev/null; do
+  if [ "$SECONDS" -ge "$end" ]; then
+    fail mesh_starts "$(cat "$tmp"/*.err)"
+    exit 1
+  fi
+  sleep 0.2
+done
+routed=0
+for i in $(seq 1 6); do
+  # Two prompt families: the second of each finds its prefix cached.
+  if "$bin" route --nats "$url" --block-tokens 16 --json \
+    --tokens "$(seq -s, $(((i % 2) * 1000)) $(((i % 2) * 1000 + 47)))" \
+    >/dev/null 2>>"$tmp/route.err"; then
+    routed=$((routed + 1))
+  fi
+done
+if [ "$routed" -eq 6 ]; then
+  ok routed
+else
+  fail routed "$routed of 6: $(cat "$tmp/route.err")"
+fi
+
+if out=$(python3 "$root/tests/cli/metrics_check.py" "$root" "$routed" 0,1,2 \
+  "router=http://127.0.0.1:$mr/metrics" "agent=http://127.0.0.1:$ma/metrics" \
+  "index=http://127.0.0.1:$mi/metrics" 2>&1); then
+  ok "series ($out)"
+else
+  fail series "$out"
+fi
+
+# Anything but /metrics is refused, and the refusal counted.
+r=$(get "http://127.0.0.1:$ma/")
+if [ "${r:0:3}" = 404 ]; then ok other_path_404; else fail other_path_404 "$r"; fi
+r=$(get "http://127.0.0.1:$ma/metrics")
+if grep -q '^kvmesh_metrics_requests_total{code="404"} 1$' <<<"$r"; then
+  ok refusals_counted
+else
+  fail refusals_counted "$(grep metrics_requests <<<"$r")"
+fi
+
+# SIGTERM: each stops its endpoint with the rest and exits 0.
+for p in "$router" "$agent" "$index"; do
+  kill -TERM "$p"
+  rc=0
+  wait "$p" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    fail clean_stop "pid $p exit $rc: $(cat "$tmp"/*.err)"
+  fi
+done
+[ "$fails" -gt 0 ] || ok clean_stop
+
+if [ "$fails" -gt 0 ]; then
+  echo "$fails failed"
+  exit 1
+fi
+echo "all passed"
