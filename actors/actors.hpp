@@ -93,7 +93,8 @@ typename Inspector::result_type inspect(Inspector& f, call_for_bids& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, award_reply& x) {
-  return f(caf::meta::type_name("award_reply"), x.accepted, x.reason);
+  return f(caf::meta::type_name("award_reply"), x.accepted, x.reason,
+           x.endpoint);
 }
 
 template <class Inspector>
@@ -113,7 +114,7 @@ typename Inspector::result_type inspect(Inspector& f, price_breakdown& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, decision& x) {
   return f(caf::meta::type_name("decision"), x.request, x.worker, x.auctions,
-           x.prices, x.error);
+           x.prices, x.error, x.endpoint);
 }
 
 template <class Inspector>
@@ -127,7 +128,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker, x.queued,
            x.reserved, x.waiting, x.running, x.gpu_blocks, x.host_blocks,
            x.disk_blocks, x.active, x.completed, x.draining, x.capacity,
-           x.speed, x.agent, x.gone);
+           x.speed, x.agent, x.gone, x.unhealthy, x.endpoint);
 }
 
 // -- interfaces ---------------------------------------------------------------

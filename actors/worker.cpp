@@ -106,9 +106,9 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
       },
       [=](award_atom, route_request_msg& r, double expected) -> award_reply {
         auto& st = self->state;
-        if (st.draining) return {false, "draining"};
+        if (st.draining) return {false, "draining", {}};
         if (st.ledger->should_refuse(r.id, expected))
-          return {false, "queue grew since the bid"};
+          return {false, "queue grew since the bid", {}};
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
         const double read = st.ledger->read_cost(
             make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n), n);
@@ -119,11 +119,11 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         req.blocks = std::move(r.blocks);
         if (auto ok = st.eng->submit(std::move(req), now_ms(self)); !ok) {
           st.ledger->release(r.id);
-          return {false, ok.err().message};
+          return {false, ok.err().message, {}};
         }
         st.ledger->accept(r.id, read);
         maybe_step(self);
-        return {true, {}};
+        return {true, {}, {}};
       },
       [=](release_atom, uint64_t request) {
         self->state.ledger->release(request);

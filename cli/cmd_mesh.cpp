@@ -669,6 +669,9 @@ struct route_flags {
   uint32_t timeout_ms = default_timeout_ms;
   uint32_t block_tokens = 0;
   std::string tokens;
+  std::string text;
+  CLI::Option* tokens_opt = nullptr;
+  CLI::Option* text_opt = nullptr;
   std::string salt;
   uint32_t output_tokens = 0;
   bool json = false;
@@ -682,8 +685,9 @@ uint64_t random_request_id() {
 }
 
 void print_decision(const decision& d) {
-  std::printf("request %" PRIu64 " -> worker %u (%u auction%s)\n", d.request,
-              d.worker, d.auctions, d.auctions == 1 ? "" : "s");
+  std::printf("request %" PRIu64 " -> worker %u%s%s (%u auction%s)\n",
+              d.request, d.worker, d.endpoint.empty() ? "" : " at ",
+              d.endpoint.c_str(), d.auctions, d.auctions == 1 ? "" : "s");
   if (d.prices.empty()) return;
   table rows{{"won", "worker", "read", "credit_gpu", "credit_host",
               "credit_disk", "space", "speed", "overflow", "price", "delta"}};
@@ -748,15 +752,38 @@ int run_route(const route_flags& f) {
   const char* cmd = "route";
   if (auto why = check_bus_flags(f.bus); !why.empty())
     return usage_error(cmd, why);
-  auto tokens = parse_token_list(f.tokens);
-  if (!tokens) return usage_error(cmd, tokens.err().message);
-  auto chain = chain_of(*tokens, f.block_tokens, f.salt);
-  if (!chain) return usage_error(cmd, chain.err().message);
+  if ((f.tokens_opt->count() > 0) == (f.text_opt->count() > 0))
+    return usage_error(cmd, "--tokens or --text: give exactly one");
   route_request_msg r;
   r.id = f.request_id_opt->count() > 0 ? f.request_id : random_request_id();
-  r.blocks = std::move(*chain);
-  r.input_tokens = static_cast<uint32_t>(tokens->size());
   r.output_tokens = f.output_tokens;
+  if (f.text_opt->count() > 0) {
+    // No tokenizer here: the text's bytes in chunks stand for its blocks.
+    auto chain = hash_text_blocks(f.text, f.block_tokens);
+    if (!chain) return usage_error(cmd, "--text: " + chain.err().message);
+    if (chain->empty())
+      return usage_error(
+          cmd, "--text: " + std::to_string(f.text.size()) +
+                   " bytes make no full block of " +
+                   std::to_string(f.block_tokens * text_bytes_per_token) +
+                   " bytes (--block-tokens x " +
+                   std::to_string(text_bytes_per_token) + ")");
+    std::fprintf(stderr,
+                 "kvmesh route: warning: --text is hashed in chunks of %u "
+                 "bytes, not tokens: the blocks are approximate and match "
+                 "no engine's cache\n",
+                 f.block_tokens * text_bytes_per_token);
+    r.blocks = std::move(*chain);
+    r.input_tokens = static_cast<uint32_t>(
+        (f.text.size() + text_bytes_per_token - 1) / text_bytes_per_token);
+  } else {
+    auto tokens = parse_token_list(f.tokens);
+    if (!tokens) return usage_error(cmd, tokens.err().message);
+    auto chain = chain_of(*tokens, f.block_tokens, f.salt);
+    if (!chain) return usage_error(cmd, chain.err().message);
+    r.blocks = std::move(*chain);
+    r.input_tokens = static_cast<uint32_t>(tokens->size());
+  }
   auto bus = connect_bus(f.bus.nats, "kvmesh-route");
   if (!bus) return run_error(cmd, bus.err().message);
   subjects subj;
@@ -797,8 +824,12 @@ void add_route(CLI::App& app, std::function<int()>& run) {
                   "tokens per block, as the mesh's workers have it")
       ->required()
       ->check(positive);
-  cmd->add_option("--tokens", f->tokens, "the prompt's token ids: 1,2,3")
-      ->required();
+  f->tokens_opt =
+      cmd->add_option("--tokens", f->tokens, "the prompt's token ids: 1,2,3");
+  f->text_opt = cmd->add_option(
+      "--text", f->text,
+      "the prompt as text, when its token ids are unknown: hashed in chunks "
+      "of block-tokens x 4 bytes (approximate; a warning is printed)");
   cmd->add_option("--salt", f->salt, "salt or LoRA name of the block hashes");
   cmd->add_option("--output-tokens", f->output_tokens,
                   "expected output length (default: the router estimates)");
@@ -826,7 +857,10 @@ struct admin_flags {
 };
 
 const char* state_of(const worker_status& w) {
-  return w.gone ? "gone" : w.draining ? "draining" : "live";
+  return w.gone        ? "gone"
+         : w.draining  ? "draining"
+         : w.unhealthy ? "unhealthy"
+                       : "live";
 }
 
 void print_admin(const admin_flags& f, const admin_reply& r) {
@@ -844,7 +878,8 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"queued_blocks", w.queued},
                         {"active_blocks", w.active},
                         {"capacity_blocks", w.capacity},
-                        {"speed", w.speed}});
+                        {"speed", w.speed},
+                        {"endpoint", w.endpoint}});
       out = {{"workers", list}};
     } else if (v == "routers") {
       json list = json::array();
@@ -899,7 +934,7 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
   if (v == "workers") {
     rows.push_back({"worker", "state", "agent", "gpu", "host", "disk", "queued",
                     "reserved", "active", "capacity", "waiting", "running",
-                    "completed", "speed"});
+                    "completed", "speed", "endpoint"});
     for (const auto& w : r.workers)
       rows.push_back({std::to_string(w.worker), state_of(w), w.agent,
                       std::to_string(w.gpu_blocks),
@@ -908,7 +943,7 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                       fixed(w.reserved, 1), std::to_string(w.active),
                       std::to_string(w.capacity), std::to_string(w.waiting),
                       std::to_string(w.running), std::to_string(w.completed),
-                      general(w.speed)});
+                      general(w.speed), w.endpoint});
   } else if (v == "routers") {
     rows.push_back({"router", "decisions", "reauctions", "held", "overloaded",
                     "live_workers", "workers"});

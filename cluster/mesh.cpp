@@ -133,14 +133,16 @@ void agent_award(agent_pointer self, const std::string& reply,
   auto& st = self->state;
   auto a = decode<award_msg>(payload);
   if (!a) {
-    answer(*st.bus, reply, encode(award_reply{false, a.err().message}));
+    answer(*st.bus, reply, encode(award_reply{false, a.err().message, {}}));
     return;
   }
   auto it = st.workers.find(a->worker);
   if (it == st.workers.end()) {
     answer(*st.bus, reply,
-           encode(award_reply{false, "no worker " + std::to_string(a->worker) +
-                                         " at agent " + st.agent}));
+           encode(award_reply{false,
+                              "no worker " + std::to_string(a->worker) +
+                                  " at agent " + st.agent,
+                              {}}));
     return;
   }
   self->request(it->second, st.mesh.call_timeout, award_atom::value,
@@ -151,7 +153,7 @@ void agent_award(agent_pointer self, const std::string& reply,
           },
           [self, reply](caf::error& e) {
             answer(*self->state.bus, reply,
-                   encode(award_reply{false, describe(e)}));
+                   encode(award_reply{false, describe(e), {}}));
           });
 }
 

@@ -138,6 +138,7 @@ void write(const award_msg& x, wire::Award::Builder b) {
 void write(const award_reply& x, wire::AwardReply::Builder b) {
   b.setAccepted(x.accepted);
   b.setReason(text(x.reason));
+  b.setEndpoint(text(x.endpoint));
 }
 
 void write(const decision& x, wire::Decision::Builder b) {
@@ -160,6 +161,7 @@ void write(const decision& x, wire::Decision::Builder b) {
     o.setDelta(p.delta);
   }
   b.setError(text(x.error));
+  b.setEndpoint(text(x.endpoint));
 }
 
 void write(const kv_batch& x, wire::KvBatch::Builder b) {
@@ -194,6 +196,8 @@ void write(const worker_status& x, wire::WorkerStatus::Builder b) {
   b.setSpeed(x.speed);
   b.setAgent(text(x.agent));
   b.setGone(x.gone);
+  b.setUnhealthy(x.unhealthy);
+  b.setEndpoint(text(x.endpoint));
 }
 
 void write(const router_status& x, wire::RouterStatus::Builder b) {
@@ -359,6 +363,8 @@ award_reply read(wire::AwardReply::Reader r) {
   x.accepted = r.getAccepted();
   auto reason = r.getReason();
   x.reason.assign(reason.begin(), reason.size());
+  auto endpoint = r.getEndpoint();
+  x.endpoint.assign(endpoint.begin(), endpoint.size());
   return x;
 }
 
@@ -385,6 +391,8 @@ decision read(wire::Decision::Reader r) {
   }
   auto error = r.getError();
   x.error.assign(error.begin(), error.size());
+  auto endpoint = r.getEndpoint();
+  x.endpoint.assign(endpoint.begin(), endpoint.size());
   return x;
 }
 
@@ -435,6 +443,9 @@ worker_status read(wire::WorkerStatus::Reader r) {
   auto agent = r.getAgent();
   x.agent.assign(agent.begin(), agent.size());
   x.gone = r.getGone();
+  x.unhealthy = r.getUnhealthy();
+  auto endpoint = r.getEndpoint();
+  x.endpoint.assign(endpoint.begin(), endpoint.size());
   return x;
 }
 

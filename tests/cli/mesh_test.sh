@@ -114,7 +114,8 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 prompt=$(seq -s, 1 40)
 workers_contract='
 want = {"id", "state", "gpu_blocks", "host_blocks", "disk_blocks",
-        "queued_blocks", "active_blocks", "capacity_blocks", "speed"}'
+        "queued_blocks", "active_blocks", "capacity_blocks", "speed",
+        "endpoint"}'
 
 # -- bad flags and unreachable servers (no mesh needed) -----------------------
 
