@@ -898,8 +898,11 @@ const std::vector<worker_actor>& agent_node::workers() const {
 expected<std::unique_ptr<agent_node>> agent_node::start(
     caf::actor_system& sys, nats_bus& bus, const agent_options& opt) {
   if (auto st = check_name("agent name", opt.name); !st) return st.err();
-  if (opt.workers.empty())
+  if (opt.workers.empty() && opt.external.empty())
     return make_error(ec::invalid_argument, "an agent needs workers");
+  if (!opt.external.empty() && !opt.spawn_external)
+    return make_error(ec::invalid_argument,
+                      "external workers need a spawn function");
   auto p = std::make_unique<impl>();
   p->bus = &bus;
   auto box = inbox::open(bus);
@@ -922,6 +925,22 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
     p->workers.push_back(*w);
     p->actors.push_back(caf::actor_cast<caf::actor>(*w));
     ws.emplace_back(wo.ledger.id, *w);
+  }
+  for (uint32_t id : opt.external) {
+    if (id >= max_worker_id) {
+      p->stop();
+      return make_error(ec::invalid_argument,
+                        "worker id " + std::to_string(id) + " is not below " +
+                            std::to_string(max_worker_id));
+    }
+    auto w = opt.spawn_external(id, events);
+    if (!w) {
+      p->stop();
+      return w.err();
+    }
+    p->workers.push_back(*w);
+    p->actors.push_back(caf::actor_cast<caf::actor>(*w));
+    ws.emplace_back(id, *w);
   }
   auto ep = sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws);
   p->actors.push_back(ep);

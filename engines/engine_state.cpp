@@ -2,6 +2,8 @@
 // occupancy from the requests its front sees.
 #include "engines/engine_state.hpp"
 
+#include <limits>
+
 namespace kvmesh {
 
 expected<engine_state> engine_state::make(const engine_state_config& cfg) {
@@ -29,6 +31,10 @@ bid engine_state::make_bid(const uint64_t* chain, uint32_t n) const {
   b.active = occupancy_;
   b.active_overlap = 0;
   b.capacity = capacity();
+  // A real engine's tier credits are not measured here: the routers'
+  // configured ones apply.
+  b.c_host = std::numeric_limits<double>::quiet_NaN();
+  b.c_disk = std::numeric_limits<double>::quiet_NaN();
   return b;
 }
 

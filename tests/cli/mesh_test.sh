@@ -137,8 +137,18 @@ expect_usage route_without_tokens --tokens \
   route --nats "$nowhere" --block-tokens 16
 expect_usage index_shard_past_last --shard \
   index --nats "$nowhere" --shard 3/2 --db "$tmp/db"
-expect_usage agent_engine_vllm --engine \
-  agent --nats "$nowhere" --engine vllm --workers 1
+expect_usage agent_vllm_needs_kv_events --kv-events \
+  agent --nats "$nowhere" --engine vllm --block-tokens 16
+expect_usage agent_vllm_has_no_workers_flag --workers \
+  agent --nats "$nowhere" --engine vllm --kv-events tcp://127.0.0.1:5557 \
+  --block-tokens 16 --workers 2
+expect_usage agent_vllm_needs_block_tokens --block-tokens \
+  agent --nats "$nowhere" --engine vllm --kv-events tcp://127.0.0.1:5557
+expect_usage agent_vllm_bad_engine_url --engine-url \
+  agent --nats "$nowhere" --engine vllm --kv-events tcp://127.0.0.1:5557 \
+  --block-tokens 16 --engine-url localhost:8000
+expect_usage agent_unknown_engine --engine \
+  agent --nats "$nowhere" --engine trt --workers 1
 expect_usage route_bad_nats_url --nats \
   route --nats "nats://127.0.0.1:port" --block-tokens 16 --tokens "$prompt"
 
