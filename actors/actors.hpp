@@ -76,7 +76,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, router_status& x) {
   return f(caf::meta::type_name("router_status"), x.name, x.decisions,
            x.reauctions, x.held, x.overloaded, x.live_workers, x.workers,
-           x.auction_p50_us, x.auction_p99_us, x.nats_in, x.nats_out);
+           x.auction_p50_us, x.auction_p99_us, x.nats_in, x.nats_out,
+           x.text_requests);
 }
 
 template <class Inspector>

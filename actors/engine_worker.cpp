@@ -23,6 +23,8 @@ struct engine_worker_state {
   uint64_t kv_batches = 0;
   uint64_t resyncs = 0;
   bool was_healthy = true;
+  uint32_t unseen_polls = 0;  // polls in a row the engine ran more
+  bool warned_unseen = false;
 };
 
 using epointer =
@@ -150,6 +152,21 @@ engine_worker_actor::behavior_type engine_worker(
                      m.answering ? "answers again: taking awards"
                                  : "stopped answering: refusing awards");
         st.was_healthy = m.answering;
+        // The cross-check: requests the engine runs that its front never
+        // saw load the GPU without the bids knowing. A few polls in a row,
+        // not one: the metrics lag the front.
+        const worker_status s = st.eng->status();
+        const double seen = static_cast<double>(s.waiting + s.running);
+        st.unseen_polls = m.has_metrics && m.waiting + m.running > seen
+                              ? st.unseen_polls + 1
+                              : 0;
+        if (st.unseen_polls >= 5 && !st.warned_unseen) {
+          st.warned_unseen = true;
+          KVMESH_LOG("worker %u's engine runs %g requests, its front saw "
+                     "%g: clients that call the engine directly load it "
+                     "unseen by the bids (logged once)",
+                     id_of(self), m.waiting + m.running, seen);
+        }
       },
       [=](get_atom, stats_atom) -> engine_worker_stats {
         auto& st = self->state;

@@ -1061,7 +1061,8 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"auction_p50_us", x.auction_p50_us},
                         {"auction_p99_us", x.auction_p99_us},
                         {"nats_in", x.nats_in},
-                        {"nats_out", x.nats_out}});
+                        {"nats_out", x.nats_out},
+                        {"text_requests", x.text_requests}});
       out = {{"routers", list}};
     } else if (v == "shards") {
       json list = json::array();
@@ -1113,12 +1114,13 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                       general(w.speed), w.endpoint});
   } else if (v == "routers") {
     rows.push_back({"router", "decisions", "reauctions", "held", "overloaded",
-                    "live_workers", "workers"});
+                    "live_workers", "workers", "text_requests"});
     for (const auto& x : r.routers)
       rows.push_back(
           {x.name, std::to_string(x.decisions), std::to_string(x.reauctions),
            std::to_string(x.held), std::to_string(x.overloaded),
-           std::to_string(x.live_workers), std::to_string(x.workers)});
+           std::to_string(x.live_workers), std::to_string(x.workers),
+           std::to_string(x.text_requests)});
   } else if (v == "shards") {
     rows.push_back(
         {"shard", "blocks", "entries", "disk_bytes", "events", "errors"});

@@ -11,6 +11,7 @@
 
 #include "cluster/bridge.hpp"
 #include "cluster/remote.hpp"
+#include "core/log.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
 
@@ -313,6 +314,7 @@ struct front_state {
   router_actor router;
   std::string name_;
   uint32_t block_tokens = 512;
+  bool warned_text = false;
   // Set when the process stops: durable requests in flight are then left
   // unacked, as a killed process leaves them, for another router.
   std::shared_ptr<std::atomic<bool>> stopping;
@@ -373,6 +375,14 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
             d.error = r.err().message;
             answer(*st.bus, reply, to_bytes(decision_json(d)));
             return;
+          }
+          if (!st.warned_text && text_route_requests() > 0) {
+            st.warned_text = true;
+            KVMESH_LOG("router %s takes route requests as text: their blocks "
+                       "are chunks of bytes, approximate, matching no "
+                       "engine's cache (counted in text_requests; logged "
+                       "once)",
+                       st.name_.c_str());
           }
           const uint64_t id = r->id;
           self->request(st.router, route_timeout, route_atom::value,
@@ -454,6 +464,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
                   const auto t = self->state.bus->stats();
                   s.nats_in = t.in_msgs;
                   s.nats_out = t.out_msgs;
+                  s.text_requests = text_route_requests();
                   (void)self->state.bus->publish(
                       self->state.mesh.subj.router_beat(), encode(s));
                 },

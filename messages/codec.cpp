@@ -213,6 +213,7 @@ void write(const router_status& x, wire::RouterStatus::Builder b) {
   b.setAuctionP99Us(x.auction_p99_us);
   b.setNatsIn(x.nats_in);
   b.setNatsOut(x.nats_out);
+  b.setTextRequests(x.text_requests);
 }
 
 void write(const shard_status& x, wire::ShardStatus::Builder b) {
@@ -463,6 +464,7 @@ router_status read(wire::RouterStatus::Reader r) {
   x.auction_p99_us = r.getAuctionP99Us();
   x.nats_in = r.getNatsIn();
   x.nats_out = r.getNatsOut();
+  x.text_requests = r.getTextRequests();
   return x;
 }
 

@@ -168,6 +168,9 @@ struct RouterStatus {
   auctionP99Us @9 :Float64;
   natsIn @10 :UInt64;
   natsOut @11 :UInt64;
+  # Route requests this router process took as text (no token ids): their
+  # blocks are approximate.
+  textRequests @12 :UInt64;
 }
 
 # What an index shard reports about itself.

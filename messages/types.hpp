@@ -92,6 +92,8 @@ struct router_status {
   // Messages through the router process's NATS connection.
   uint64_t nats_in = 0;
   uint64_t nats_out = 0;
+  // Route requests taken as text, whose blocks are approximate.
+  uint64_t text_requests = 0;
 };
 
 // One holder's match of a prefix, as an index shard knows it.

@@ -72,7 +72,7 @@ auto fields(const worker_status& x) {
 auto fields(const router_status& x) {
   return std::tie(x.name, x.decisions, x.reauctions, x.held, x.overloaded,
                   x.live_workers, x.workers, x.auction_p50_us, x.auction_p99_us,
-                  x.nats_in, x.nats_out);
+                  x.nats_in, x.nats_out, x.text_requests);
 }
 auto fields(const shard_status& x) {
   return std::tie(x.shard, x.blocks, x.entries, x.disk_bytes, x.events,
@@ -308,7 +308,8 @@ router_status sample_router(uint64_t decisions) {
                        125.5,
                        980.25,
                        (1ull << 44) + 7,
-                       (1ull << 45) + 9};
+                       (1ull << 45) + 9,
+                       (1ull << 46) + 11};
 }
 
 shard_status sample_shard(uint32_t shard) {
