@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -100,13 +101,35 @@ struct openai_front::impl {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> unreachable{0};
   std::atomic<uint64_t> unparsed{0};
+  // Set when the front stops: requests in flight are cut rather than
+  // awaited (an engine that hangs would hold the shutdown for the whole
+  // upstream timeout).
+  std::atomic<bool> stopping{false};
+  std::mutex clients_mu;
+  std::set<httplib::Client*> clients;  // talking to the engine right now
 
-  std::unique_ptr<httplib::Client> client() const {
-    auto c = std::make_unique<httplib::Client>(opt.engine_url);
+  // A client of the engine, registered while it lives so that stop_all()
+  // can cut its request.
+  std::shared_ptr<httplib::Client> client() {
+    auto* c = new httplib::Client(opt.engine_url);
     c->set_connection_timeout(std::chrono::seconds(5));
     c->set_read_timeout(opt.upstream_timeout);
     c->set_write_timeout(std::chrono::seconds(30));
-    return c;
+    std::lock_guard<std::mutex> g(clients_mu);
+    clients.insert(c);
+    return std::shared_ptr<httplib::Client>(c, [this](httplib::Client* x) {
+      {
+        std::lock_guard<std::mutex> g(clients_mu);
+        clients.erase(x);
+      }
+      delete x;
+    });
+  }
+  void stop_all() {
+    stopping = true;
+    std::lock_guard<std::mutex> g(clients_mu);
+    for (auto* c : clients)
+      c->stop();
   }
 
   httplib::Headers upstream_headers(const httplib::Request& req) const {
@@ -169,6 +192,7 @@ void openai_front::impl::stream(const httplib::Request& req,
                                 std::shared_ptr<tracked> t) {
   auto ch = std::make_shared<channel>();
   std::shared_ptr<httplib::Client> cli = client();
+  impl* self = this;
   httplib::Request up;
   up.method = "POST";
   up.path = req.path;
@@ -237,9 +261,13 @@ void openai_front::impl::stream(const httplib::Request& req,
   res.status = 200;
   res.set_chunked_content_provider(
       type,
-      [ch, t](size_t, httplib::DataSink& sink) {
+      [ch, t, self](size_t, httplib::DataSink& sink) {
         std::unique_lock<std::mutex> l(ch->mu);
-        ch->cv.wait(l, [&] { return !ch->chunks.empty() || ch->finished; });
+        // Woken by the reader; a stopping front is looked at now and then.
+        while (!ch->cv.wait_for(l, std::chrono::milliseconds(100), [&] {
+          return !ch->chunks.empty() || ch->finished;
+        }))
+          if (self->stopping) return false;
         while (!ch->chunks.empty()) {
           std::string c = std::move(ch->chunks.front());
           ch->chunks.pop_front();
@@ -333,6 +361,7 @@ std::string openai_front::impl::stats_json() {
 openai_front::openai_front(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 openai_front::~openai_front() {
+  impl_->stop_all();
   if (impl_->thread.joinable()) {
     // stop() does nothing before the listening thread has started to
     // listen, and the join would then wait forever.
