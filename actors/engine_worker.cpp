@@ -27,8 +27,7 @@ struct engine_worker_state {
   bool warned_unseen = false;
 };
 
-using epointer =
-    engine_worker_actor::stateful_pointer<engine_worker_state>;
+using epointer = engine_worker_actor::stateful_pointer<engine_worker_state>;
 
 double now_ms(epointer self) {
   const auto d = self->clock().now() - self->state.origin;
@@ -61,17 +60,18 @@ void publish_changes(epointer self) {
 // Logs each kind of event the mirror could not apply, the first time.
 void log_new_faults(epointer self) {
   for (mirror_fault f : self->state.eng->mirror().take_new_faults())
-    KVMESH_LOG("worker %u skips engine KV events: %s (counted from now on, "
-               "logged once)",
-               id_of(self), to_string(f));
+    KVMESH_LOG(
+        "worker %u skips engine KV events: %s (counted from now on, "
+        "logged once)",
+        id_of(self), to_string(f));
 }
 
-engine_worker_actor::behavior_type engine_worker(
-    epointer self, engine_worker_options opt) {
+engine_worker_actor::behavior_type engine_worker(epointer self,
+                                                 engine_worker_options opt) {
   auto& st = self->state;
   // spawn_engine_worker validated the options: this cannot fail here.
-  st.eng = std::make_unique<engine_state>(
-      std::move(*engine_state::make(opt.state)));
+  st.eng =
+      std::make_unique<engine_state>(std::move(*engine_state::make(opt.state)));
   st.origin = self->clock().now();
   st.listener = opt.listener;
   st.shards = opt.shards;
@@ -97,12 +97,8 @@ engine_worker_actor::behavior_type engine_worker(
       [=](release_atom, uint64_t request) {
         self->state.eng->release(request);
       },
-      [=](status_atom) -> worker_status {
-        return self->state.eng->status();
-      },
-      [=](put_atom, drain_atom, bool on) {
-        self->state.eng->set_draining(on);
-      },
+      [=](status_atom) -> worker_status { return self->state.eng->status(); },
+      [=](put_atom, drain_atom, bool on) { self->state.eng->set_draining(on); },
       [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
         auto& st = self->state;
         st.shards = std::move(shards);
@@ -111,9 +107,10 @@ engine_worker_actor::behavior_type engine_worker(
       [=](step_atom) {
         auto& st = self->state;
         if (size_t n = st.eng->expire(now_ms(self)); n > 0)
-          KVMESH_LOG("worker %u drops %zu awarded request(s) that never "
-                     "reached its front",
-                     id_of(self), n);
+          KVMESH_LOG(
+              "worker %u drops %zu awarded request(s) that never "
+              "reached its front",
+              id_of(self), n);
         self->delayed_send(self, st.sweep, step_atom::value);
       },
       [=](kv_atom, const engine_kv_batch& b) {
@@ -162,10 +159,11 @@ engine_worker_actor::behavior_type engine_worker(
                               : 0;
         if (st.unseen_polls >= 5 && !st.warned_unseen) {
           st.warned_unseen = true;
-          KVMESH_LOG("worker %u's engine runs %g requests, its front saw "
-                     "%g: clients that call the engine directly load it "
-                     "unseen by the bids (logged once)",
-                     id_of(self), m.waiting + m.running, seen);
+          KVMESH_LOG(
+              "worker %u's engine runs %g requests, its front saw "
+              "%g: clients that call the engine directly load it "
+              "unseen by the bids (logged once)",
+              id_of(self), m.waiting + m.running, seen);
         }
       },
       [=](get_atom, stats_atom) -> engine_worker_stats {

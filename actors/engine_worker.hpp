@@ -26,11 +26,11 @@ struct engine_worker_stats {
   worker_status status;
   engine_metrics metrics;
   std::array<uint64_t, mirror_fault_count> mirror_faults{};
-  uint64_t kv_batches = 0;  // batches applied
-  uint64_t resyncs = 0;     // times the cache was forgotten
-  uint64_t abandoned = 0;   // awards whose client never called the front
-  uint64_t bypassed = 0;    // requests that reached the front unrouted
-  uint64_t approximate = 0; // requests sized from text
+  uint64_t kv_batches = 0;   // batches applied
+  uint64_t resyncs = 0;      // times the cache was forgotten
+  uint64_t abandoned = 0;    // awards whose client never called the front
+  uint64_t bypassed = 0;     // requests that reached the front unrouted
+  uint64_t approximate = 0;  // requests sized from text
 };
 
 }  // namespace kvmesh

@@ -70,8 +70,8 @@ void award_next(rpointer self, auction_ptr a) {
               else
                 st.latency_us[st.latency_next++ %
                               router_state::latency_window] = us;
-              a->promise.deliver(decision{a->request.id, w, a->round,
-                                          a->prices, {}, reply.endpoint});
+              a->promise.deliver(decision{
+                  a->request.id, w, a->round, a->prices, {}, reply.endpoint});
               return;
             }
             // The bid no longer holds: auction again on fresh bids while

@@ -429,8 +429,8 @@ int run_agent(agent_flags f) {
     return usage_error(cmd, why);
   if (f.engine == "vllm" || f.engine == "sglang") return run_engine_agent(f);
   if (f.engine != "sim")
-    return usage_error(cmd, "--engine " + f.engine +
-                                ": unknown engine (sim, vllm or sglang)");
+    return usage_error(
+        cmd, "--engine " + f.engine + ": unknown engine (sim, vllm or sglang)");
   if (f.workers_opt->count() == 0)
     return usage_error(cmd, "--engine sim: needs --workers N");
   const uint64_t last = uint64_t{f.first_id} + f.workers - 1;
@@ -1116,11 +1116,11 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
     rows.push_back({"router", "decisions", "reauctions", "held", "overloaded",
                     "live_workers", "workers", "text_requests"});
     for (const auto& x : r.routers)
-      rows.push_back(
-          {x.name, std::to_string(x.decisions), std::to_string(x.reauctions),
-           std::to_string(x.held), std::to_string(x.overloaded),
-           std::to_string(x.live_workers), std::to_string(x.workers),
-           std::to_string(x.text_requests)});
+      rows.push_back({x.name, std::to_string(x.decisions),
+                      std::to_string(x.reauctions), std::to_string(x.held),
+                      std::to_string(x.overloaded),
+                      std::to_string(x.live_workers), std::to_string(x.workers),
+                      std::to_string(x.text_requests)});
   } else if (v == "shards") {
     rows.push_back(
         {"shard", "blocks", "entries", "disk_bytes", "events", "errors"});

@@ -171,8 +171,9 @@ expected<std::unique_ptr<engine_agent>> engine_agent::start(
     auto f = openai_front::bind(sys, fo);
     if (!f) return f.err();
     const bool v6 = advertise.find(':') != std::string::npos;
-    p->endpoints.push_back("http://" + (v6 ? "[" + advertise + "]" : advertise) +
-                           ":" + std::to_string((*f)->port()));
+    p->endpoints.push_back("http://" +
+                           (v6 ? "[" + advertise + "]" : advertise) + ":" +
+                           std::to_string((*f)->port()));
     p->fronts.push_back(std::move(*f));
   }
   agent_options ao;
@@ -181,8 +182,9 @@ expected<std::unique_ptr<engine_agent>> engine_agent::start(
   for (uint32_t r = 0; r < opt.dp_size; ++r)
     ao.external.push_back(opt.first_id + r);
   impl* raw = p.get();
-  ao.spawn_external = [&sys, raw](uint32_t id,
-                                  listener_actor events) -> expected<worker_actor> {
+  ao.spawn_external = [&sys, raw](
+                          uint32_t id,
+                          listener_actor events) -> expected<worker_actor> {
     const uint32_t rank = id - raw->opt.first_id;
     engine_worker_options wo;
     wo.state = raw->opt.state;
@@ -206,7 +208,8 @@ expected<std::unique_ptr<engine_agent>> engine_agent::start(
     return sub.err();
   }
   p->subscriber = std::move(*sub);
-  if (!opt.engine_url.empty()) p->poller = std::thread([raw] { raw->poll_loop(); });
+  if (!opt.engine_url.empty())
+    p->poller = std::thread([raw] { raw->poll_loop(); });
   return std::unique_ptr<engine_agent>(new engine_agent(std::move(p)));
 }
 

@@ -17,7 +17,7 @@ namespace kvmesh {
 
 struct engine_agent_options {
   mesh_options mesh;
-  std::string name;  // the agent's name in its subjects
+  std::string name;             // the agent's name in its subjects
   std::string engine = "vllm";  // vllm or sglang (the same protocols)
   // The engine's KV event publisher of rank 0, tcp://HOST:PORT; rank r is
   // at PORT + r, as the engines bind them.
@@ -27,8 +27,8 @@ struct engine_agent_options {
   // The engine's OpenAI API, http://HOST:PORT; "" for none (then no front,
   // no health and no metrics: the worker only mirrors the cache).
   std::string engine_url;
-  uint32_t dp_size = 1;    // data-parallel ranks: one worker each
-  uint32_t first_id = 0;   // worker of rank r has id first_id + r
+  uint32_t dp_size = 1;   // data-parallel ranks: one worker each
+  uint32_t first_id = 0;  // worker of rank r has id first_id + r
   // Ledger (speed, credits), block size and GPU blocks of each worker; the
   // endpoint is set per rank.
   engine_state_config state;

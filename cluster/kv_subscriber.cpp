@@ -55,7 +55,7 @@ struct kv_subscriber::impl {
   zmq::context_t ctx{1};
   std::vector<zmq::socket_t> subs;
   std::vector<std::unique_ptr<zmq::socket_t>> replayers;  // lazily made
-  std::vector<kv_sequence> seqs;  // per worker
+  std::vector<kv_sequence> seqs;                          // per worker
   std::atomic<bool> stop{false};
   std::thread thread;
   mutable std::mutex mu;  // guards counters
@@ -63,8 +63,7 @@ struct kv_subscriber::impl {
 
   void run();
   void on_message(size_t endpoint, std::vector<zmq::message_t>& frames);
-  void apply(size_t worker, uint64_t seq, engine_kv_batch batch,
-             bool from_sub);
+  void apply(size_t worker, uint64_t seq, engine_kv_batch batch, bool from_sub);
   void resync(size_t worker, const char* why);
   // Asks rank `endpoint`'s replay socket for everything from `from`; the
   // (seq, batch) pairs it sent, in order. Empty when there is no replay
@@ -84,9 +83,10 @@ namespace {
 void log_new(const kv_fault_counts& before, const kv_fault_counts& now) {
   for (size_t i = 0; i < kv_fault_count; ++i)
     if (before.n[i] == 0 && now.n[i] > 0)
-      KVMESH_LOG("kv subscriber skips %s: %s (counted from now on, logged "
-                 "once)",
-                 to_string(static_cast<kv_fault>(i)), now.first[i].c_str());
+      KVMESH_LOG(
+          "kv subscriber skips %s: %s (counted from now on, logged "
+          "once)",
+          to_string(static_cast<kv_fault>(i)), now.first[i].c_str());
 }
 
 }  // namespace
@@ -156,9 +156,9 @@ std::vector<std::pair<uint64_t, engine_kv_batch>> kv_subscriber::impl::replay(
         counters.faults.add(kv_fault::frames,
                             "a replayed message is not [\"\", seq, payload]");
       } else {
-        auto b = decode_kv_batch(
-            reinterpret_cast<const uint8_t*>(views[1].data()), views[1].size(),
-            counters.faults);
+        auto b =
+            decode_kv_batch(reinterpret_cast<const uint8_t*>(views[1].data()),
+                            views[1].size(), counters.faults);
         if (b) out.emplace_back(*seq, std::move(*b));
       }
       log_new(before, counters.faults);
@@ -177,7 +177,8 @@ void kv_subscriber::impl::close_gap(size_t endpoint, size_t worker,
   auto got = replay(endpoint, from, &answered);
   size_t i = 0;
   // What the replay holds before `from` was applied already.
-  while (i < got.size() && got[i].first < from) ++i;
+  while (i < got.size() && got[i].first < from)
+    ++i;
   if (i == got.size()) return;  // nothing: the caller sees the hole
   if (got[i].first == from) {
     if (!initial) {

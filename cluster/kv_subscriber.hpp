@@ -35,12 +35,12 @@ struct kv_subscriber_options {
 
 // What the subscriber saw, for operators and tests.
 struct kv_subscriber_counters {
-  kv_fault_counts faults;   // frames and events skipped, per kind
-  uint64_t messages = 0;    // messages applied (from SUB or replay)
-  uint64_t gaps = 0;        // lost sequence numbers noticed
-  uint64_t replays = 0;     // replays that closed a gap
-  uint64_t resyncs = 0;     // gaps no replay closed: the cache forgotten
-  uint64_t restarts = 0;    // publishers that started over
+  kv_fault_counts faults;  // frames and events skipped, per kind
+  uint64_t messages = 0;   // messages applied (from SUB or replay)
+  uint64_t gaps = 0;       // lost sequence numbers noticed
+  uint64_t replays = 0;    // replays that closed a gap
+  uint64_t resyncs = 0;    // gaps no replay closed: the cache forgotten
+  uint64_t restarts = 0;   // publishers that started over
 };
 
 class kv_subscriber {

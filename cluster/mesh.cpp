@@ -378,11 +378,12 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
           }
           if (!st.warned_text && text_route_requests() > 0) {
             st.warned_text = true;
-            KVMESH_LOG("router %s takes route requests as text: their blocks "
-                       "are chunks of bytes, approximate, matching no "
-                       "engine's cache (counted in text_requests; logged "
-                       "once)",
-                       st.name_.c_str());
+            KVMESH_LOG(
+                "router %s takes route requests as text: their blocks "
+                "are chunks of bytes, approximate, matching no "
+                "engine's cache (counted in text_requests; logged "
+                "once)",
+                st.name_.c_str());
           }
           const uint64_t id = r->id;
           self->request(st.router, route_timeout, route_atom::value,

@@ -70,10 +70,8 @@ struct channel {
 };
 
 std::string error_body(const std::string& why) {
-  return nlohmann::json{{"error",
-                         {{"message", why},
-                          {"type", "kvmesh_front"},
-                          {"code", 502}}}}
+  return nlohmann::json{
+      {"error", {{"message", why}, {"type", "kvmesh_front"}, {"code", 502}}}}
       .dump();
 }
 
@@ -170,14 +168,15 @@ void openai_front::impl::proxy(const httplib::Request& req,
     return;
   }
   auto cli = client();
-  auto r = cli->Post(req.path, upstream_headers(req), req.body,
-                     "application/json");
+  auto r =
+      cli->Post(req.path, upstream_headers(req), req.body, "application/json");
   if (!r) {
     ++unreachable;
     res.status = 502;
-    res.set_content(error_body("engine at " + opt.engine_url +
-                               " unreachable: " + httplib::to_string(r.error())),
-                    "application/json");
+    res.set_content(
+        error_body("engine at " + opt.engine_url +
+                   " unreachable: " + httplib::to_string(r.error())),
+        "application/json");
     return;
   }
   // Without streaming the first token is seen with the last.
@@ -296,9 +295,10 @@ void openai_front::impl::pass_get(const httplib::Request& req,
   auto r = cli->Get(req.path, upstream_headers(req));
   if (!r) {
     res.status = 502;
-    res.set_content(error_body("engine at " + opt.engine_url +
-                               " unreachable: " + httplib::to_string(r.error())),
-                    "application/json");
+    res.set_content(
+        error_body("engine at " + opt.engine_url +
+                   " unreachable: " + httplib::to_string(r.error())),
+        "application/json");
     return;
   }
   res.status = r->status;
@@ -349,8 +349,8 @@ std::string openai_front::impl::stats_json() {
                   {"unreachable", unreachable.load()},
                   {"unparsed", unparsed.load()}};
   if (opt.extra_stats) {
-    auto extra = nlohmann::ordered_json::parse(opt.extra_stats(), nullptr,
-                                               false);
+    auto extra =
+        nlohmann::ordered_json::parse(opt.extra_stats(), nullptr, false);
     if (extra.is_object())
       for (auto& [k, v] : extra.items())
         out[k] = v;
@@ -413,16 +413,16 @@ expected<std::unique_ptr<openai_front>> openai_front::bind(
                    raw->proxy(q, r, true);
                  });
   for (const char* path : {"/v1/models", "/health"})
-    p->server.Get(path, [raw](const httplib::Request& q,
-                              httplib::Response& r) { raw->pass_get(q, r); });
+    p->server.Get(path, [raw](const httplib::Request& q, httplib::Response& r) {
+      raw->pass_get(q, r);
+    });
   p->server.Get("/kvmesh/stats",
                 [raw](const httplib::Request&, httplib::Response& r) {
                   r.set_content(raw->stats_json(), "application/json");
                 });
-  p->port = opt.port == 0 ? p->server.bind_to_any_port(opt.host)
-                          : (p->server.bind_to_port(opt.host, opt.port)
-                                 ? opt.port
-                                 : -1);
+  p->port = opt.port == 0
+                ? p->server.bind_to_any_port(opt.host)
+                : (p->server.bind_to_port(opt.host, opt.port) ? opt.port : -1);
   if (p->port < 0)
     return make_error(ec::io_error, "front: cannot listen on " + opt.host +
                                         ":" + std::to_string(opt.port));

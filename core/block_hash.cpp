@@ -97,8 +97,8 @@ expected<std::vector<uint64_t>> hash_text_blocks(std::string_view text,
   std::vector<uint64_t> out;
   out.reserve(text.size() / chunk);
   for (size_t at = 0; at + chunk <= text.size(); at += chunk) {
-    const uint64_t local = XXH3_64bits_withSeed(text.data() + at, chunk,
-                                                text_seed);
+    const uint64_t local =
+        XXH3_64bits_withSeed(text.data() + at, chunk, text_seed);
     if (out.empty()) {
       out.push_back(local);
       continue;

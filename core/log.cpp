@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <string>
 
 namespace kvmesh {
 

@@ -43,8 +43,7 @@ void engine_state::reserve(uint64_t request, double share, uint32_t n,
   ledger_.expire(now_ms);
   // A full table of open bids still yields a valid bid; the auction just
   // cannot hold the work here.
-  (void)ledger_.reserve(request, share, now_ms + cfg_.ledger.reservation_ms,
-                        n);
+  (void)ledger_.reserve(request, share, now_ms + cfg_.ledger.reservation_ms, n);
 }
 
 award_reply engine_state::award(const route_request_msg& r,

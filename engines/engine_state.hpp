@@ -17,7 +17,7 @@
 namespace kvmesh {
 
 struct engine_state_config {
-  worker_config ledger;       // id, speed, credits, reservations
+  worker_config ledger;        // id, speed, credits, reservations
   uint32_t block_tokens = 16;  // the engine's block size
   // GPU blocks for bids and status; 0: learn it from the engine's metrics
   // (until then 0, which prices every bid as beyond capacity).
@@ -104,11 +104,11 @@ class engine_state {
   struct request {
     phase at = phase::awarded;
     double since_ms = 0;
-    uint32_t n = 0;            // prompt blocks (the chain's length)
+    uint32_t n = 0;  // prompt blocks (the chain's length)
     uint32_t prompt_tokens = 0;
     uint32_t output_tokens = 0;
-    uint64_t holds = 0;        // blocks held while in the engine
-    tier_match hits;           // cached at arrival
+    uint64_t holds = 0;  // blocks held while in the engine
+    tier_match hits;     // cached at arrival
   };
 
   engine_state(const engine_state_config& cfg, kv_mirror mirror,

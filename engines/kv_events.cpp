@@ -168,8 +168,7 @@ std::string convert(const fields& f, engine_kv_event& e) {
   for (const value& t : f.tokens->items) {
     if (!t.is(type::uint) || t.u > std::numeric_limits<uint32_t>::max())
       return std::string("a token id is a ") + msgpack::to_string(t.kind) +
-             (t.is(type::uint) ? " beyond 32 bits" : "") +
-             ", not a token id";
+             (t.is(type::uint) ? " beyond 32 bits" : "") + ", not a token id";
     e.tokens.push_back(static_cast<uint32_t>(t.u));
   }
   if (!f.block_size || !f.block_size->is(type::uint) || f.block_size->u == 0 ||
@@ -196,9 +195,9 @@ bool decode_event(const value& v, engine_kv_event& out,
   else if (v.is(type::map))
     tag = v.find("type");
   if (!tag || !tag->is(type::str)) {
-    faults.add(kv_fault::event,
-               std::string("an event is a ") + msgpack::to_string(v.kind) +
-                   " without a type name");
+    faults.add(kv_fault::event, std::string("an event is a ") +
+                                    msgpack::to_string(v.kind) +
+                                    " without a type name");
     return false;
   }
   const std::string_view name = tag->raw;
@@ -230,9 +229,9 @@ error batch_error(kv_fault_counts& faults, kv_fault f, const std::string& why) {
 
 expected<uint64_t> decode_kv_sequence(std::string_view frame) {
   if (frame.size() != 8)
-    return make_error(ec::parse_error,
-                      "sequence frame of " + std::to_string(frame.size()) +
-                          " bytes, not 8");
+    return make_error(
+        ec::parse_error,
+        "sequence frame of " + std::to_string(frame.size()) + " bytes, not 8");
   uint64_t seq = 0;
   for (unsigned char c : frame)
     seq = (seq << 8) | c;
@@ -300,9 +299,9 @@ expected<engine_kv_message> decode_kv_message(
     faults.add(kv_fault::sequence, seq.err().message);
     return seq.err();
   }
-  auto batch = decode_kv_batch(
-      reinterpret_cast<const uint8_t*>(frames[2].data()), frames[2].size(),
-      faults);
+  auto batch =
+      decode_kv_batch(reinterpret_cast<const uint8_t*>(frames[2].data()),
+                      frames[2].size(), faults);
   if (!batch) return batch.err();
   engine_kv_message m;
   m.topic = std::string(frames[0]);

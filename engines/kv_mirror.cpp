@@ -71,8 +71,7 @@ void kv_mirror::apply(const engine_kv_batch& b, std::vector<cache_event>* out) {
     apply(e, out);
 }
 
-void kv_mirror::apply(const engine_kv_event& e,
-                      std::vector<cache_event>* out) {
+void kv_mirror::apply(const engine_kv_event& e, std::vector<cache_event>* out) {
   cache_.set_event_sink(out);
   if (e.kind == engine_kv_event::cleared) {
     clear(out);
@@ -126,12 +125,11 @@ void kv_mirror::store(const engine_kv_event& e, tier t) {
     parent_seq = it->second.seq;
     root = it->second.root;
   }
-  auto chain = e.has_parent
-                   ? hash_blocks_after(parent_seq, e.tokens.data(),
-                                       e.tokens.size(), block_tokens_,
-                                       e.lora_name)
-                   : hash_blocks(e.tokens.data(), e.tokens.size(),
-                                 block_tokens_, e.lora_name);
+  auto chain = e.has_parent ? hash_blocks_after(parent_seq, e.tokens.data(),
+                                                e.tokens.size(), block_tokens_,
+                                                e.lora_name)
+                            : hash_blocks(e.tokens.data(), e.tokens.size(),
+                                          block_tokens_, e.lora_name);
   if (!chain || chain->size() != e.hashes.size()) {
     fault(mirror_fault::token_count);
     return;

@@ -25,13 +25,15 @@ bool name_char(char c, bool first) {
 bool parse_labels(std::string_view s, size_t& i, prom_sample& out) {
   ++i;  // '{'
   while (true) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == ',')) ++i;
+    while (i < s.size() && (s[i] == ' ' || s[i] == ','))
+      ++i;
     if (i < s.size() && s[i] == '}') {
       ++i;
       return true;
     }
     const size_t start = i;
-    while (i < s.size() && name_char(s[i], i == start)) ++i;
+    while (i < s.size() && name_char(s[i], i == start))
+      ++i;
     if (i == start || i >= s.size() || s[i] != '=') return false;
     std::string key(s.substr(start, i - start));
     ++i;
@@ -55,16 +57,17 @@ bool parse_labels(std::string_view s, size_t& i, prom_sample& out) {
 
 bool parse_line(std::string_view line, prom_sample& out) {
   size_t i = 0;
-  while (i < line.size() && name_char(line[i], i == 0)) ++i;
+  while (i < line.size() && name_char(line[i], i == 0))
+    ++i;
   if (i == 0) return false;
   out.name = std::string(line.substr(0, i));
   if (i < line.size() && line[i] == '{' && !parse_labels(line, i, out))
     return false;
-  while (i < line.size() && line[i] == ' ') ++i;
+  while (i < line.size() && line[i] == ' ')
+    ++i;
   const size_t end = line.find(' ', i);
-  const std::string num(line.substr(i, end == std::string_view::npos
-                                           ? std::string_view::npos
-                                           : end - i));
+  const std::string num(line.substr(
+      i, end == std::string_view::npos ? std::string_view::npos : end - i));
   if (num.empty()) return false;
   char* stop = nullptr;
   out.value = std::strtod(num.c_str(), &stop);
@@ -94,7 +97,8 @@ std::vector<prom_sample> parse_prometheus(std::string_view text, size_t* bad) {
     pos = nl + 1;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' '))
       line.remove_suffix(1);
-    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    while (!line.empty() && line.front() == ' ')
+      line.remove_prefix(1);
     if (line.empty() || line.front() == '#') continue;
     prom_sample s;
     if (parse_line(line, s))

@@ -48,15 +48,15 @@ class reader {
       : p_(data), begin_(data), end_(data + size), lim_(lim) {}
 
   bool read(value& out, uint32_t depth) {
-    if (depth > lim_.max_depth) return fail("nesting deeper than " +
-                                            std::to_string(lim_.max_depth));
+    if (depth > lim_.max_depth)
+      return fail("nesting deeper than " + std::to_string(lim_.max_depth));
     if (++values_ > lim_.max_values) return fail("too many values");
     uint8_t b = 0;
     if (!byte(b)) return false;
     if (b <= 0x7f) return uint_value(out, b);
     if (b >= 0xe0) return int_value(out, static_cast<int8_t>(b));
-    if (b >= 0x80 && b <= 0x8f) return container(out, type::map, b & 0x0f,
-                                                  depth);
+    if (b >= 0x80 && b <= 0x8f)
+      return container(out, type::map, b & 0x0f, depth);
     if (b >= 0x90 && b <= 0x9f)
       return container(out, type::array, b & 0x0f, depth);
     if (b >= 0xa0 && b <= 0xbf) return blob(out, type::str, b & 0x1f);
@@ -128,8 +128,7 @@ class reader {
                container(out, type::array, n, depth);
       case 0xde:
       case 0xdf:
-        return big(n, b == 0xde ? 2 : 4) &&
-               container(out, type::map, n, depth);
+        return big(n, b == 0xde ? 2 : 4) && container(out, type::map, n, depth);
       default:  // 0xc1 is never used
         return fail("unknown type byte 0x" + hex(b));
     }
@@ -210,8 +209,7 @@ class reader {
 }  // namespace
 
 expected<value> parse(const uint8_t* data, size_t size, const limits& lim) {
-  if (size == 0)
-    return make_error(ec::parse_error, "msgpack: empty input");
+  if (size == 0) return make_error(ec::parse_error, "msgpack: empty input");
   reader r(data, size, lim);
   value v;
   if (!r.read(v, 0)) return r.err();

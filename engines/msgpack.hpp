@@ -32,9 +32,9 @@ const char* to_string(type t);
 struct value {
   type kind = type::nil;
   bool b = false;
-  uint64_t u = 0;  // uint
-  int64_t i = 0;   // sint
-  double f = 0;    // f64
+  uint64_t u = 0;            // uint
+  int64_t i = 0;             // sint
+  double f = 0;              // f64
   std::string_view raw;      // str, bin, ext
   std::vector<value> items;  // array, map
 

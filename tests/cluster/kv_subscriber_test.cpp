@@ -103,17 +103,15 @@ class kv_subscriber_test : public ::testing::Test {
 
   void send(uint64_t seq, const std::string& payload,
             const std::string& topic = "kv") {
-    std::vector<zmq::const_buffer> frames{zmq::buffer(topic),
-                                          zmq::buffer(seq_frame(seq)),
-                                          zmq::buffer(payload)};
+    std::vector<zmq::const_buffer> frames{
+        zmq::buffer(topic), zmq::buffer(seq_frame(seq)), zmq::buffer(payload)};
     zmq::send_multipart(pub_, frames);
   }
   worker_status status() {
     caf::scoped_actor self{*sys_};
     worker_status out;
     self->request(worker_, 2s, status_atom::value)
-        .receive([&](const worker_status& s) { out = s; },
-                 [&](caf::error&) {});
+        .receive([&](const worker_status& s) { out = s; }, [&](caf::error&) {});
     return out;
   }
 

@@ -73,8 +73,13 @@ TEST(kv_events, map_layout_with_byte_string_hashes) {
 TEST(kv_events, oldest_vllm_and_sglang_arrays) {
   mp_writer w;
   w.array(2).f64(10.0).array(3);
-  w.array(6).str("BlockStored").uints({11, 12}).uint(10).uints(
-      {1, 2, 3, 4}).uint(2).nil();
+  w.array(6)
+      .str("BlockStored")
+      .uints({11, 12})
+      .uint(10)
+      .uints({1, 2, 3, 4})
+      .uint(2)
+      .nil();
   w.array(2).str("BlockRemoved").uints({11});
   w.array(1).str("AllBlocksCleared");
   kv_fault_counts faults;
@@ -96,8 +101,15 @@ TEST(kv_events, oldest_vllm_and_sglang_arrays) {
 TEST(kv_events, longest_vllm_array_and_unknown_trailing_fields) {
   mp_writer w;
   w.array(3).f64(2.0).array(2);
-  w.array(13).str("BlockStored").uints({21}).nil().uints({5, 6}).uint(2)
-      .uint(3).str("CPU").str("adapter-a");
+  w.array(13)
+      .str("BlockStored")
+      .uints({21})
+      .nil()
+      .uints({5, 6})
+      .uint(2)
+      .uint(3)
+      .str("CPU")
+      .str("adapter-a");
   w.array(1).array(2).str("mm").uint(9);  // extra_keys: one per block
   w.uint(0).str("full_attention").nil().str("from the future");
   w.array(5).str("BlockRemoved").uints({21}).str("GPU").uint(1).nil();
@@ -124,8 +136,15 @@ TEST(kv_events, longest_vllm_array_and_unknown_trailing_fields) {
 TEST(kv_events, sglang_arrays_with_metadata_and_negative_hashes) {
   mp_writer w;
   w.array(3).f64(3.0).array(1);
-  w.array(8).str("BlockStored").array(1).sint(-5123456789012345678ll)
-      .sint(-7).uints({1, 2}).uint(2).nil().str("CPU_PINNED");
+  w.array(8)
+      .str("BlockStored")
+      .array(1)
+      .sint(-5123456789012345678ll)
+      .sint(-7)
+      .uints({1, 2})
+      .uint(2)
+      .nil()
+      .str("CPU_PINNED");
   w.map(1).str("cache_salt").str("s");
   w.uint(2);
   kv_fault_counts faults;
@@ -145,8 +164,10 @@ TEST(kv_events, sglang_arrays_with_metadata_and_negative_hashes) {
 TEST(kv_events, map_events_in_either_batch) {
   auto stored = [](mp_writer& w) {
     w.map(10).str("type").str("BlockStored");
-    w.str("block_hashes").array(2).bin(std::string(32, 'a')).bin(
-        std::string(32, 'b'));
+    w.str("block_hashes")
+        .array(2)
+        .bin(std::string(32, 'a'))
+        .bin(std::string(32, 'b'));
     w.str("parent_block_hash").bin(std::string(32, 'p'));
     w.str("token_ids").uints({1, 2, 3, 4});
     w.str("block_size").uint(2);
@@ -194,12 +215,18 @@ TEST(kv_events, map_events_in_either_batch) {
 TEST(kv_events, bad_events_are_counted_and_the_rest_kept) {
   mp_writer w;
   w.array(2).f64(1.0).array(6);
-  w.array(2).str("BlockRemoved").uints({1});                    // good
-  w.array(2).str("BlockUpdated").uints({1});                    // unknown
-  w.array(6).str("BlockStored").uints({2}).nil().array(1).str("x").uint(1)
-      .nil();                                                   // bad token
-  w.array(2).str("BlockRemoved").array(1).str("hash");          // bad hash
-  w.uint(5);                                                    // no tag
+  w.array(2).str("BlockRemoved").uints({1});  // good
+  w.array(2).str("BlockUpdated").uints({1});  // unknown
+  w.array(6)
+      .str("BlockStored")
+      .uints({2})
+      .nil()
+      .array(1)
+      .str("x")
+      .uint(1)
+      .nil();                                           // bad token
+  w.array(2).str("BlockRemoved").array(1).str("hash");  // bad hash
+  w.uint(5);                                            // no tag
   w.array(6).str("BlockStored").uints({3}).nil().uints({1}).uint(0).nil();
   kv_fault_counts faults;
   auto b = batch_of(w.bytes(), faults);
@@ -243,10 +270,23 @@ TEST(kv_events, frames_and_sequence_numbers) {
 TEST(kv_events, every_truncation_fails_cleanly) {
   mp_writer w;
   w.array(3).f64(1.0).array(2);
-  w.array(7).str("BlockStored").array(2).bin(std::string(32, 'h')).uint(9)
-      .nil().uints({1, 2, 3, 4}).uint(2).nil().str("GPU");
-  w.map(3).str("type").str("BlockRemoved").str("block_hashes").uints({7})
-      .str("medium").nil();
+  w.array(7)
+      .str("BlockStored")
+      .array(2)
+      .bin(std::string(32, 'h'))
+      .uint(9)
+      .nil()
+      .uints({1, 2, 3, 4})
+      .uint(2)
+      .nil()
+      .str("GPU");
+  w.map(3)
+      .str("type")
+      .str("BlockRemoved")
+      .str("block_hashes")
+      .uints({7})
+      .str("medium")
+      .nil();
   w.uint(0);
   const auto& full = w.bytes();
   kv_fault_counts ok;
@@ -263,8 +303,16 @@ TEST(kv_events, random_and_mutated_frames_never_crash) {
   std::mt19937_64 rng(42);
   mp_writer w;
   w.array(3).f64(1.0).array(2);
-  w.array(7).str("BlockStored").array(2).sint(-3).uint(9).uint(1)
-      .uints({1, 2, 3, 4}).uint(2).uint(1).str("CPU");
+  w.array(7)
+      .str("BlockStored")
+      .array(2)
+      .sint(-3)
+      .uint(9)
+      .uint(1)
+      .uints({1, 2, 3, 4})
+      .uint(2)
+      .uint(1)
+      .str("CPU");
   w.array(1).str("AllBlocksCleared");
   w.uint(0);
   const auto good = w.text();

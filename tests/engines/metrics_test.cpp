@@ -10,7 +10,8 @@ namespace kvmesh {
 namespace {
 
 // As vLLM v1 serves it with two data-parallel engines.
-constexpr const char* vllm_scrape = R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
+constexpr const char* vllm_scrape =
+    R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 3.0
 vllm:num_requests_running{engine="1",model_name="m"} 1.0

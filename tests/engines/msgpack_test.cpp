@@ -19,9 +19,9 @@ expected<value> parse_bytes(const std::vector<uint8_t>& b) {
 }
 
 TEST(msgpack, integers_in_every_width) {
-  for (uint64_t v : {0ull, 1ull, 127ull, 128ull, 255ull, 256ull, 65535ull,
-                     65536ull, 4294967295ull, 4294967296ull,
-                     18446744073709551615ull}) {
+  for (uint64_t v :
+       {0ull, 1ull, 127ull, 128ull, 255ull, 256ull, 65535ull, 65536ull,
+        4294967295ull, 4294967296ull, 18446744073709551615ull}) {
     mp_writer w;
     w.uint(v);
     auto x = parse_bytes(w.bytes());
@@ -29,9 +29,9 @@ TEST(msgpack, integers_in_every_width) {
     EXPECT_TRUE(x->is(type::uint));
     EXPECT_EQ(x->u, v);
   }
-  for (int64_t v : {-1ll, -32ll, -33ll, -128ll, -129ll, -32768ll, -32769ll,
-                    -2147483648ll, -2147483649ll,
-                    static_cast<long long>(INT64_MIN)}) {
+  for (int64_t v :
+       {-1ll, -32ll, -33ll, -128ll, -129ll, -32768ll, -32769ll, -2147483648ll,
+        -2147483649ll, static_cast<long long>(INT64_MIN)}) {
     mp_writer w;
     w.sint(v);
     auto x = parse_bytes(w.bytes());
@@ -51,8 +51,16 @@ TEST(msgpack, floats_strings_bytes_and_containers) {
   ASSERT_TRUE(f32);
   EXPECT_EQ(f32->f, 1.5);
   mp_writer w;
-  w.map(3).str("a").f64(-2.25).str(std::string(40, 'x')).bin("\x01\x02")
-      .str("l").array(3).nil().boolean(true).boolean(false);
+  w.map(3)
+      .str("a")
+      .f64(-2.25)
+      .str(std::string(40, 'x'))
+      .bin("\x01\x02")
+      .str("l")
+      .array(3)
+      .nil()
+      .boolean(true)
+      .boolean(false);
   auto m = parse_bytes(w.bytes());
   ASSERT_TRUE(m) << m.err().message;
   ASSERT_TRUE(m->is(type::map));
@@ -90,16 +98,16 @@ TEST(msgpack, long_forms_of_strings_and_containers) {
 
 TEST(msgpack, refuses_what_is_not_one_value) {
   for (const char* hex : {
-           "",                  // nothing
-           "c1",                // the never-used type byte
-           "92",                // an array missing its elements
-           "dc0003",            // array 16 of 3, missing them
-           "dd7fffffff",        // a huge count with nothing behind it
-           "df7fffffff",        // the same for a map
-           "a5616263",          // a string shorter than its length
-           "c6ffffffff00",      // bin 32 longer than the input
-           "cb3ff8",            // a truncated float
-           "0101",              // trailing bytes after one value
+           "",              // nothing
+           "c1",            // the never-used type byte
+           "92",            // an array missing its elements
+           "dc0003",        // array 16 of 3, missing them
+           "dd7fffffff",    // a huge count with nothing behind it
+           "df7fffffff",    // the same for a map
+           "a5616263",      // a string shorter than its length
+           "c6ffffffff00",  // bin 32 longer than the input
+           "cb3ff8",        // a truncated float
+           "0101",          // trailing bytes after one value
        }) {
     auto b = from_hex(hex);
     auto x = parse(b.data(), b.size());

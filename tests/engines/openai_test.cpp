@@ -33,8 +33,8 @@ TEST(openai, text_prompts_are_approximate) {
   EXPECT_EQ(r->prompt.prompt_tokens, 10u);
   EXPECT_EQ(r->prompt.blocks, *hash_text_blocks(text, 4));
   // A batch is sized by its first prompt.
-  auto batch = parse_openai_request(
-      R"({"prompt": [[1,2,3,4], [5,6,7,8,9]]})", false, 4);
+  auto batch =
+      parse_openai_request(R"({"prompt": [[1,2,3,4], [5,6,7,8,9]]})", false, 4);
   ASSERT_TRUE(batch);
   EXPECT_EQ(batch->prompt.prompt_tokens, 4u);
 }

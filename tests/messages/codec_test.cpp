@@ -66,8 +66,8 @@ auto fields(const kv_batch& x) {
 auto fields(const worker_status& x) {
   return std::tie(x.worker, x.queued, x.reserved, x.waiting, x.running,
                   x.gpu_blocks, x.host_blocks, x.disk_blocks, x.active,
-                  x.completed, x.draining, x.capacity, x.speed, x.agent,
-                  x.gone, x.unhealthy, x.endpoint);
+                  x.completed, x.draining, x.capacity, x.speed, x.agent, x.gone,
+                  x.unhealthy, x.endpoint);
 }
 auto fields(const router_status& x) {
   return std::tie(x.name, x.decisions, x.reauctions, x.held, x.overloaded,
