@@ -315,7 +315,7 @@ expected<std::unique_ptr<kv_subscriber>> kv_subscriber::start(
       // high as the engines' publishers do, so sequence gaps stay rare.
       s.set(zmq::sockopt::rcvhwm, 100000);
       // A hostile or broken peer cannot make us hold more than this.
-      s.set(zmq::sockopt::maxmsgsize, int64_t{256} << 20);
+      s.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
       s.set(zmq::sockopt::subscribe, opt.topic);
       s.connect(ep);
       p->subs.push_back(std::move(s));

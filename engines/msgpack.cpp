@@ -191,6 +191,8 @@ class reader {
     // Each element takes a byte at least: a count beyond what is left is
     // a lie, refused before it can allocate.
     if (count > left()) return fail("truncated");
+    // Refused before the allocation, which would come first otherwise.
+    if (values_ + count > lim_.max_values) return fail("too many values");
     out.kind = t;
     out.items.resize(count);
     for (auto& item : out.items)

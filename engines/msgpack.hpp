@@ -53,8 +53,9 @@ struct limits {
   // would otherwise recurse without bound.
   uint32_t max_depth = 32;
   // Every element takes at least one byte of input, so the input's size
-  // bounds the element count; this bounds the tree's memory further.
-  size_t max_values = size_t{1} << 24;
+  // bounds the element count; this bounds the tree's memory further (about
+  // 80 bytes a value). A step of a large engine stores some 10^5 tokens.
+  size_t max_values = size_t{1} << 22;
 };
 
 // Parses exactly one value spanning all of [data, data + size). Errors are

@@ -129,6 +129,19 @@ TEST(msgpack, nesting_is_bounded) {
   EXPECT_TRUE(parse(ok.data(), ok.size()));
 }
 
+TEST(msgpack, value_counts_are_bounded_before_allocating) {
+  mp_writer w;
+  w.array(100);
+  for (int i = 0; i < 100; ++i)
+    w.nil();
+  limits few;
+  few.max_values = 50;
+  auto x = parse(w.bytes().data(), w.bytes().size(), few);
+  ASSERT_FALSE(x);
+  EXPECT_NE(x.err().message.find("too many values"), std::string::npos);
+  EXPECT_TRUE(parse(w.bytes().data(), w.bytes().size()));
+}
+
 TEST(msgpack, random_bytes_never_crash) {
   std::mt19937_64 rng(7);
   size_t parsed = 0;
