@@ -93,6 +93,22 @@ typename Inspector::result_type inspect(Inspector& f, call_for_bids& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, award_msg& x) {
+  return f(caf::meta::type_name("award"), x.request, x.expected_queued,
+           x.worker);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
+  return f(caf::meta::type_name("release"), x.request, x.workers);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, bid_list& x) {
+  return f(caf::meta::type_name("bid_list"), x.bids, x.error);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, award_reply& x) {
   return f(caf::meta::type_name("award_reply"), x.accepted, x.reason,
            x.endpoint);
@@ -147,17 +163,25 @@ using index_shard_actor = caf::typed_actor<
     // Reports blocks, holders and disk use.
     caf::replies_to<status_atom>::with<shard_status>>;
 
-// WORKER: one GPU (or data-parallel rank), its queue and cache tiers.
-using worker_actor = caf::typed_actor<
-    // Bids for a request from exact state and holds a soft reservation.
-    caf::replies_to<bid_atom, call_for_bids>::with<bid>,
-    // Takes an awarded request, or refuses it when its bid no longer holds.
-    // The double is the queue the router priced it with (its own
-    // unconfirmed awards included; -1: unknown): growth the router knew
-    // of is no reason to refuse.
-    caf::replies_to<award_atom, route_request_msg, double>::with<award_reply>,
-    // Drops the reservation of a request that went elsewhere.
-    caf::reacts_to<release_atom, uint64_t>,
+// BIDDER: what a ROUTER asks in an auction, of one WORKER or of a node
+// agent's stand-in for several: one call per bidder and auction, so an
+// auction over 16 workers on 2 agents costs 2 calls, not 16. The messages
+// are the wire's envelopes.
+using bidder_actor = caf::typed_actor<
+    // Bids of cfb.workers for a request, each from exact state, each
+    // holding a soft reservation. Workers that cannot bid are left out.
+    caf::replies_to<bid_atom, call_for_bids>::with<bid_list>,
+    // Worker a.worker takes the request, or refuses it when its bid no
+    // longer holds. a.expected_queued is the queue the router priced it
+    // with (its own unconfirmed awards included; -1: unknown): growth the
+    // router knew of is no reason to refuse.
+    caf::replies_to<award_atom, award_msg>::with<award_reply>,
+    // The request went elsewhere: these workers drop their reservations.
+    caf::reacts_to<release_atom, release_msg>>;
+
+// WORKER: one GPU (or data-parallel rank), its queue and cache tiers; a
+// bidder for itself alone.
+using worker_actor = bidder_actor::extend<
     // Reports queue, tiers and load.
     caf::replies_to<status_atom>::with<worker_status>,
     // Starts (true) or ends (false) draining: awards are refused meanwhile.
@@ -178,8 +202,11 @@ using router_actor = caf::typed_actor<
     caf::reacts_to<put_atom, weights_atom, price_config>,
     // Reports auctions, the overload queue and membership.
     caf::replies_to<status_atom>::with<router_status>,
-    // Worker `id` joined (or came back with a new handle), with its speed.
-    caf::reacts_to<put_atom, workers_atom, uint32_t, worker_actor, double>,
+    // Worker `id` joined (or came back with new handles), with its speed:
+    // the worker (status, drain) and the bidder its auctions go through
+    // (the worker itself in process; its node agent's stand-in over NATS).
+    caf::reacts_to<put_atom, workers_atom, uint32_t, worker_actor, bidder_actor,
+                   double>,
     // Asks these index shards who holds a prefix from now on.
     caf::reacts_to<put_atom, shards_atom, std::vector<index_shard_actor>>,
     // Checks workers' liveness and retries held requests (sent to itself).

@@ -3,6 +3,7 @@
 // engine's endpoints.
 #include "actors/engine_worker.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include "core/log.hpp"
@@ -79,8 +80,14 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
   st.sweep = opt.sweep;
   self->delayed_send(self, st.sweep, step_atom::value);
   return {
-      [=](bid_atom, const call_for_bids& cfb) -> bid {
+      [=](bid_atom, const call_for_bids& cfb) -> bid_list {
         auto& st = self->state;
+        const uint32_t id = id_of(self);
+        // Asked by id (an agent's stand-in forwards its list); empty: me.
+        if (!cfb.workers.empty() &&
+            std::find(cfb.workers.begin(), cfb.workers.end(), id) ==
+                cfb.workers.end())
+          return {{}, "worker " + std::to_string(id) + " was not asked"};
         const auto& r = cfb.request;
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
         bid b = st.eng->make_bid(r.blocks.data(), n);
@@ -88,14 +95,15 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
                         expected_share(n, st.eng->ledger().config().speed,
                                        cfb.bidders_speed),
                         n, now_ms(self));
-        return b;
+        b.worker = id;
+        return {{b}, {}};
       },
-      [=](award_atom, const route_request_msg& r,
-          double expected) -> award_reply {
-        return self->state.eng->award(r, expected, now_ms(self));
+      [=](award_atom, const award_msg& a) -> award_reply {
+        return self->state.eng->award(a.request, a.expected_queued,
+                                      now_ms(self));
       },
-      [=](release_atom, uint64_t request) {
-        self->state.eng->release(request);
+      [=](release_atom, const release_msg& r) {
+        self->state.eng->release(r.request);
       },
       [=](status_atom) -> worker_status { return self->state.eng->status(); },
       [=](put_atom, drain_atom, bool on) { self->state.eng->set_draining(on); },

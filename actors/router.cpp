@@ -17,12 +17,33 @@ void fail(auction_ptr a, ec code, const std::string& what) {
   a->promise.deliver(caf::make_error(code, what));
 }
 
+// `workers` by the bidder that answers for them, in order of first
+// appearance: one call per bidder.
+std::vector<std::pair<uint32_t, std::vector<uint32_t>>> by_bidder(
+    const router_state& st, const std::vector<uint32_t>& workers) {
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> out;
+  for (uint32_t w : workers) {
+    const uint32_t b = st.members[w].bidder;
+    auto it = std::find_if(out.begin(), out.end(),
+                           [b](const auto& g) { return g.first == b; });
+    if (it == out.end()) {
+      out.emplace_back(b, std::vector<uint32_t>{});
+      it = out.end() - 1;
+    }
+    it->second.push_back(w);
+  }
+  return out;
+}
+
 // Releases the reservations of every bidder but `keep`.
 void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
+  auto& st = self->state;
+  std::vector<uint32_t> others;
   for (const bid& b : a->bids)
-    if (b.worker != keep)
-      self->send(self->state.opt.workers[b.worker], release_atom::value,
-                 a->request.id);
+    if (b.worker != keep) others.push_back(b.worker);
+  for (auto& [g, ws] : by_bidder(st, others))
+    self->send(st.bidders[g], release_atom::value,
+               release_msg{a->request.id, std::move(ws)});
 }
 
 void award_next(rpointer self, auction_ptr a) {
@@ -46,8 +67,10 @@ void award_next(rpointer self, auction_ptr a) {
   if (a->next++ > 0)  // a runner-up: its award is now the pending one
     st.auction->award(a->request.id, a->bids[idx], a->prices[idx]);
   const uint32_t w = a->bids[idx].worker;
-  self->request(st.opt.workers[w], st.opt.award_deadline, award_atom::value,
-                a->request, st.auction->expected_queued(a->request.id))
+  self->request(
+          st.bidders[st.members[w].bidder], st.opt.award_deadline,
+          award_atom::value,
+          award_msg{a->request, st.auction->expected_queued(a->request.id), w})
       .then(
           [=](const award_reply& reply) {
             auto& st = self->state;
@@ -62,6 +85,8 @@ void award_next(rpointer self, auction_ptr a) {
             if (reply.accepted) {
               release_others(self, a, w);
               ++st.decisions;
+              st.members[w].since_beat +=
+                  static_cast<double>(a->request.blocks.size());
               const float us = std::chrono::duration<float, std::micro>(
                                    self->clock().now() - a->arrived)
                                    .count();
@@ -148,18 +173,25 @@ void send_bids(rpointer self, auction_ptr a,
   double bidders_speed = 0;
   for (uint32_t i : candidates)
     bidders_speed += st.opt.speeds[i];
-  a->outstanding = candidates.size();
-  const call_for_bids cfb{a->request, bidders_speed, {}};
-  for (uint32_t i : candidates) {
-    self->request(st.opt.workers[i], st.opt.bid_deadline, bid_atom::value, cfb)
+  auto groups = by_bidder(st, candidates);
+  a->outstanding = groups.size();
+  for (auto& [g, ws] : groups) {
+    self->request(st.bidders[g], st.opt.bid_deadline, bid_atom::value,
+                  call_for_bids{a->request, bidders_speed, ws})
         .then(
-            [=](bid b) {
-              b.worker = i;  // this router's numbering of its workers
-              a->bids.push_back(b);
+            [=, asked = ws](bid_list& got) mutable {
+              // Only workers asked of this bidder, each once: a bidder
+              // cannot bid for others.
+              for (const bid& b : got.bids) {
+                auto it = std::find(asked.begin(), asked.end(), b.worker);
+                if (it == asked.end()) continue;
+                asked.erase(it);
+                a->bids.push_back(b);
+              }
               if (--a->outstanding == 0) decide(self, a);
             },
             [=](caf::error&) {
-              // A silent bidder is left out of this auction.
+              // A silent bidder's workers are left out of this auction.
               if (--a->outstanding == 0) decide(self, a);
             });
   }
@@ -186,13 +218,19 @@ std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
   std::vector<uint32_t> rest;
   for (uint32_t i : eligible)
     if (!taken[i]) rest.push_back(i);
-  std::stable_sort(rest.begin(), rest.end(), [&](uint32_t x, uint32_t y) {
-    const auto& sx = st.members[x].last;
-    const auto& sy = st.members[y].last;
+  // Equal loads take turns rather than the lowest ids: an idle fleet, or a
+  // burst whose calls all go out before a single award.
+  if (!rest.empty())
+    std::rotate(rest.begin(), rest.begin() + st.picks++ % rest.size(),
+                rest.end());
+  auto load = [&](uint32_t x) {
+    const auto& m = st.members[x];
     // The last heartbeat plus what this router awarded since.
-    return sx.queued + sx.reserved + st.auction->pending(x) <
-           sy.queued + sy.reserved + st.auction->pending(y);
-  });
+    return m.last.queued + m.last.reserved + m.since_beat +
+           st.auction->pending(x);
+  };
+  std::stable_sort(rest.begin(), rest.end(),
+                   [&](uint32_t x, uint32_t y) { return load(x) < load(y); });
   for (uint32_t i : rest) {
     if (out.size() >= fanout) break;
     out.push_back(i);
@@ -253,6 +291,7 @@ void tick(rpointer self) {
               m.live = true;
               m.missed = 0;
               m.last = s;
+              m.since_beat = 0;
             },
             [=](caf::error&) {
               auto& m = self->state.members[i];
@@ -276,8 +315,11 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
   if (st.opt.speeds.size() != st.opt.workers.size())
     st.opt.speeds.assign(st.opt.workers.size(), 1.0);
   st.members.resize(st.opt.workers.size());
-  for (size_t i = 0; i < st.members.size(); ++i)
+  for (size_t i = 0; i < st.members.size(); ++i) {
     st.members[i].present = static_cast<bool>(st.opt.workers[i]);
+    st.members[i].bidder = static_cast<uint32_t>(st.bidders.size());
+    st.bidders.emplace_back(st.opt.workers[i]);
+  }
   self->delayed_send(self, st.opt.heartbeat, tick_atom::value);
   return {
       [=](route_atom, route_request_msg& r) -> caf::result<decision> {
@@ -327,10 +369,11 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         }
         return s;
       },
-      [=](put_atom, workers_atom, uint32_t id, worker_actor w, double speed) {
+      [=](put_atom, workers_atom, uint32_t id, worker_actor w, bidder_actor b,
+          double speed) {
         auto& st = self->state;
         // Ids index dense tables: a bound keeps a bad id from growing them.
-        if (id >= max_worker_id || !w || !(speed > 0)) {
+        if (id >= max_worker_id || !w || !b || !(speed > 0)) {
           CAF_LOG_WARNING("router ignores worker" << id);
           return;
         }
@@ -345,6 +388,10 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         st.opt.workers[id] = std::move(w);
         st.opt.speeds[id] = speed;
         auto& m = st.members[id];
+        // Workers of one agent share its stand-in: find it, or add it.
+        auto it = std::find(st.bidders.begin(), st.bidders.end(), b);
+        m.bidder = static_cast<uint32_t>(it - st.bidders.begin());
+        if (it == st.bidders.end()) st.bidders.push_back(std::move(b));
         m.present = true;
         m.live = true;
         m.missed = 0;

@@ -17,8 +17,9 @@ inline constexpr uint32_t max_worker_id = 1u << 16;
 struct router_options {
   // Unique per router (heartbeats, admin); "" in process.
   std::string name;
-  // Indexed by worker id; a null handle is an id nobody has (yet). More
-  // join at run time: (put_atom, workers_atom, id, handle, speed).
+  // Indexed by worker id; a null handle is an id nobody has (yet). Each is
+  // its own bidder. More join at run time: (put_atom, workers_atom, id,
+  // worker, bidder, speed).
   std::vector<worker_actor> workers;
   std::vector<double> speeds;  // per worker; empty: all 1
   price_config price;
@@ -60,17 +61,23 @@ struct router_state {
   static inline const char* name = "router";
   struct member {
     bool present = true;  // false: no worker has this id
+    uint32_t bidder = 0;  // index into bidders
     bool live = true;     // until it misses its beats or an award
     uint32_t missed = 0;
     worker_status last;
+    // Blocks this router awarded it since `last`: heartbeats lag, and
+    // without this every pick in between would see the same loads.
+    double since_beat = 0;
   };
   router_options opt;
   std::unique_ptr<auctioneer> auction;  // pricing and pending awards
   std::vector<member> members;          // one per worker
+  std::vector<bidder_actor> bidders;    // distinct, shared by workers
   std::deque<std::shared_ptr<kvmesh::auction>> held;  // the overload queue
   uint64_t decisions = 0;
   uint64_t reauctions = 0;
   uint64_t overloaded = 0;
+  uint64_t picks = 0;  // bounded calls for bids so far: equal loads rotate
   // The last decisions' latencies (a ring), for status percentiles.
   static constexpr size_t latency_window = 4096;
   std::vector<float> latency_us;

@@ -2,6 +2,8 @@
 // on the actor clock.
 #include "actors/worker.hpp"
 
+#include <algorithm>
+
 #include <chrono>
 
 namespace kvmesh {
@@ -89,8 +91,14 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.kv_out.resize(st.shards.size());
   st.origin = self->clock().now();
   return {
-      [=](bid_atom, const call_for_bids& cfb) -> bid {
+      [=](bid_atom, const call_for_bids& cfb) -> bid_list {
         auto& st = self->state;
+        const uint32_t id = st.ledger->config().id;
+        // Asked by id (an agent's stand-in forwards its list); empty: me.
+        if (!cfb.workers.empty() &&
+            std::find(cfb.workers.begin(), cfb.workers.end(), id) ==
+                cfb.workers.end())
+          return {{}, "worker " + std::to_string(id) + " was not asked"};
         const double now = now_ms(self);
         st.ledger->expire(now);
         const auto& r = cfb.request;
@@ -102,10 +110,13 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
             r.id,
             expected_share(n, st.ledger->config().speed, cfb.bidders_speed),
             now + st.ledger->config().reservation_ms, n);
-        return b;
+        b.worker = id;
+        return {{b}, {}};
       },
-      [=](award_atom, route_request_msg& r, double expected) -> award_reply {
+      [=](award_atom, award_msg& a) -> award_reply {
         auto& st = self->state;
+        auto& r = a.request;
+        const double expected = a.expected_queued;
         if (st.draining) return {false, "draining", {}};
         if (st.ledger->should_refuse(r.id, expected))
           return {false, "queue grew since the bid", {}};
@@ -125,8 +136,8 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         maybe_step(self);
         return {true, {}, {}};
       },
-      [=](release_atom, uint64_t request) {
-        self->state.ledger->release(request);
+      [=](release_atom, const release_msg& r) {
+        self->state.ledger->release(r.request);
       },
       [=](status_atom) -> worker_status {
         auto& st = self->state;

@@ -32,6 +32,7 @@
 #include "actors/replay.hpp"
 #include "actors/router.hpp"
 #include "cli/commands.hpp"
+#include "cli/html_report.hpp"
 #include "cli/process.hpp"
 #include "cli/report.hpp"
 #include "cluster/bridge.hpp"
@@ -79,6 +80,7 @@ struct bench_options {
   uint32_t heartbeat_ms = 1000;
   double timeout_s = 0;  // 0: a default fitting the run
   std::string json_path;
+  std::string report_path;  // trace mode: an HTML page of charts
   double rate = 0;  // throughput: requests per second at most (0: no cap)
   uint64_t requests = 50000;
   uint32_t outstanding = 256;
@@ -516,7 +518,8 @@ router_actor::behavior_type tally_router(
       [=](status_atom) -> caf::result<router_status> {
         return self->delegate(self->state.next, status_atom::value);
       },
-      [=](put_atom, workers_atom, uint32_t, worker_actor, double) {},
+      [=](put_atom, workers_atom, uint32_t, worker_actor, bidder_actor,
+          double) {},
       [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
       [=](tick_atom) {},
   };
@@ -530,13 +533,33 @@ struct trace_run {
   steady::time_point start, end;
 };
 
+// Asks the ADMIN for every worker's queued work when a sample is due by
+// `now_ms()` (the replay's clock) and records it in `sampler`. Slots that
+// pass while the call takes its time are skipped rather than given the
+// same values; a failed call records nothing.
+template <class Clock>
+void sample_queues(nats_bus& bus, const subjects& subj, uint32_t workers,
+                   Clock now_ms, queued_sampler& sampler) {
+  if (sampler.next_ms() > now_ms()) return;
+  auto r =
+      admin_request_call(bus, subj, "workers", admin_request{}, admin_timeout);
+  if (r && r->error.empty()) {
+    std::vector<double> queued(workers, 0);
+    for (const worker_status& w : r->workers)
+      if (w.worker < workers && !w.gone) queued[w.worker] = w.queued;
+    sampler.add(queued);
+  }
+  sampler.skip_to(now_ms());
+}
+
 // The replay client in this process, its requests going over NATS to the
 // routers' queue group through a remote router, its first tokens and ends
-// coming from the agents' events.
+// coming from the agents' events. With a `sampler`, the workers' queues
+// are polled through the ADMIN while the replay runs.
 expected<trace_run> replay_trace(
     nats_bus& bus, const bench_options& o, const std::string& prefix,
     std::shared_ptr<const std::vector<trace_request>> trace, mesh_procs& m,
-    double timeout_s) {
+    double timeout_s, queued_sampler* sampler) {
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
   tune_for_latency(sys_cfg);
@@ -577,9 +600,20 @@ expected<trace_run> replay_trace(
   const auto deadline =
       run.start + std::chrono::duration_cast<steady::duration>(
                       std::chrono::duration<double>(timeout_s));
+  subjects subj;
+  subj.prefix = prefix;
   while (result.wait_for(std::chrono::seconds(0)) !=
          std::future_status::ready) {
     std::string why = watch(m, 50);
+    // The replay's clock starts with the run and runs time_scale times
+    // faster than the wall's.
+    if (why.empty() && sampler)
+      sample_queues(
+          bus, subj, o.cfg.workers,
+          [&] {
+            return seconds(steady::now() - run.start) * 1e3 * o.time_scale;
+          },
+          *sampler);
     if (why.empty() && steady::now() > deadline)
       why = "the replay did not end within " + arg(timeout_s) +
             " s (--timeout): requests or their events were lost";
@@ -986,6 +1020,29 @@ size_t median_payload(std::vector<route_request_msg> sample) {
   return encode(sample[mid]).size();
 }
 
+// The report's figures beyond the simulator's table: routing overhead,
+// raw NATS latency and why requests failed.
+std::vector<std::pair<std::string, std::string>> report_extra(
+    const overhead_result& h, const baseline_report& b,
+    const error_counts& errors) {
+  std::vector<std::pair<std::string, std::string>> out{
+      {"decisions", std::to_string(h.decisions)},
+      {"decisions per second", fmt("%.1f", h.decisions_per_s)},
+      {"re-auctions", std::to_string(h.reauctions)},
+      {"auction p50 (us)", fmt("%.0f", h.auction_p50_us)},
+      {"auction p99 (us)", fmt("%.0f", h.auction_p99_us)},
+      {"NATS messages per decision (routers)",
+       fmt("%.2f", h.nats_msgs_per_decision)}};
+  auto raw = [&](const std::string& name, const expected<baseline_result>& r) {
+    out.emplace_back(name + " p99 (us)", r ? fmt("%.0f", r->p99_us) : "failed");
+  };
+  raw("raw NATS request/reply", b.rr);
+  raw("raw NATS scatter-gather x" + std::to_string(b.fanout), b.sg);
+  for (const auto& [what, count] : errors)
+    out.emplace_back("failed: " + what, std::to_string(count));
+  return out;
+}
+
 // -- the command --------------------------------------------------------------
 
 // Checks the flags and fills in the mode's defaults; "" when fine.
@@ -1121,6 +1178,7 @@ int run_bench(bench_options o) {
   }
 
   json doc{{"results", json::array()}};
+  report_page report;
   steady::time_point start, end;
   uint64_t client_decisions = 0;
   sim_result result;
@@ -1147,12 +1205,27 @@ int run_bench(bench_options o) {
         "scale %g: about %.0f s)\n",
         trace->size(), o.cfg.speedup, o.time_scale,
         trace->back().arrival_ms / o.cfg.speedup / o.time_scale / 1000);
-    auto r = replay_trace(**bus, o, o.prefix, trace, m, timeout_s);
+    std::unique_ptr<queued_sampler> sampler;
+    if (!o.report_path.empty()) {
+      // About queued_max_samples polls over the arrivals, but no more
+      // than one per heartbeat: the ADMIN knows the workers' queues from
+      // their heartbeats, and polling faster only repeats them.
+      const double span =
+          (trace->back().arrival_ms - trace->front().arrival_ms) /
+          o.cfg.speedup;
+      sampler = std::make_unique<queued_sampler>(
+          std::max(o.heartbeat_ms * o.time_scale,
+                   span / static_cast<double>(o.cfg.queued_max_samples)),
+          o.cfg.queued_max_samples, trace->front().arrival_ms / o.cfg.speedup);
+    }
+    auto r =
+        replay_trace(**bus, o, o.prefix, trace, m, timeout_s, sampler.get());
     if (!r) {
       close_bus();
       return failure(r.err().message);
     }
     result = std::move(r->result);
+    if (sampler) result.queued_over_time = sampler->take();
     trace_errors = std::move(r->errors);
     start = r->start;
     end = r->end;
@@ -1217,6 +1290,7 @@ int run_bench(bench_options o) {
     lost = result.refused > 0;
     doc["results"].push_back(result_json(result));
     doc["errors"] = errors_json(trace_errors);
+    report.oracle = orc;
   }
   print_overhead(h);
   std::fflush(stdout);
@@ -1239,6 +1313,23 @@ int run_bench(bench_options o) {
                                 o.baseline_samples);
   print_baseline(b, h, m.url, o.baseline_samples);
 
+  if (!o.report_path.empty()) {
+    report.title = "kvmesh bench";
+    report.scenario = config_json(o, m.url, o.prefix);
+    report.results = {result};
+    report.queued_note =
+        "Read work queued at each worker (blocks) as of its last "
+        "heartbeat, polled from the mesh's ADMIN once per heartbeat "
+        "(--heartbeat-ms " +
+        std::to_string(o.heartbeat_ms) +
+        " on the wall clock; lower it for a finer chart). Time on the "
+        "replay's clock (the wall clock times --time-scale).";
+    report.extra = report_extra(h, b, trace_errors);
+    if (auto st = write_report(o.report_path, report); !st)
+      return failure(st.err().message);
+    std::fflush(stdout);  // after the tables it describes
+    std::fprintf(stderr, "kvmesh bench: report in %s\n", o.report_path.c_str());
+  }
   if (!o.json_path.empty()) {
     doc["overhead"] = overhead_json(h);
     doc["baseline"] = baseline_json(b);
@@ -1323,7 +1414,11 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
   o->trace_only = {
       cmd->add_option("--trace", o->trace, "JSONL trace (Mooncake format)"),
       cmd->add_option("--limit", o->limit, "replay only the first N requests")
-          ->check(CLI::PositiveNumber)};
+          ->check(CLI::PositiveNumber),
+      cmd->add_option("--report", o->report_path,
+                      "also write an HTML page of charts here "
+                      "(self-contained); its queued-work chart has a sample "
+                      "per heartbeat (--heartbeat-ms)")};
   o->throughput_only = {
       cmd->add_option("--rate", o->rate,
                       "at most R requests per second (default: no cap)")

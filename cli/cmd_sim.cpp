@@ -1,7 +1,8 @@
 // `kvmesh sim`: replays a trace through simulated GPUs for several routing
-// policies and compares them (text table, optional JSON).
+// policies and compares them (text table, optional JSON and HTML report).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/html_report.hpp"
 #include "cli/report.hpp"
 #include "core/sim.hpp"
 
@@ -23,6 +25,7 @@ struct sim_options {
   std::string speeds;
   std::string policies = "all";
   std::string json_path;
+  std::string report_path;
   bool quiet = false;
   sim_config cfg;
 };
@@ -124,6 +127,14 @@ int run_sim(sim_options o) {
   if (auto st = validate(o.cfg); !st) return fail(st.err().message);
   auto trace = load_trace(o.trace);
   if (!trace) return fail(trace.err().message);
+  if (!o.report_path.empty() && !trace->empty()) {
+    // About queued_max_samples samples over the arrivals; the sampler
+    // halves them to fit the drain after the last arrival.
+    const double span =
+        (trace->back().arrival_ms - trace->front().arrival_ms) / o.cfg.speedup;
+    o.cfg.queued_sample_ms =
+        std::max(1.0, span / static_cast<double>(o.cfg.queued_max_samples));
+  }
   const oracle_result orc = oracle(o.cfg, *trace);
   std::vector<sim_result> results;
   // Percentages overwrite each other on a terminal; a log gets one line per
@@ -162,6 +173,20 @@ int run_sim(sim_options o) {
     std::ofstream out(o.json_path);
     out << doc.dump(1) << "\n";
     if (!out) return fail(o.json_path + ": cannot write JSON file");
+  }
+  if (!o.report_path.empty()) {
+    report_page page;
+    page.title = "kvmesh sim";
+    page.scenario = scenario_json(o);
+    page.oracle = orc;
+    page.results = std::move(results);
+    page.queued_note =
+        "Prefill work waiting at each simulated GPU (prompt tokens not yet "
+        "computed, in blocks), sampled at even steps of the simulated clock.";
+    if (auto st = write_report(o.report_path, page); !st)
+      return fail(st.err().message);
+    if (!o.quiet)
+      std::fprintf(stderr, "sim: report in %s\n", o.report_path.c_str());
   }
   return 0;
 }
@@ -240,6 +265,8 @@ void add_sim(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--json", o->json_path, "also write results as JSON here");
+  cmd->add_option("--report", o->report_path,
+                  "also write an HTML page of charts here (self-contained)");
   cmd->add_flag("--quiet", o->quiet, "no progress on stderr");
   cmd->callback([o, &run] { run = [o] { return run_sim(*o); }; });
 }

@@ -23,6 +23,7 @@ void add_router(CLI::App& app, std::function<int()>& run);
 void add_index(CLI::App& app, std::function<int()>& run);
 void add_route(CLI::App& app, std::function<int()>& run);
 void add_admin(CLI::App& app, std::function<int()>& run);
+void add_top(CLI::App& app, std::function<int()>& run);
 
 // The fleet and load flags that `sim` and `up` share, bound to `cfg`:
 // --workers, --routers, --gpu-blocks, --host-blocks, --disk-blocks,

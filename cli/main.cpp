@@ -15,7 +15,7 @@ namespace {
 // `up --embedded` is one of the older ones.
 bool usage_errors_exit_2(const CLI::App& app, int argc, char** argv) {
   static const std::set<std::string> mesh{"agent", "router", "index", "route",
-                                          "admin", "up",     "bench"};
+                                          "admin", "up",     "bench", "top"};
   for (const CLI::App* sub : app.get_subcommands()) {
     if (!mesh.count(sub->get_name())) continue;
     if (sub->get_name() != "up") return true;
@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   kvmesh::cli::add_index(app, run);
   kvmesh::cli::add_route(app, run);
   kvmesh::cli::add_admin(app, run);
+  kvmesh::cli::add_top(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

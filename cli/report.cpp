@@ -3,6 +3,7 @@
 #include "cli/report.hpp"
 
 #include <cstdio>
+#include <iterator>
 
 namespace kvmesh::cli {
 
@@ -31,25 +32,54 @@ json result_json(const sim_result& r) {
               {"requests", r.requests}};
 }
 
+namespace {
+
+std::string cell(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> table_cells(
+    const oracle_result& oracle, const std::vector<sim_result>& results) {
+  std::vector<std::vector<std::string>> rows{
+      {"policy", "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "e2e_p50",
+       "itl_mean", "gpu%", "host%", "disk%", "hit%", "prefill", "tok/s",
+       "imbal"}};
+  for (const auto& r : results)
+    rows.push_back(
+        {to_string(r.policy), cell("%.0f", r.ttft_ms.mean),
+         cell("%.0f", r.ttft_ms.p50), cell("%.0f", r.ttft_ms.p90),
+         cell("%.0f", r.ttft_ms.p99), cell("%.0f", r.e2e_ms.p50),
+         cell("%.1f", r.itl_ms.mean), cell("%.1f", 100 * r.hit_ratio.gpu),
+         cell("%.1f", 100 * r.hit_ratio.host),
+         cell("%.1f", 100 * r.hit_ratio.disk),
+         cell("%.1f", 100 * r.hit_ratio.total),
+         std::to_string(r.prefill_blocks), cell("%.0f", r.throughput_tok_s),
+         cell("%.2f", r.imbalance)});
+  rows.push_back({"oracle", cell("%.0f", oracle.ttft_ms.mean),
+                  cell("%.0f", oracle.ttft_ms.p50),
+                  cell("%.0f", oracle.ttft_ms.p90),
+                  cell("%.0f", oracle.ttft_ms.p99), "-", "-", "-", "-", "-",
+                  cell("%.1f", 100 * oracle.hit_ratio)});
+  return rows;
+}
+
 void print_table(const oracle_result& oracle,
                  const std::vector<sim_result>& results) {
-  std::printf("%-13s %9s %9s %9s %9s %9s %9s  %5s %5s %5s %5s %9s %9s %6s\n",
-              "policy", "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99",
-              "e2e_p50", "itl_mean", "gpu%", "host%", "disk%", "hit%",
-              "prefill", "tok/s", "imbal");
-  for (const auto& r : results)
-    std::printf(
-        "%-13s %9.0f %9.0f %9.0f %9.0f %9.0f %9.1f  %5.1f %5.1f %5.1f %5.1f "
-        "%9lu %9.0f %6.2f\n",
-        to_string(r.policy), r.ttft_ms.mean, r.ttft_ms.p50, r.ttft_ms.p90,
-        r.ttft_ms.p99, r.e2e_ms.p50, r.itl_ms.mean, 100 * r.hit_ratio.gpu,
-        100 * r.hit_ratio.host, 100 * r.hit_ratio.disk, 100 * r.hit_ratio.total,
-        static_cast<unsigned long>(r.prefill_blocks), r.throughput_tok_s,
-        r.imbalance);
-  std::printf("%-13s %9.0f %9.0f %9.0f %9.0f %9s %9s  %5s %5s %5s %5.1f\n",
-              "oracle", oracle.ttft_ms.mean, oracle.ttft_ms.p50,
-              oracle.ttft_ms.p90, oracle.ttft_ms.p99, "-", "-", "-", "-", "-",
-              100 * oracle.hit_ratio);
+  // Column widths; the tier columns are narrower and set apart by a space.
+  static const int width[] = {-13, 9, 9, 9, 9, 9, 9, 5, 5, 5, 5, 9, 9, 6};
+  for (const auto& row : table_cells(oracle, results)) {
+    std::string line;
+    for (size_t c = 0; c < row.size() && c < std::size(width); ++c) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%*s", width[c], row[c].c_str());
+      line += (c == 0 ? "" : c == 7 ? "  " : " ") + std::string(buf);
+    }
+    std::printf("%s\n", line.c_str());
+  }
 }
 
 }  // namespace kvmesh::cli

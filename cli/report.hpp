@@ -1,6 +1,7 @@
 // Reports shared by the commands that replay traces (sim, up, bench).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,11 @@ using json = nlohmann::ordered_json;
 
 json to_json(const summary& s);
 json result_json(const sim_result& r);
+// The comparison table's cells as print_table prints them (and the HTML
+// report shows them): a header, one row per result, then the oracle's
+// bound, which stops after the hit ratio.
+std::vector<std::vector<std::string>> table_cells(
+    const oracle_result& oracle, const std::vector<sim_result>& results);
 // One row per result, then the oracle's bound.
 void print_table(const oracle_result& oracle,
                  const std::vector<sim_result>& results);

@@ -2,7 +2,11 @@
 // actors, the reply inbox, and calls awaiting replies.
 #include "cluster/bridge.hpp"
 
+#include <algorithm>
 #include <random>
+#include <string_view>
+
+#include "messages/codec.hpp"
 
 namespace kvmesh {
 
@@ -18,11 +22,99 @@ std::string describe(const caf::error& e) {
   return caf::to_string(e);
 }
 
+namespace {
+
+constexpr std::string_view batch_token = ".batch";
+
+std::string_view parent_of(std::string_view subject) {
+  const size_t dot = subject.rfind('.');
+  return dot == std::string_view::npos ? std::string_view{}
+                                       : subject.substr(0, dot);
+}
+
+}  // namespace
+
+bool batcher::add(const std::string& subject, const std::string& reply,
+                  const bytes& payload) {
+  const std::string_view parent = parent_of(subject);
+  auto it = std::find_if(receivers_.begin(), receivers_.end(),
+                         [&](const receiver& r) { return r.parent == parent; });
+  if (it == receivers_.end()) {
+    receivers_.push_back(receiver{std::string(parent), {}, 0});
+    it = receivers_.end() - 1;
+  }
+  it->items.push_back(batch_item{subject, reply, payload});
+  it->bytes += subject.size() + reply.size() + payload.size() + 32;
+  ++queued_;
+  return queued_ == 1;
+}
+
+void batcher::send(nats_bus& bus, receiver& r) {
+  if (r.items.empty()) return;
+  ++sent_;
+  if (r.items.size() == 1 || r.parent.empty()) {
+    for (auto& i : r.items)
+      (void)bus.publish(i.subject, i.payload, i.reply);
+  } else {
+    batch_msg b;
+    b.items = std::move(r.items);
+    (void)bus.publish(r.parent + std::string(batch_token), encode(b));
+  }
+  r.items.clear();
+  r.bytes = 0;
+}
+
+size_t batcher::flush(nats_bus& bus) {
+  sent_ = 0;
+  for (auto& r : receivers_) {
+    // A big batch goes in parts, each below the payload limit.
+    while (r.bytes > max_batch_bytes && r.items.size() > 1) {
+      receiver part{r.parent, {}, 0};
+      while (!r.items.empty() && part.bytes < max_batch_bytes) {
+        part.bytes += r.items.back().payload.size() + 64;
+        part.items.push_back(std::move(r.items.back()));
+        r.items.pop_back();
+      }
+      r.bytes = r.bytes > part.bytes ? r.bytes - part.bytes : 0;
+      send(bus, part);
+    }
+    send(bus, r);
+  }
+  queued_ = 0;
+  return sent_;
+}
+
+bool is_batch(const std::string& subject) {
+  return subject.size() > batch_token.size() &&
+         std::string_view(subject).substr(subject.size() -
+                                          batch_token.size()) == batch_token;
+}
+
+std::vector<nats_message> unbatch(nats_message m) {
+  std::vector<nats_message> out;
+  if (!is_batch(m.subject)) {
+    out.push_back(std::move(m));
+    return out;
+  }
+  auto b = decode<batch_msg>(m.payload);
+  if (!b) return out;  // counted by decode
+  const std::string_view parent = parent_of(m.subject);
+  out.reserve(b->items.size());
+  for (auto& i : b->items) {
+    // Items stay below the batch's parent and do not nest.
+    if (parent_of(i.subject) != parent || is_batch(i.subject)) continue;
+    out.push_back(nats_message{std::move(i.subject), std::move(i.reply),
+                               std::move(i.payload)});
+  }
+  return out;
+}
+
 expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
                            const std::string& queue, caf::actor to) {
   return bus.subscribe(subject, queue, [to](nats_message m) {
-    caf::anon_send(to, nats_atom::value, std::move(m.subject),
-                   std::move(m.reply), std::move(m.payload));
+    for (auto& one : unbatch(std::move(m)))
+      caf::anon_send(to, nats_atom::value, std::move(one.subject),
+                     std::move(one.reply), std::move(one.payload));
   });
 }
 
@@ -35,10 +127,11 @@ expected<std::shared_ptr<inbox>> inbox::open(nats_bus& bus) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx",
                 static_cast<unsigned long long>(token));
-  box->prefix_ = std::string("_INBOX.kvmesh.") + hex + ".";
+  box->prefix_ = std::string(subject_prefix) + hex + ".";
   inbox* raw = box.get();
   auto sub = bus.subscribe(box->prefix_ + "*", "", [raw](nats_message m) {
-    raw->deliver(std::move(m));
+    for (auto& one : unbatch(std::move(m)))
+      raw->deliver(std::move(one));
   });
   if (!sub) return sub.err();
   box->sub_ = *sub;

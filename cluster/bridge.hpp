@@ -15,6 +15,7 @@
 
 #include "cluster/nats.hpp"
 #include "core/error.hpp"
+#include "messages/types.hpp"
 
 namespace kvmesh {
 
@@ -33,6 +34,45 @@ using beat_atom = caf::atom_constant<caf::atom("beat")>;
 // A durable route request: (durable_atom, reply, payload, delivery).
 using durable_atom = caf::atom_constant<caf::atom("durable")>;
 
+// What an actor publishes while its mailbox drains, sent when it has
+// drained: alone when it is the only message for its receiver, else in one
+// Batch (messages/kvmesh.capnp) on the parent subject plus ".batch". Under
+// load this turns one NATS message per auction and receiver into one per
+// receiver and drain, and the receiver's threads wake once for all.
+class batcher {
+ public:
+  // Queues a message. True when it is the first since the last flush: the
+  // caller then schedules flush() for the end of its drain.
+  bool add(const std::string& subject, const std::string& reply,
+           const bytes& payload);
+  // Publishes what is queued; returns how many NATS messages that took.
+  size_t flush(nats_bus& bus);
+  bool empty() const { return queued_ == 0; }
+
+  // A batch stays well below NATS' default 1 MB payload limit.
+  static constexpr size_t max_batch_bytes = 256 * 1024;
+
+ private:
+  struct receiver {
+    std::string parent;  // the items' subject up to its last token
+    std::vector<batch_item> items;
+    size_t bytes = 0;
+  };
+  void send(nats_bus& bus, receiver& r);
+  std::vector<receiver> receivers_;  // few per actor: a linear search
+  size_t queued_ = 0;
+  size_t sent_ = 0;
+};
+
+// True for a subject a batcher sends batches on.
+bool is_batch(const std::string& subject);
+
+// The messages of `m`: its items when it is a batch (those whose subject
+// shares the batch's parent; a batch cannot send elsewhere), else itself.
+// A malformed batch is counted (decode_errors(msg_kind::batch)) and yields
+// nothing.
+std::vector<nats_message> unbatch(nats_message m);
+
 // An error as a peer on the wire should read it: kvmesh's own errors are
 // their message; others are CAF's rendering.
 std::string describe(const caf::error& e);
@@ -47,6 +87,9 @@ expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
 // call registers the actor that awaits it.
 class inbox {
  public:
+  // Every inbox's subjects start so (then a token per process, then seq).
+  static constexpr const char* subject_prefix = "_INBOX.kvmesh.";
+
   static expected<std::shared_ptr<inbox>> open(nats_bus& bus);
   ~inbox();
   inbox(const inbox&) = delete;
@@ -71,6 +114,20 @@ class inbox {
   uint64_t next_ = 1;
 };
 
+// Answers a call from inside actor `self`: replies to a kvmesh inbox go
+// batched with the actor's others (it handles (flush_atom) by
+// out.flush(bus)); replies to anyone else (a NATS CLI) go alone.
+template <class Self>
+void answer_batched(Self* self, nats_bus& bus, batcher& out,
+                    const std::string& reply, const bytes& payload) {
+  if (reply.empty()) return;
+  if (reply.rfind(inbox::subject_prefix, 0) != 0) {
+    (void)bus.publish(reply, payload);
+    return;
+  }
+  if (out.add(reply, {}, payload)) self->send(self, flush_atom::value);
+}
+
 // Calls an actor has on the wire: each ends with its reply or, at its
 // deadline, with an error. The actor handles (reply_atom, seq, payload) by
 // complete() and (sweep_atom) by sweep().
@@ -83,17 +140,15 @@ class pending_calls {
 
   // Publishes `payload` on `subject` with a reply inbox; `done` runs inside
   // the actor `self` when the reply comes or the timeout passes.
+  // The call goes out batched with the actor's others (see batcher): the
+  // actor handles (flush_atom) by flush().
   template <class Self>
   void call(Self* self, const std::string& subject, const bytes& payload,
             caf::timespan timeout, done_fn done) {
     uint64_t seq = 0;
     const std::string reply =
         box_->expect(caf::actor_cast<caf::actor>(self), seq);
-    if (auto st = box_->bus().publish(subject, payload, reply); !st) {
-      box_->forget(seq);
-      done(st.err());
-      return;
-    }
+    publish(self, subject, payload, reply);
     const bool first = calls_.empty();
     calls_.emplace(seq, call_t{std::chrono::steady_clock::now() + timeout,
                                std::move(done), subject});
@@ -102,6 +157,14 @@ class pending_calls {
       self->delayed_send(self, sweep_period, sweep_atom::value);
     }
   }
+
+  // A message without reply, batched with the calls.
+  template <class Self>
+  void publish(Self* self, const std::string& subject, const bytes& payload,
+               const std::string& reply = {}) {
+    if (out_.add(subject, reply, payload)) self->send(self, flush_atom::value);
+  }
+  void flush() { out_.flush(box_->bus()); }
 
   void complete(uint64_t seq, bytes payload);
   // Fails calls past their deadline; reschedules itself while calls are
@@ -126,6 +189,7 @@ class pending_calls {
   void expire();
 
   std::shared_ptr<inbox> box_;
+  batcher out_;
   std::unordered_map<uint64_t, call_t> calls_;
   bool sweeping_ = false;
 };

@@ -84,6 +84,7 @@ struct agent_state {
   std::unordered_map<uint32_t, worker_actor> workers;
   std::vector<uint32_t> ids;
   uint32_t shards = 0;
+  batcher out;  // replies, sent when the mailbox has drained
 };
 
 using agent_pointer = caf::stateful_actor<agent_state>*;
@@ -114,15 +115,19 @@ void agent_bid(agent_pointer self, const std::string& reply,
   call_for_bids local{std::move(cfb->request), cfb->bidders_speed, {}};
   auto reply_to = reply;
   auto done = [self, g, reply_to] {
-    if (--g->left == 0) answer(*self->state.bus, reply_to, encode(g->out));
+    if (--g->left == 0)
+      answer_batched(self, *self->state.bus, self->state.out, reply_to,
+                     encode(g->out));
   };
+  // Local workers always answer (a dead one's request fails at once), so
+  // no timer per bid: the router's deadline covers this agent as a whole.
   for (auto& [w, handle] : asked) {
-    const uint32_t id = w;
-    self->request(handle, st.mesh.call_timeout, bid_atom::value, local)
+    local.workers.assign(1, w);
+    self->request(handle, caf::infinite, bid_atom::value, local)
         .then(
-            [g, id, done](bid b) {
-              b.worker = id;
-              g->out.bids.push_back(b);
+            [g, done](bid_list& l) {
+              for (const bid& b : l.bids)
+                g->out.bids.push_back(b);
               done();
             },
             [done](caf::error&) { done(); });
@@ -146,15 +151,15 @@ void agent_award(agent_pointer self, const std::string& reply,
                               {}}));
     return;
   }
-  self->request(it->second, st.mesh.call_timeout, award_atom::value,
-                std::move(a->request), a->expected_queued)
+  self->request(it->second, caf::infinite, award_atom::value, std::move(*a))
       .then(
           [self, reply](const award_reply& r) {
-            answer(*self->state.bus, reply, encode(r));
+            answer_batched(self, *self->state.bus, self->state.out, reply,
+                           encode(r));
           },
           [self, reply](caf::error& e) {
-            answer(*self->state.bus, reply,
-                   encode(award_reply{false, describe(e), {}}));
+            answer_batched(self, *self->state.bus, self->state.out, reply,
+                           encode(award_reply{false, describe(e), {}}));
           });
 }
 
@@ -203,7 +208,8 @@ caf::behavior agent_endpoint(
           if (auto r = decode<release_msg>(payload))
             for (uint32_t w : r->workers)
               if (auto it = st.workers.find(w); it != st.workers.end())
-                self->send(it->second, release_atom::value, r->request);
+                self->send(it->second, release_atom::value,
+                           release_msg{r->request, {w}});
         } else if (verb == "drain") {
           auto r = decode<admin_request>(payload);
           admin_reply out;
@@ -220,6 +226,7 @@ caf::behavior agent_endpoint(
           answer(*st.bus, reply, encode(out));
         }
       },
+      [=](flush_atom) { self->state.out.flush(*self->state.bus); },
       [=](beat_atom) {
         auto& st = self->state;
         for (auto& [id, w] : st.workers)
@@ -248,6 +255,7 @@ struct shard_host_state {
   index_shard_actor shard;
   uint32_t index = 0;
   uint32_t shards = 1;
+  batcher out;  // replies, sent when the mailbox has drained
 };
 
 caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
@@ -278,18 +286,20 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
           answer(*st.bus, reply, encode(index_reply{{}, q.err().message}));
           return;
         }
-        self->request(st.shard, st.mesh.call_timeout, query_atom::value,
+        // The local shard always answers (a dead one fails at once).
+        self->request(st.shard, caf::infinite, query_atom::value,
                       std::move(q->chain))
             .then(
                 [self, reply](std::vector<holder_match>& h) {
-                  answer(*self->state.bus, reply,
-                         encode(index_reply{std::move(h), {}}));
+                  answer_batched(self, *self->state.bus, self->state.out, reply,
+                                 encode(index_reply{std::move(h), {}}));
                 },
                 [self, reply](caf::error& e) {
-                  answer(*self->state.bus, reply,
-                         encode(index_reply{{}, describe(e)}));
+                  answer_batched(self, *self->state.bus, self->state.out, reply,
+                                 encode(index_reply{{}, describe(e)}));
                 });
       },
+      [=](flush_atom) { self->state.out.flush(*self->state.bus); },
       [=](beat_atom) {
         auto& st = self->state;
         self->request(st.shard, st.mesh.heartbeat, status_atom::value)
@@ -482,7 +492,8 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
 // local ROUTER's members and shards current.
 using directory_actor = admin_actor::extend<
     caf::reacts_to<nats_atom, std::string, std::string, bytes>,
-    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>>;
+    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>,
+    caf::reacts_to<flush_atom>>;
 
 struct directory_state {
   static inline const char* name = "directory";
@@ -536,7 +547,8 @@ void directory_worker_beat(dir_pointer self, worker_status s) {
   // Every beat re-announces the worker: a router that counted it out
   // (silence) takes it back as soon as it is heard again.
   self->send(st.router, put_atom::value, workers_atom::value, s.worker,
-             caf::actor_cast<worker_actor>(e.proxy), s.speed);
+             caf::actor_cast<worker_actor>(e.proxy),
+             caf::actor_cast<bidder_actor>(st.links[s.agent]), s.speed);
 }
 
 void directory_shard_beat(dir_pointer self, shard_status s) {
@@ -588,6 +600,7 @@ directory_actor::behavior_type directory(dir_pointer self,
         self->state.calls.complete(seq, std::move(payload));
       },
       [=](sweep_atom) { self->state.calls.sweep(self); },
+      [=](flush_atom) { self->state.calls.flush(); },
       [=](get_atom, workers_atom) -> std::vector<worker_status> {
         auto& st = self->state;
         std::vector<worker_status> out;
@@ -792,7 +805,8 @@ caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
 
 using remote_router_actor = router_actor::extend<
     caf::reacts_to<nats_atom, std::string, std::string, bytes>,
-    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>>;
+    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>,
+    caf::reacts_to<flush_atom>>;
 
 struct remote_router_state {
   static inline const char* name = "remote_router";
@@ -842,7 +856,8 @@ remote_router_actor::behavior_type remote_router(
         return s;
       },
       [=](tick_atom) {},
-      [=](put_atom, workers_atom, uint32_t, worker_actor, double) {},
+      [=](put_atom, workers_atom, uint32_t, worker_actor, bidder_actor,
+          double) {},
       [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
       [=](nats_atom, const std::string&, const std::string&,
           const bytes& payload) {
@@ -862,6 +877,7 @@ remote_router_actor::behavior_type remote_router(
         self->state.calls.complete(seq, std::move(payload));
       },
       [=](sweep_atom) { self->state.calls.sweep(self); },
+      [=](flush_atom) { self->state.calls.flush(); },
   };
 }
 
@@ -957,7 +973,7 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
   auto ep = sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
-  for (const char* verb : {"bid", "award", "release", "drain"})
+  for (const char* verb : {"bid", "award", "release", "drain", "batch"})
     if (auto st = p->listen(s.agent(opt.name, verb), "", ep); !st) {
       p->stop();
       return st.err();
@@ -1098,8 +1114,10 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
                       opt.shards);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
+  // Queries also come batched, on the query subject's parent + ".batch".
   for (const auto& subject :
-       {s.kv(opt.shard.shard), s.index_query(opt.shard.shard)})
+       {s.kv(opt.shard.shard), s.index_query(opt.shard.shard),
+        s.index_batch(opt.shard.shard)})
     if (auto st = p->listen(subject, "", ep); !st) {
       p->stop();
       return st.err();

@@ -48,6 +48,11 @@ struct subjects {
   std::string index_query(uint32_t shard) const {
     return prefix + ".index." + std::to_string(shard) + ".query";
   }
+  // Several queries in one Batch (cluster/bridge.hpp's batcher); agents'
+  // batches come on agent(name, "batch").
+  std::string index_batch(uint32_t shard) const {
+    return prefix + ".index." + std::to_string(shard) + ".batch";
+  }
   // First tokens and ends of requests (RequestEvents).
   std::string events() const { return prefix + ".events"; }
   // workers, routers, shards, prefix, weights.get, weights.set, drain,

@@ -18,67 +18,13 @@ caf::error to_caf(const error& e) {
 
 struct link_state {
   static inline const char* name = "agent_link";
-  struct bid_batch {
-    call_for_bids cfb;  // its workers list grows per worker asked
-    std::vector<caf::typed_response_promise<bid>> promises;
-  };
   subjects subj;
   std::string agent;
   caf::timespan timeout{};
   pending_calls calls;
-  std::unordered_map<uint64_t, bid_batch> bids;
-  std::unordered_map<uint64_t, std::vector<uint32_t>> releases;
-  bool flushing = false;
 };
 
 using link_pointer = agent_link_actor::stateful_pointer<link_state>;
-
-// The router sends its calls for one auction in one go: they all sit in
-// this mailbox before the flush that this schedules, so one message per
-// agent carries them.
-void schedule_flush(link_pointer self) {
-  if (self->state.flushing) return;
-  self->state.flushing = true;
-  self->send(self, flush_atom::value);
-}
-
-void flush(link_pointer self) {
-  auto& st = self->state;
-  st.flushing = false;
-  for (auto& [id, b] : st.bids) {
-    auto workers = b.cfb.workers;
-    auto promises = std::move(b.promises);
-    st.calls.call(self, st.subj.agent(st.agent, "bid"), encode(b.cfb),
-                  st.timeout, [workers, promises](expected<bytes> r) mutable {
-                    expected<bid_list> bids =
-                        r ? decode<bid_list>(*r) : expected<bid_list>(r.err());
-                    if (bids && !bids->error.empty())
-                      bids = make_error(ec::not_found, bids->error);
-                    for (size_t i = 0; i < workers.size(); ++i) {
-                      if (!bids) {
-                        promises[i].deliver(to_caf(bids.err()));
-                        continue;
-                      }
-                      bool found = false;
-                      for (const bid& b : bids->bids)
-                        if (b.worker == workers[i]) {
-                          promises[i].deliver(b);
-                          found = true;
-                          break;
-                        }
-                      if (!found)
-                        promises[i].deliver(caf::make_error(
-                            ec::not_found, "no bid from worker " +
-                                               std::to_string(workers[i])));
-                    }
-                  });
-  }
-  st.bids.clear();
-  for (auto& [id, workers] : st.releases)
-    (void)st.calls.box().bus().publish(st.subj.agent(st.agent, "release"),
-                                       encode(release_msg{id, workers}));
-  st.releases.clear();
-}
 
 agent_link_actor::behavior_type agent_link(link_pointer self,
                                            std::shared_ptr<inbox> box,
@@ -90,24 +36,27 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
   st.timeout = mesh.call_timeout;
   st.calls.attach(std::move(box));
   return {
-      [=](bid_atom, uint32_t w, call_for_bids& cfb) -> caf::result<bid> {
-        auto& b = self->state.bids[cfb.request.id];
-        if (b.promises.empty()) {
-          b.cfb = std::move(cfb);
-          b.cfb.workers.clear();
-        }
-        b.cfb.workers.push_back(w);
-        auto rp = self->make_response_promise<bid>();
-        b.promises.push_back(rp);
-        schedule_flush(self);
+      [=](bid_atom, const call_for_bids& cfb) -> caf::result<bid_list> {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<bid_list>();
+        st.calls.call(self, st.subj.agent(st.agent, "bid"), encode(cfb),
+                      st.timeout, [rp](expected<bytes> r) mutable {
+                        auto bids = r ? decode<bid_list>(*r)
+                                      : expected<bid_list>(r.err());
+                        if (!bids)
+                          rp.deliver(to_caf(bids.err()));
+                        else if (!bids->error.empty())
+                          rp.deliver(caf::make_error(ec::not_found,
+                                                     std::move(bids->error)));
+                        else
+                          rp.deliver(std::move(*bids));
+                      });
         return rp;
       },
-      [=](award_atom, uint32_t w, route_request_msg& r,
-          double expected_queued) -> caf::result<award_reply> {
+      [=](award_atom, const award_msg& a) -> caf::result<award_reply> {
         auto& st = self->state;
         auto rp = self->make_response_promise<award_reply>();
-        st.calls.call(self, st.subj.agent(st.agent, "award"),
-                      encode(award_msg{std::move(r), expected_queued, w}),
+        st.calls.call(self, st.subj.agent(st.agent, "award"), encode(a),
                       st.timeout, [rp](expected<bytes> reply) mutable {
                         if (!reply) {
                           rp.deliver(to_caf(reply.err()));
@@ -121,9 +70,9 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
                       });
         return rp;
       },
-      [=](release_atom, uint32_t w, uint64_t request) {
-        self->state.releases[request].push_back(w);
-        schedule_flush(self);
+      [=](release_atom, const release_msg& r) {
+        auto& st = self->state;
+        st.calls.publish(self, st.subj.agent(st.agent, "release"), encode(r));
       },
       [=](put_atom, drain_atom, uint32_t w, bool on) {
         auto& st = self->state;
@@ -133,11 +82,11 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
         (void)st.calls.box().bus().publish(st.subj.agent(st.agent, "drain"),
                                            encode(req));
       },
-      [=](flush_atom) { flush(self); },
       [=](reply_atom, uint64_t seq, bytes& payload) {
         self->state.calls.complete(seq, std::move(payload));
       },
       [=](sweep_atom) { self->state.calls.sweep(self); },
+      [=](flush_atom) { self->state.calls.flush(); },
   };
 }
 
@@ -160,18 +109,21 @@ remote_worker_actor::behavior_type remote_worker(
   self->state.link = std::move(link);
   self->state.stale = stale;
   return {
-      [=](bid_atom, call_for_bids& cfb) -> caf::result<bid> {
-        return self->delegate(self->state.link, bid_atom::value, self->state.id,
+      // Auctions go to the agent's link directly (the router knows it as
+      // this worker's bidder); these serve anyone holding the worker only.
+      [=](bid_atom, call_for_bids& cfb) -> caf::result<bid_list> {
+        cfb.workers.assign(1, self->state.id);
+        return self->delegate(self->state.link, bid_atom::value,
                               std::move(cfb));
       },
-      [=](award_atom, route_request_msg& r,
-          double expected_queued) -> caf::result<award_reply> {
+      [=](award_atom, award_msg& a) -> caf::result<award_reply> {
+        a.worker = self->state.id;
         return self->delegate(self->state.link, award_atom::value,
-                              self->state.id, std::move(r), expected_queued);
+                              std::move(a));
       },
-      [=](release_atom, uint64_t request) {
-        self->send(self->state.link, release_atom::value, self->state.id,
-                   request);
+      [=](release_atom, release_msg& r) {
+        r.workers.assign(1, self->state.id);
+        self->send(self->state.link, release_atom::value, std::move(r));
       },
       [=](status_atom) -> caf::result<worker_status> {
         auto& st = self->state;
@@ -262,6 +214,7 @@ remote_shard_actor::behavior_type remote_shard(
         self->state.calls.complete(seq, std::move(payload));
       },
       [=](sweep_atom) { self->state.calls.sweep(self); },
+      [=](flush_atom) { self->state.calls.flush(); },
       [=](put_atom, shard_status& s) {
         self->state.last = std::move(s);
         self->state.heard = true;

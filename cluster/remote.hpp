@@ -16,16 +16,13 @@
 
 namespace kvmesh {
 
-// A node agent as a router process sees it: calls for bids to several of
-// its workers travel as one message, releases likewise.
-using agent_link_actor = caf::typed_actor<
-    caf::replies_to<bid_atom, uint32_t, call_for_bids>::with<bid>,
-    caf::replies_to<award_atom, uint32_t, route_request_msg,
-                    double>::with<award_reply>,
-    caf::reacts_to<release_atom, uint32_t, uint64_t>,
-    caf::reacts_to<put_atom, drain_atom, uint32_t, bool>,
-    caf::reacts_to<flush_atom>, caf::reacts_to<reply_atom, uint64_t, bytes>,
-    caf::reacts_to<sweep_atom>>;
+// A node agent as a router process sees it: the bidder for all of the
+// agent's workers, each call one NATS message.
+using agent_link_actor =
+    bidder_actor::extend<caf::reacts_to<put_atom, drain_atom, uint32_t, bool>,
+                         caf::reacts_to<reply_atom, uint64_t, bytes>,
+                         caf::reacts_to<sweep_atom>,
+                         caf::reacts_to<flush_atom>>;
 
 // A remote WORKER: bids and awards go through its agent's link; its status
 // is its last pushed heartbeat, or an error once that is older than the
@@ -35,10 +32,9 @@ using remote_worker_actor =
 
 // A remote INDEX SHARD: KV batches are published, queries are calls; its
 // status is its last heartbeat.
-using remote_shard_actor =
-    index_shard_actor::extend<caf::reacts_to<reply_atom, uint64_t, bytes>,
-                              caf::reacts_to<sweep_atom>,
-                              caf::reacts_to<put_atom, shard_status>>;
+using remote_shard_actor = index_shard_actor::extend<
+    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>,
+    caf::reacts_to<flush_atom>, caf::reacts_to<put_atom, shard_status>>;
 
 agent_link_actor spawn_agent_link(caf::actor_system& sys,
                                   std::shared_ptr<inbox> box,

@@ -34,6 +34,10 @@ status validate(const sim_config& cfg) {
   if (!(cfg.refuse_growth >= 0) || !std::isfinite(cfg.refuse_growth))
     return bad("--refuse-growth must be >= 0");
   if (cfg.max_auctions == 0) return bad("--max-auctions must be at least 1");
+  if (!(cfg.queued_sample_ms >= 0) || !std::isfinite(cfg.queued_sample_ms))
+    return bad("queued_sample_ms must be >= 0");
+  if (cfg.queued_sample_ms > 0 && cfg.queued_max_samples < 2)
+    return bad("queued_max_samples must be at least 2");
   if (!cfg.worker_speeds.empty()) {
     if (cfg.worker_speeds.size() != cfg.workers)
       return bad("--worker-speeds has " +
@@ -364,10 +368,19 @@ expected<sim_result> simulation::run(
   };
   push_arrival();
   const size_t tick = std::max<size_t>(1, trace_.size() / 20);
+  std::unique_ptr<queued_sampler> sampler;
+  if (cfg_.queued_sample_ms > 0)
+    sampler = std::make_unique<queued_sampler>(
+        cfg_.queued_sample_ms, cfg_.queued_max_samples,
+        trace_.front().arrival_ms / cfg_.speedup);
   while (!queue_.empty()) {
     const event e = queue_.top();
     queue_.pop();
     account_imbalance(e.time);
+    // Queues change only at events: what they hold now held until e.time.
+    if (sampler)
+      while (sampler->next_ms() <= e.time)
+        sampler->add(queued_);
     now_ = e.time;
     switch (e.kind) {
       case event::arrival:
@@ -410,10 +423,45 @@ expected<sim_result> simulation::run(
     res.preemptions += ws.eng->preemptions();
   res.refused = refused_;
   res.reauctions = reauctions_;
+  if (sampler) {
+    sampler->add(queued_);  // as the run ended
+    res.queued_over_time = sampler->take();
+  }
   return res;
 }
 
 }  // namespace
+
+queued_sampler::queued_sampler(double interval_ms, size_t max, double start_ms)
+    : interval_ms_(interval_ms),
+      max_(std::max<size_t>(2, max)),
+      next_ms_(start_ms) {
+  samples_.reserve(max_);
+}
+
+void queued_sampler::add(const std::vector<double>& queued) {
+  const double due = next_ms_;
+  if (samples_.size() == max_) {
+    // Keep samples 0, 2, 4, ...: the interval doubles and the spacing stays
+    // even. With an odd `max` the sample due now falls between two of the
+    // new spacing's and is skipped.
+    size_t kept = 0;
+    for (size_t i = 0; i < samples_.size(); i += 2, ++kept)
+      if (kept != i) samples_[kept] = std::move(samples_[i]);
+    samples_.resize(kept);
+    interval_ms_ *= 2;
+    next_ms_ = samples_.back().time_ms + interval_ms_;
+    if (next_ms_ > due) return;
+  }
+  samples_.push_back(queued_sample{next_ms_, queued});
+  next_ms_ += interval_ms_;
+}
+
+void queued_sampler::skip_to(double now_ms) {
+  if (next_ms_ <= now_ms)
+    next_ms_ +=
+        interval_ms_ * (std::floor((now_ms - next_ms_) / interval_ms_) + 1);
+}
 
 void summarize_outcomes(const std::vector<request_outcome>& outcomes,
                         sim_result& res) {
@@ -437,7 +485,8 @@ void summarize_outcomes(const std::vector<request_outcome>& outcomes,
         itl.push_back((o.e2e_ms - o.ttft_ms) / (o.output_tokens - 1));
     }
   }
-  res.ttft_ms = summarize(ttft);
+  res.ttft_ms = summarize(ttft);  // sorts ttft
+  res.ttft_cdf_ms = quantiles(ttft, ttft_cdf_points);
   res.e2e_ms = summarize(e2e);
   res.itl_ms = summarize(itl);
   const double b = blocks ? static_cast<double>(blocks) : 1.0;
@@ -514,7 +563,8 @@ oracle_result oracle(const sim_config& cfg,
     ms += prefill_ms(left) + decode_ms(p);
     ttft.push_back(ms * cfg.model_factor / speed);
   }
-  res.ttft_ms = summarize(ttft);
+  res.ttft_ms = summarize(ttft);  // sorts ttft
+  res.ttft_cdf_ms = quantiles(ttft, ttft_cdf_points);
   res.hit_ratio = blocks ? static_cast<double>(hits) / blocks : 0;
   return res;
 }

@@ -33,10 +33,49 @@ struct sim_config {
                                 // queue grew by more than this many request
                                 // sizes since its bid
   uint64_t seed = 1;
+  // For reports: every worker's queued work sampled every this many ms of
+  // the run's clock (0: no samples, at no cost), at most
+  // queued_max_samples of them (see queued_sampler).
+  double queued_sample_ms = 0;
+  size_t queued_max_samples = 256;
   engine_config engine;  // block size, tiers, speed and model factor are set
                          // from the fields above
   price_config price;
 };
+
+// Every worker's queued work, in blocks, at one time of a run (ms on the
+// run's clock: arrivals divided by the speedup).
+struct queued_sample {
+  double time_ms = 0;
+  std::vector<double> queued;  // by worker id
+};
+
+// Keeps samples of queued work every `interval_ms` from `start_ms`, at most
+// `max` of them: when full it drops every other sample and doubles the
+// interval, so a run of any length fits in bounded memory and stays evenly
+// spaced. The simulator and `kvmesh bench` (which polls the mesh) share it.
+class queued_sampler {
+ public:
+  queued_sampler(double interval_ms, size_t max, double start_ms = 0);
+  // The time the next sample is due.
+  double next_ms() const { return next_ms_; }
+  // Records `queued` as the sample due at next_ms() (skipped when halving
+  // moved next_ms() past it).
+  void add(const std::vector<double>& queued);
+  // Gives up the samples due by `now_ms` (their state is not known).
+  void skip_to(double now_ms);
+  const std::vector<queued_sample>& samples() const { return samples_; }
+  std::vector<queued_sample> take() { return std::move(samples_); }
+
+ private:
+  double interval_ms_;
+  size_t max_;
+  double next_ms_ = 0;
+  std::vector<queued_sample> samples_;
+};
+
+// Points of a result's TTFT distribution (sim_result::ttft_cdf_ms).
+constexpr size_t ttft_cdf_points = 201;
 
 struct tier_hits {
   double gpu = 0, host = 0, disk = 0, total = 0;
@@ -51,6 +90,10 @@ struct sim_result {
   double imbalance = 0;  // time-averaged max/mean of queued read work
   std::vector<uint64_t> assigned;
   std::vector<uint32_t> worker_of;  // per request, in trace order
+  // TTFT at quantiles 0, 1/200, ..., 1 (see quantiles in core/stats.hpp).
+  std::vector<double> ttft_cdf_ms;
+  // Empty unless sim_config::queued_sample_ms asked for samples.
+  std::vector<queued_sample> queued_over_time;
   uint64_t completed = 0;
   uint64_t requests = 0;
   uint64_t preemptions = 0;
@@ -60,6 +103,7 @@ struct sim_result {
 
 struct oracle_result {
   summary ttft_ms;
+  std::vector<double> ttft_cdf_ms;  // as sim_result's
   double hit_ratio = 0;
 };
 

@@ -1,4 +1,5 @@
-// Summaries of latency samples: mean and percentiles.
+// Summaries of latency samples: mean, percentiles and a bounded
+// distribution.
 #pragma once
 
 #include <cstddef>
@@ -16,5 +17,11 @@ struct summary {
 
 // Nearest-rank percentiles; all zero for no samples. Sorts `samples`.
 summary summarize(std::vector<double>& samples);
+
+// The distribution of sorted `samples` in `points` values: the nearest-rank
+// quantile at q = i / (points - 1) for i = 0 .. points - 1, so the first is
+// the minimum and the last the maximum. A report draws it as a CDF without
+// keeping every sample. Empty for no samples or fewer than 2 points.
+std::vector<double> quantiles(const std::vector<double>& sorted, size_t points);
 
 }  // namespace kvmesh

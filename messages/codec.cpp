@@ -18,7 +18,7 @@ namespace kvmesh {
 
 namespace {
 
-static_assert(static_cast<size_t>(msg_kind::admin_reply) + 1 == msg_kind_count,
+static_assert(static_cast<size_t>(msg_kind::batch) + 1 == msg_kind_count,
               "msg_kind_count must count every msg_kind");
 
 // Zero at start (static storage); relaxed increments: they only count.
@@ -73,6 +73,7 @@ KVMESH_SCHEMA(release_msg, Release, release)
 KVMESH_SCHEMA(request_events, RequestEvents, request_events)
 KVMESH_SCHEMA(admin_request, AdminRequest, admin_request)
 KVMESH_SCHEMA(admin_reply, AdminReply, admin_reply)
+KVMESH_SCHEMA(batch_msg, Batch, batch)
 
 #undef KVMESH_SCHEMA
 
@@ -263,6 +264,17 @@ void write(const bid_list& x, wire::Bids::Builder b) {
   for (size_t i = 0; i < x.bids.size(); ++i)
     write(x.bids[i], bids[static_cast<unsigned>(i)]);
   b.setError(text(x.error));
+}
+
+void write(const batch_msg& x, wire::Batch::Builder b) {
+  auto items = b.initItems(static_cast<unsigned>(x.items.size()));
+  for (size_t i = 0; i < x.items.size(); ++i) {
+    const auto& it = x.items[i];
+    auto o = items[static_cast<unsigned>(i)];
+    o.setSubject(text(it.subject));
+    o.setReply(text(it.reply));
+    o.setPayload(capnp::Data::Reader(it.payload.data(), it.payload.size()));
+  }
 }
 
 void write(const release_msg& x, wire::Release::Builder b) {
@@ -529,6 +541,23 @@ bid_list read(wire::Bids::Reader r) {
   return x;
 }
 
+batch_msg read(wire::Batch::Reader r) {
+  batch_msg x;
+  auto items = r.getItems();
+  x.items.reserve(items.size());
+  for (auto i : items) {
+    batch_item it;
+    auto subject = i.getSubject();
+    it.subject.assign(subject.begin(), subject.size());
+    auto reply = i.getReply();
+    it.reply.assign(reply.begin(), reply.size());
+    auto payload = i.getPayload();
+    it.payload.assign(payload.begin(), payload.end());
+    x.items.push_back(std::move(it));
+  }
+  return x;
+}
+
 release_msg read(wire::Release::Reader r) {
   release_msg x;
   x.request = r.getRequest();
@@ -624,6 +653,8 @@ const char* to_string(msg_kind kind) {
       return "AdminRequest";
     case msg_kind::admin_reply:
       return "AdminReply";
+    case msg_kind::batch:
+      return "Batch";
   }
   return "unknown";
 }
@@ -705,6 +736,7 @@ KVMESH_CODEC(release_msg)
 KVMESH_CODEC(request_events)
 KVMESH_CODEC(admin_request)
 KVMESH_CODEC(admin_reply)
+KVMESH_CODEC(batch_msg)
 
 #undef KVMESH_CODEC
 

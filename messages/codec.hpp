@@ -32,8 +32,9 @@ enum class msg_kind : uint8_t {
   request_events,
   admin_request,
   admin_reply,
+  batch,
 };
-inline constexpr size_t msg_kind_count = 18;
+inline constexpr size_t msg_kind_count = 19;
 
 // The kind's struct name in the schema ("RouteRequest", "KvBatch", ...).
 const char* to_string(msg_kind kind);
@@ -65,6 +66,7 @@ std::vector<uint8_t> encode(const release_msg& x);
 std::vector<uint8_t> encode(const request_events& x);
 std::vector<uint8_t> encode(const admin_request& x);
 std::vector<uint8_t> encode(const admin_reply& x);
+std::vector<uint8_t> encode(const batch_msg& x);
 
 // -- decoding untrusted bytes: any alignment, any content. Never throws:
 // anything malformed (size, segment table, pointers, limits, enums, a

@@ -269,3 +269,19 @@ struct AdminReply {
   weights @6 :PriceWeights;
   count @7 :UInt32;
 }
+
+# Several messages for one receiver in one NATS message: under load a
+# sender gathers what it publishes while its mailbox drains. Each item is
+# what would have travelled alone: its subject, reply subject and payload
+# (a message of its own kind). Sent on the parent of the items' subjects
+# plus ".batch" (e.g. <prefix>.agent.<name>.batch, <inbox>.batch).
+struct Batch {
+  version @0 :UInt16;
+  items @1 :List(BatchItem);
+}
+
+struct BatchItem {
+  subject @0 :Text;
+  reply @1 :Text;
+  payload @2 :Data;
+}

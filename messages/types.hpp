@@ -193,4 +193,15 @@ struct admin_reply {
   uint32_t count = 0;
 };
 
+// Messages for one receiver sent as one (see Batch in kvmesh.capnp).
+struct batch_item {
+  std::string subject;
+  std::string reply;
+  std::vector<uint8_t> payload;
+};
+
+struct batch_msg {
+  std::vector<batch_item> items;
+};
+
 }  // namespace kvmesh

@@ -85,6 +85,9 @@ class engine_worker_test : public actor_fixture {
     r.output_tokens = 4;
     return r;
   }
+  award_msg award(uint64_t id, size_t tokens) {
+    return award_msg{request(id, tokens), -1.0, 4};
+  }
 };
 
 TEST_F(engine_worker_test, the_engines_events_make_its_tiers_and_bids) {
@@ -97,10 +100,17 @@ TEST_F(engine_worker_test, the_engines_events_make_its_tiers_and_bids) {
   EXPECT_EQ(s.host_blocks, 2u);
   EXPECT_EQ(s.capacity, 64u);
   EXPECT_EQ(s.endpoint, "http://127.0.0.1:9001");
-  auto b = ask<bid>(w, bid_atom::value, call_for_bids{request(1, 20), 1.0, {}});
+  auto b = ask<bid_list>(w, bid_atom::value,
+                         call_for_bids{request(1, 20), 1.0, {}});
   ASSERT_TRUE(b->has_value() && **b);
-  EXPECT_EQ((**b)->gpu, 3u);
-  EXPECT_EQ((**b)->worker, 4u);
+  ASSERT_EQ((**b)->bids.size(), 1u);
+  EXPECT_EQ((**b)->bids[0].gpu, 3u);
+  EXPECT_EQ((**b)->bids[0].worker, 4u);
+  // Asked for other workers only: no bid.
+  b = ask<bid_list>(w, bid_atom::value,
+                    call_for_bids{request(2, 20), 1.0, {3, 5}});
+  ASSERT_TRUE(b->has_value() && **b);
+  EXPECT_TRUE((**b)->bids.empty());
   caf::anon_send(w, kv_atom::value, drop_atom::value);
   run();
   s = status(w);
@@ -116,7 +126,7 @@ TEST_F(engine_worker_test, queue_at_arrival_and_first_token_occupancy_to_end) {
   auto w = spawn(h);
   caf::anon_send(w, kv_atom::value, stored(2, "GPU"));
   run();
-  auto a = ask<award_reply>(w, award_atom::value, request(7, 16), -1.0);
+  auto a = ask<award_reply>(w, award_atom::value, award(7, 16));
   ASSERT_TRUE(a->has_value() && **a);
   EXPECT_TRUE((**a)->accepted);
   EXPECT_EQ((**a)->endpoint, "http://127.0.0.1:9001");
@@ -153,14 +163,14 @@ TEST_F(engine_worker_test, unhealthy_refuses_and_abandoned_awards_expire) {
   caf::anon_send(w, put_atom::value, down);
   run();
   EXPECT_TRUE(status(w).unhealthy);
-  auto a = ask<award_reply>(w, award_atom::value, request(1, 16), -1.0);
+  auto a = ask<award_reply>(w, award_atom::value, award(1, 16));
   ASSERT_TRUE(a->has_value() && **a);
   EXPECT_FALSE((**a)->accepted);
   EXPECT_EQ((**a)->reason, unhealthy_reason);
   caf::anon_send(w, put_atom::value, engine_metrics{});
   run();
   EXPECT_FALSE(status(w).unhealthy);
-  a = ask<award_reply>(w, award_atom::value, request(2, 16), -1.0);
+  a = ask<award_reply>(w, award_atom::value, award(2, 16));
   EXPECT_TRUE((**a)->accepted);
   EXPECT_GT(status(w).queued, 0.0);
   advance(std::chrono::milliseconds(3100));  // past the 2 s TTL, swept

@@ -137,7 +137,7 @@ TEST_F(index_shard_test, a_worker_publishes_its_kv_events) {
   r.blocks = {500, 501, 502, 503};
   r.input_tokens = 64;
   r.output_tokens = 2;
-  ask<award_reply>(w, award_atom::value, r, -1.0);
+  ask<award_reply>(w, award_atom::value, award_msg{r, -1.0, 0});
   advance(std::chrono::seconds(1));
   auto h = query(s, {500, 501, 502, 503});
   ASSERT_EQ(h.size(), 1u);

@@ -26,7 +26,7 @@ struct mock_spec {
 
 struct mock_state {
   static inline const char* name = "mock_worker";
-  std::vector<caf::typed_response_promise<bid>> unanswered_bids;
+  std::vector<caf::typed_response_promise<bid_list>> unanswered_bids;
   std::vector<caf::typed_response_promise<award_reply>> unanswered_awards;
   std::vector<caf::typed_response_promise<worker_status>> unanswered_status;
 };
@@ -34,16 +34,17 @@ struct mock_state {
 worker_actor::behavior_type mock_worker(
     worker_actor::stateful_pointer<mock_state> self, mock_spec spec) {
   return {
-      [=](bid_atom, const call_for_bids&) -> caf::result<bid> {
+      [=](bid_atom, const call_for_bids& cfb) -> caf::result<bid_list> {
         if (spec.silent_bids) {
-          auto p = self->make_response_promise<bid>();
+          auto p = self->make_response_promise<bid_list>();
           self->state.unanswered_bids.push_back(p);
           return p;
         }
-        return spec.b;
+        bid b = spec.b;
+        b.worker = cfb.workers.empty() ? 0 : cfb.workers.front();
+        return bid_list{{b}, {}};
       },
-      [=](award_atom, const route_request_msg&,
-          double) -> caf::result<award_reply> {
+      [=](award_atom, const award_msg&) -> caf::result<award_reply> {
         ++*spec.awards;
         if (spec.silent_awards) {
           auto p = self->make_response_promise<award_reply>();
@@ -53,7 +54,7 @@ worker_actor::behavior_type mock_worker(
         return award_reply{!spec.refuse, spec.refuse ? spec.refusal : "",
                            spec.refuse ? "" : spec.endpoint};
       },
-      [=](release_atom, uint64_t) { ++*spec.releases; },
+      [=](release_atom, const release_msg&) { ++*spec.releases; },
       [=](status_atom) -> caf::result<worker_status> {
         if (spec.silent_status) {
           auto p = self->make_response_promise<worker_status>();
@@ -130,7 +131,7 @@ TEST_F(router_test, awards_the_cheapest_of_all_bids) {
   for (uint64_t h = 100; h < 140; ++h)
     big.blocks.push_back(h);
   big.input_tokens = 50 * 512;
-  ask<award_reply>(workers[1], award_atom::value, big, -1.0);
+  ask<award_reply>(workers[1], award_atom::value, award_msg{big, -1.0, 1});
   auto r = spawn_router(workers);
   const decision d = route(r, 1);
   ASSERT_EQ(d.prices.size(), 3u);

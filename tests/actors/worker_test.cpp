@@ -1,5 +1,6 @@
 // Tests of actors/worker: bids, reservations, awards and the engine clock.
 #include "actors/worker.hpp"
+#include <optional>
 
 #include "fixture.hpp"
 
@@ -31,6 +32,14 @@ class worker_test : public actor_fixture {
     return r;
   }
 
+  // The worker's own bid in its answer to a call for bids.
+  std::optional<bid> bid_of(const worker_actor& w, const call_for_bids& cfb) {
+    auto l = ask<bid_list>(w, bid_atom::value, cfb);
+    EXPECT_TRUE(l->has_value() && **l);
+    if (!l->has_value() || !**l || (**l)->bids.size() != 1) return {};
+    return (**l)->bids.front();
+  }
+
   worker_status status(const worker_actor& w) {
     auto s = ask<worker_status>(w, status_atom::value);
     EXPECT_TRUE(s->has_value() && **s);
@@ -41,29 +50,30 @@ class worker_test : public actor_fixture {
 TEST_F(worker_test, bids_and_holds_its_share) {
   auto w = spawn(3);
   call_for_bids cfb{request(1, 100), 4.0, {}};  // four bidders of speed 1
-  auto b = ask<bid>(w, bid_atom::value, cfb);
-  ASSERT_TRUE(b->has_value() && **b);
-  EXPECT_EQ((**b)->worker, 3u);
-  EXPECT_EQ((**b)->gpu, 0u);
-  EXPECT_EQ((**b)->capacity, 64u);
+  auto b = bid_of(w, cfb);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->worker, 3u);
+  EXPECT_EQ(b->gpu, 0u);
+  EXPECT_EQ(b->capacity, 64u);
   EXPECT_DOUBLE_EQ(status(w).reserved, 1.0);  // 4 blocks / 4 bidders
 }
 
 TEST_F(worker_test, reservations_expire_on_the_actor_clock) {
   auto w = spawn();
-  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0, {}});
+  bid_of(w, call_for_bids{request(1, 100), 1.0, {}});
   EXPECT_DOUBLE_EQ(status(w).reserved, 4.0);
   advance(std::chrono::milliseconds(400));
-  ask<bid>(w, bid_atom::value, call_for_bids{request(2, 200), 1.0, {}});
+  bid_of(w, call_for_bids{request(2, 200), 1.0, {}});
   EXPECT_DOUBLE_EQ(status(w).reserved, 8.0);  // both still open
   advance(std::chrono::milliseconds(200));    // request 1's is past 500 ms
-  ask<bid>(w, bid_atom::value, call_for_bids{request(3, 300), 1.0, {}});
+  bid_of(w, call_for_bids{request(3, 300), 1.0, {}});
   EXPECT_DOUBLE_EQ(status(w).reserved, 8.0);  // 2 and 3
 }
 
 TEST_F(worker_test, award_runs_the_request_on_the_engine_clock) {
   auto w = spawn();
-  auto reply = ask<award_reply>(w, award_atom::value, request(1, 100), -1.0);
+  auto reply = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(1, 100), -1.0, 0});
   ASSERT_TRUE(reply->has_value() && **reply);
   EXPECT_TRUE((**reply)->accepted);
   auto s = status(w);
@@ -77,18 +87,20 @@ TEST_F(worker_test, award_runs_the_request_on_the_engine_clock) {
   EXPECT_DOUBLE_EQ(s.queued, 0.0);
   EXPECT_EQ(s.gpu_blocks, 4u);  // its prompt stays cached
   // A second request with the same prompt now bids with a full GPU match.
-  auto b =
-      ask<bid>(w, bid_atom::value, call_for_bids{request(2, 100), 1.0, {}});
-  EXPECT_EQ((**b)->gpu, 4u);
+  auto b = bid_of(w, call_for_bids{request(2, 100), 1.0, {}});
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->gpu, 4u);
 }
 
 TEST_F(worker_test, refuses_an_award_once_its_queue_moved) {
   auto w = spawn(0, 0.5);
-  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0, {}});
+  bid_of(w, call_for_bids{request(1, 100), 1.0, {}});
   // Another router's award lands first: 4 blocks of queued work.
-  auto first = ask<award_reply>(w, award_atom::value, request(2, 200), -1.0);
+  auto first = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(2, 200), -1.0, 0});
   EXPECT_TRUE((**first)->accepted);
-  auto second = ask<award_reply>(w, award_atom::value, request(1, 100), -1.0);
+  auto second = ask<award_reply>(w, award_atom::value,
+                                 award_msg{request(1, 100), -1.0, 0});
   ASSERT_TRUE(second->has_value() && **second);
   EXPECT_FALSE((**second)->accepted);
   EXPECT_NE((**second)->reason.find("queue grew"), std::string::npos);
@@ -96,21 +108,35 @@ TEST_F(worker_test, refuses_an_award_once_its_queue_moved) {
 
 TEST_F(worker_test, takes_an_award_whose_growth_the_router_expected) {
   auto w = spawn(0, 0.5);
-  ask<bid>(w, bid_atom::value, call_for_bids{request(1, 100), 1.0, {}});
-  ask<award_reply>(w, award_atom::value, request(2, 200), -1.0);
+  bid_of(w, call_for_bids{request(1, 100), 1.0, {}});
+  ask<award_reply>(w, award_atom::value, award_msg{request(2, 200), -1.0, 0});
   // The router priced request 1 knowing request 2 was coming: 4 blocks.
-  auto reply = ask<award_reply>(w, award_atom::value, request(1, 100), 4.0);
+  auto reply = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(1, 100), 4.0, 0});
   ASSERT_TRUE(reply->has_value() && **reply);
   EXPECT_TRUE((**reply)->accepted);
 }
 
 TEST_F(worker_test, refuses_what_can_never_fit) {
   auto w = spawn();
-  auto reply =
-      ask<award_reply>(w, award_atom::value, request(1, 100, 80), -1.0);
+  auto reply = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(1, 100, 80), -1.0, 0});
   EXPECT_FALSE((**reply)->accepted);
   EXPECT_NE((**reply)->reason.find("KV blocks"), std::string::npos);
   EXPECT_DOUBLE_EQ(status(w).queued, 0.0);
+}
+
+TEST_F(worker_test, bids_only_when_asked_by_id) {
+  auto w = spawn(3);
+  auto l = ask<bid_list>(w, bid_atom::value,
+                         call_for_bids{request(1, 100), 1.0, {4, 5}});
+  ASSERT_TRUE(l->has_value() && **l);
+  EXPECT_TRUE((**l)->bids.empty());
+  EXPECT_NE((**l)->error.find("worker 3 was not asked"), std::string::npos);
+  EXPECT_DOUBLE_EQ(status(w).reserved, 0.0);  // no reservation either
+  auto b = bid_of(w, call_for_bids{request(2, 100), 1.0, {4, 3}});
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->worker, 3u);
 }
 
 TEST_F(worker_test, bad_options_are_errors) {

@@ -151,6 +151,14 @@ expect_usage agent_unknown_engine --engine \
   agent --nats "$nowhere" --engine trt --workers 1
 expect_usage route_bad_nats_url --nats \
   route --nats "nats://127.0.0.1:port" --block-tokens 16 --tokens "$prompt"
+expect_usage top_bad_interval --interval-ms \
+  top --nats "$nowhere" --interval-ms 0
+run top --nats "$nowhere" --once --timeout-ms 500
+if [ "$rc" -eq 1 ] && grep -qF "$nowhere" <<<"$err"; then
+  ok top_nobody_serves_nats
+else
+  fail top_nobody_serves_nats "exit $rc: $out $err"
+fi
 
 start=$SECONDS
 run route --nats "$nowhere" --block-tokens 16 --tokens "$prompt" \
@@ -246,6 +254,23 @@ if poll 5 admin --nats "$url" shards --json -- \
 [0, 1], d"
 else
   fail admin_shards "$out $err"
+fi
+
+# (k) kvmesh top: one frame, every worker and router on a line of its own,
+# the routers' decisions per second measured over the interval.
+run top --nats "$url" --once --interval-ms 300
+if [ "$rc" -ne 0 ]; then
+  fail top_once "exit $rc: $out $err"
+else
+  missing=""
+  for i in 0 1 2 3 4 5 6 7; do
+    grep -Eq "^$i +live +agent-[0-9]+ " <<<"$out" || missing+=" worker $i"
+  done
+  for r in router-0 router-1; do
+    grep -Eq "^$r +[0-9]+ +[0-9]+\.[0-9] " <<<"$out" || missing+=" $r"
+  done
+  grep -q "^8 workers (8 live" <<<"$out" || missing+=" summary"
+  if [ -z "$missing" ]; then ok top_once; else fail top_once "no$missing: $out"; fi
 fi
 
 # (e) weights: set on every router, so any of them answers the new value.

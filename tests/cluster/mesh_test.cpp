@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cluster/bridge.hpp"
 #include "core/block_hash.hpp"
 #include "core/sim.hpp"
 #include "messages/codec.hpp"
@@ -359,11 +360,15 @@ TEST_F(mesh_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
   start_mesh();
   auto& watch = bus();
   // Awards published to node-b after the cut-off: there must be none.
+  // They travel alone or in batches with bids and releases.
   std::atomic<int64_t> last_award_ns{0};
-  ASSERT_TRUE(watch.subscribe(
-      subjects{}.agent("node-b", "award"), "", [&](nats_message) {
-        last_award_ns =
-            std::chrono::steady_clock::now().time_since_epoch().count();
+  const std::string award = subjects{}.agent("node-b", "award");
+  ASSERT_TRUE(
+      watch.subscribe(subjects{}.agent("node-b", "*"), "", [&](nats_message m) {
+        for (const auto& one : unbatch(std::move(m)))
+          if (one.subject == award)
+            last_award_ns =
+                std::chrono::steady_clock::now().time_since_epoch().count();
       }));
   ASSERT_TRUE(watch.flush(2000ms));  // subscribed before the first award
   route_client client(bus());
@@ -371,7 +376,14 @@ TEST_F(mesh_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
   for (; id <= 200; ++id)
     client.send(request(id, id % 20, 8));
   ASSERT_TRUE(eventually([&] { return client.decided() == 200; }, 10000ms));
-  ASSERT_GT(last_award_ns.load(), 0);  // node-b was taking work
+  std::string went;
+  for (auto [w, n] : client.by_worker())
+    went += " " + std::to_string(w) + ":" + std::to_string(n);
+  if (auto r = admin_request_call(bus(), subjects{}, "routers", {}, 1000ms))
+    for (auto& x : r->routers)
+      went += " | " + x.name + " live " + std::to_string(x.live_workers) +
+              " re " + std::to_string(x.reauctions);
+  ASSERT_GT(last_award_ns.load(), 0) << "node-b was taking work:" << went;
   const auto killed = std::chrono::steady_clock::now();
   agents_.erase("node-b");  // its connection stays: only the node died
   // Routing goes on meanwhile.
@@ -464,6 +476,17 @@ TEST_F(mesh_test, malformed_payloads_are_counted_and_answered) {
   auto adr = decode<admin_reply>(*ad);
   ASSERT_TRUE(adr);
   EXPECT_NE(adr->error.find("AdminRequest"), std::string::npos);
+  // A batch of garbage, to an agent and to a shard: counted, and each
+  // still answers a good call afterwards.
+  const auto batches_before = decode_errors(msg_kind::batch);
+  ASSERT_TRUE(c.publish(subjects{}.agent("node-a", "batch"), garbage));
+  ASSERT_TRUE(c.publish(subjects{}.index_batch(0), garbage));
+  ASSERT_TRUE(eventually(
+      [&] { return decode_errors(msg_kind::batch) == batches_before + 2; }));
+  auto after = c.request(subjects{}.index_query(0),
+                         encode(index_query{{1, 2, 3}}), 2000ms);
+  ASSERT_TRUE(after);
+  ASSERT_TRUE(decode<index_reply>(*after));
   // Heartbeats of garbage change nothing.
   ASSERT_TRUE(c.publish(subjects{}.worker_beat(), garbage));
   auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);

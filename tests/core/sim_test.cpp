@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <unordered_set>
 
@@ -161,6 +162,74 @@ TEST(sim, bad_configurations_are_errors) {
   EXPECT_EQ(r.err().code, ec::empty_input);
   cfg.speedup = 0;
   EXPECT_FALSE(validate(cfg));
+}
+
+// Samples of queued work are bounded, evenly spaced, one value per worker,
+// and watching does not change the run.
+TEST(sim, queued_samples_are_bounded_and_change_nothing) {
+  const auto t = head_trace();
+  sim_config cfg;
+  cfg.workers = 4;
+  auto plain = simulate(cfg, t, policy_kind::kvmesh);
+  cfg.queued_sample_ms = 1;  // far more samples than the cap
+  cfg.queued_max_samples = 32;
+  auto sampled = simulate(cfg, t, policy_kind::kvmesh);
+  ASSERT_TRUE(plain && sampled);
+  EXPECT_TRUE(plain->queued_over_time.empty());
+  EXPECT_EQ(plain->assigned, sampled->assigned);
+  EXPECT_EQ(plain->ttft_ms.mean, sampled->ttft_ms.mean);
+  const auto& q = sampled->queued_over_time;
+  ASSERT_GE(q.size(), 16u);
+  ASSERT_LE(q.size(), 32u);
+  EXPECT_DOUBLE_EQ(q.front().time_ms, t.front().arrival_ms);
+  double busiest = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    ASSERT_EQ(q[i].queued.size(), 4u);
+    for (double v : q[i].queued)
+      busiest = std::max(busiest, v);
+    if (i > 1 && i + 1 < q.size()) {  // the last one is the run's end
+      EXPECT_DOUBLE_EQ(q[i].time_ms - q[i - 1].time_ms,
+                       q[1].time_ms - q[0].time_ms);
+    }
+  }
+  EXPECT_GT(busiest, 0);
+  for (double v : q.back().queued)
+    EXPECT_EQ(v, 0);  // every request done
+}
+
+TEST(sim, queued_sampler_halves_when_full) {
+  queued_sampler s(10, 4);
+  for (int i = 0; i < 5; ++i)
+    s.add({double(i)});
+  // 0, 10, 20, 30 filled it; the fifth (at 40) kept 0 and 20 and joined them.
+  ASSERT_EQ(s.samples().size(), 3u);
+  EXPECT_EQ(s.samples()[1].time_ms, 20);
+  EXPECT_EQ(s.samples()[2].time_ms, 40);
+  EXPECT_EQ(s.samples()[2].queued, std::vector<double>{4});
+  EXPECT_EQ(s.next_ms(), 60);
+  s.skip_to(59);  // not yet due: nothing given up
+  EXPECT_EQ(s.next_ms(), 60);
+  s.skip_to(100);  // 60, 80 and 100 passed unknown
+  EXPECT_EQ(s.next_ms(), 120);
+  EXPECT_EQ(s.samples().size(), 3u);
+  queued_sampler odd(10, 3);
+  for (int i = 0; i < 1000; ++i)
+    odd.add({double(i)});
+  EXPECT_LE(odd.samples().size(), 3u);
+  EXPECT_EQ(odd.samples().front().time_ms, 0);
+}
+
+// The TTFT distribution runs from the fastest to the slowest request and
+// agrees with the percentiles.
+TEST(sim, ttft_cdf_agrees_with_the_summary) {
+  sim_config cfg;
+  cfg.workers = 4;
+  auto r = simulate(cfg, head_trace(), policy_kind::round_robin);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->ttft_cdf_ms.size(), ttft_cdf_points);
+  EXPECT_TRUE(std::is_sorted(r->ttft_cdf_ms.begin(), r->ttft_cdf_ms.end()));
+  EXPECT_DOUBLE_EQ(r->ttft_cdf_ms[(ttft_cdf_points - 1) / 2], r->ttft_ms.p50);
+  EXPECT_LE(r->ttft_ms.p99, r->ttft_cdf_ms.back());
 }
 
 // A worker that already holds a request's whole prefix on the GPU, with an

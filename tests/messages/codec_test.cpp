@@ -106,6 +106,12 @@ auto fields(const request_events& x) {
 auto fields(const admin_request& x) {
   return std::tie(x.worker, x.on, x.chain, x.weights);
 }
+auto fields(const batch_item& x) {
+  return std::tie(x.subject, x.reply, x.payload);
+}
+auto fields(const batch_msg& x) {
+  return std::tie(x.items);
+}
 auto fields(const admin_reply& x) {
   return std::tie(x.error, x.workers, x.routers, x.shards, x.holders, x.weights,
                   x.count);
@@ -256,6 +262,10 @@ template <>
 msg_kind kind_of<admin_reply>() {
   return msg_kind::admin_reply;
 }
+template <>
+msg_kind kind_of<batch_msg>() {
+  return msg_kind::batch;
+}
 
 // -- samples: a non-default value in every field -----------------------------
 // Integers above 2^32 catch a 64-bit field narrowed to 32 bits.
@@ -324,7 +334,7 @@ price_config sample_weights() {
 std::tuple<route_request_msg, call_for_bids, bid, award_msg, award_reply,
            decision, kv_batch, worker_status, router_status, shard_status,
            index_query, index_reply, price_config, bid_list, release_msg,
-           request_events, admin_request, admin_reply>
+           request_events, admin_request, admin_reply, batch_msg>
 samples() {
   return {
       sample_request(0xFEDCBA9876543210ull),
@@ -367,6 +377,9 @@ samples() {
                   {{4, 10, 20, 30}, {5, 1, 0, 2}},
                   sample_weights(),
                   4000000005u},
+      batch_msg{{{"kvmesh.agent.a-1.bid", "_INBOX.kvmesh.00ff.17", {9, 0, 3}},
+                 {"kvmesh.agent.a-1.release", "", {}},
+                 {"kvmesh.agent.a-1.award", "r\xC3\xA9ply", {0, 255, 7}}}},
   };
 }
 

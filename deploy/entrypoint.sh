@@ -1,0 +1,150 @@
+#!/bin/sh
+# kvmesh-entrypoint: a kvmesh process's command line from its pod's
+# environment, for Kubernetes (deploy/kubernetes), where one manifest serves
+# every replica and only the environment tells them apart.
+#
+# usage: kvmesh-entrypoint agent|router|index [MORE KVMESH FLAGS...]
+#        kvmesh-entrypoint ANYTHING ELSE...   (runs `kvmesh ANYTHING ELSE...`)
+#
+# Environment (the ConfigMap kvmesh-config sets most of it):
+#   NATS_URL          NATS server URL(s), comma-separated        (required)
+#   MESH_PREFIX       subject prefix                             (kvmesh)
+#   METRICS_PORT      Prometheus port, passed as --metrics-port to the
+#                     commands that have that flag               (none)
+#   router: POD_NAME  the router's --name (unique per pod)       (hostname)
+#           ROUTER_ARGS  more router flags, split on spaces
+#   index:  POD_NAME  StatefulSet pod name NAME-I: shard I      (hostname)
+#           INDEX_SHARDS  N, the StatefulSet's replicas          (required)
+#           INDEX_DB  RocksDB directory         (/var/lib/kvmesh/index)
+#           INDEX_ARGS   more index flags
+#   agent:  WORKERS_PER_NODE  GPUs (WORKERs) of this node        (required)
+#           AGENT_ENGINE      --engine                           (sim)
+#           FIRST_WORKER_ID   this node's first worker id; when unset, the
+#                             line for NODE_NAME in WORKER_ID_MAP
+#           NODE_NAME         the node the pod runs on (downward API)
+#           WORKER_ID_MAP     file of "NODE FIRST_ID [WORKERS]" lines
+#                             (/etc/kvmesh/worker-ids)
+#           AGENT_ARGS   more agent flags
+#
+# Worker ids must be unique across the mesh: two agents claiming one id make
+# the routers' stand-in for it flip between them. A DaemonSet's pods have no
+# ordinal, so each node's range comes from a map the operator keeps; a node
+# missing from it, or overlapping another, stops the pod with a message
+# rather than joining with guessed ids.
+set -eu
+
+die() {
+  echo "kvmesh-entrypoint: $*" >&2
+  exit 2
+}
+
+# A decimal number of at most 9 digits (the shell's arithmetic is safe).
+is_count() {
+  case $1 in
+    '' | *[!0-9]*) return 1 ;;
+  esac
+  [ ${#1} -le 9 ]
+}
+
+is_positive() {
+  is_count "$1" && [ "$1" -ge 1 ]
+}
+
+kvmesh=${KVMESH_BIN:-kvmesh}
+[ $# -ge 1 ] || die "usage: kvmesh-entrypoint agent|router|index [FLAG...]"
+role=$1
+shift
+
+case $role in
+  agent | router | index) ;;
+  *) exec "$kvmesh" "$role" "$@" ;;
+esac
+
+[ -n "${NATS_URL:-}" ] ||
+  die "$role: NATS_URL is not set (the ConfigMap kvmesh-config sets it)"
+prefix=${MESH_PREFIX:-kvmesh}
+pod=${POD_NAME:-$(hostname)}
+extra=
+
+case $role in
+  router)
+    set -- router --nats "$NATS_URL" --prefix "$prefix" --name "$pod" \
+      "$@"
+    extra=${ROUTER_ARGS:-}
+    ;;
+  index)
+    shards=${INDEX_SHARDS:-}
+    is_positive "$shards" ||
+      die "index: INDEX_SHARDS is '$shards', want the shard count N >= 1"
+    ordinal=${pod##*-}
+    is_count "$ordinal" ||
+      die "index: pod name '$pod' does not end in -I (a StatefulSet ordinal)"
+    [ "$ordinal" -lt "$shards" ] ||
+      die "index: pod $pod is shard $ordinal but INDEX_SHARDS is $shards:" \
+        "the StatefulSet's replicas and INDEX_SHARDS must be equal"
+    set -- index --nats "$NATS_URL" --prefix "$prefix" \
+      --shard "$ordinal/$shards" --db "${INDEX_DB:-/var/lib/kvmesh/index}" \
+      "$@"
+    extra=${INDEX_ARGS:-}
+    ;;
+  agent)
+    workers=${WORKERS_PER_NODE:-}
+    is_positive "$workers" ||
+      die "agent: WORKERS_PER_NODE is '$workers', want the node's GPU count"
+    first=${FIRST_WORKER_ID:-}
+    if [ -z "$first" ]; then
+      map=${WORKER_ID_MAP:-/etc/kvmesh/worker-ids}
+      node=${NODE_NAME:-}
+      [ -n "$node" ] || die "agent: neither FIRST_WORKER_ID nor NODE_NAME set"
+      [ -r "$map" ] || die "agent: cannot read the worker id map $map"
+      # One pass: this node's line, and every pair of ranges that overlap.
+      found=$(awk -v node="$node" -v dflt="$workers" '
+        /^[ \t]*(#|$)/ { next }
+        {
+          if ($2 !~ /^[0-9]+$/ || (NF > 2 && $3 !~ /^[1-9][0-9]*$/)) {
+            print "bad line " NR ": " $0; exit
+          }
+          n = NF > 2 ? $3 : dflt
+          if ($1 in lo) { print "node " $1 " is listed twice"; exit }
+          for (k in lo)
+            if ($2 + 0 < hi[k] && lo[k] < $2 + n) {
+              print "nodes " k " and " $1 " share worker ids"; exit
+            }
+          lo[$1] = $2 + 0; hi[$1] = $2 + n
+          if ($1 == node) mine = $2 " " n
+        }
+        END { if (mine != "") print "ok " mine }' "$map")
+      case $found in
+        "ok "*) ;;
+        "")
+          die "agent: node $node has no line in $map (ConfigMap" \
+            "kvmesh-worker-ids): add '$node FIRST_ID' whose range of" \
+            "$workers ids overlaps no other node's, then delete this pod"
+          ;;
+        *) die "agent: $map: $found" ;;
+      esac
+      found=${found#ok }
+      first=${found% *}
+      workers=${found#* }
+    fi
+    is_count "$first" || die "agent: first worker id '$first' is not a number"
+    set -- agent --nats "$NATS_URL" --prefix "$prefix" \
+      --engine "${AGENT_ENGINE:-sim}" --workers "$workers" \
+      --worker-id "$first" "$@"
+    extra=${AGENT_ARGS:-}
+    ;;
+esac
+
+# --metrics-port only where the command has it: the endpoint lands process by
+# process (docs/metrics.md), and an unknown flag would stop the pod.
+if [ -n "${METRICS_PORT:-}" ] &&
+  "$kvmesh" "$role" --help 2>/dev/null | grep -q -- '--metrics-port'; then
+  set -- "$@" --metrics-port "$METRICS_PORT"
+fi
+# The *_ARGS variables are flag lists: split on spaces, no globbing.
+set -f
+# shellcheck disable=SC2086
+set -- "$@" $extra
+set +f
+echo "kvmesh-entrypoint: $kvmesh $*" >&2
+exec "$kvmesh" "$@"

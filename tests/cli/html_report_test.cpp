@@ -1,0 +1,113 @@
+// Tests of cli/html_report: the page's charts, table and escaping.
+#include "cli/html_report.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kvmesh::cli {
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + what.size()))
+    ++n;
+  return n;
+}
+
+// The text of the <svg> element with `id`, "" when there is none.
+std::string chart(const std::string& page, const std::string& id) {
+  const size_t at = page.find("id=\"" + id + "\"");
+  if (at == std::string::npos) return "";
+  const size_t start = page.rfind("<svg", at);
+  return page.substr(start, page.find("</svg>", at) + 6 - start);
+}
+
+sim_result result(policy_kind k, bool sampled) {
+  sim_result r;
+  r.policy = k;
+  r.ttft_ms.mean = 123.4;
+  r.ttft_ms.p99 = 999;
+  r.hit_ratio = {0.4, 0.1, 0.05, 0.55};
+  r.assigned = {5, 3, 0};
+  for (int i = 0; i <= 10; ++i)
+    r.ttft_cdf_ms.push_back(10.0 * (i + 1));
+  if (sampled)
+    for (int i = 0; i < 5; ++i)
+      r.queued_over_time.push_back({100.0 * i, {1.0 * i, 2, 0}});
+  return r;
+}
+
+report_page sample_page() {
+  report_page p;
+  p.title = "kvmesh sim";
+  p.scenario = json{{"trace", "/tmp/<odd> & name.jsonl"},
+                    {"workers", 3},
+                    {"price", {{"beta", 0.5}}}};
+  p.oracle.hit_ratio = 0.7;
+  p.oracle.ttft_cdf_ms = {1, 2, 4, 8};
+  p.results = {result(policy_kind::kvmesh, true),
+               result(policy_kind::round_robin, false)};
+  p.queued_note = "queued <blocks>";
+  p.extra = {{"auction p99 (us)", "812"}};
+  return p;
+}
+
+TEST(html_report, every_chart_draws_its_data) {
+  const std::string page = html_report(sample_page());
+  // Two policies and the oracle's bound, dashed.
+  EXPECT_EQ(count(chart(page, "ttft-cdf"), "class=\"mark\""), 3u);
+  EXPECT_EQ(count(chart(page, "ttft-cdf"), "stroke-dasharray"), 2u);
+  EXPECT_EQ(count(chart(page, "queued-kvmesh"), "class=\"mark\""), 3u);
+  EXPECT_EQ(count(chart(page, "hit-ratio"), "class=\"mark\""), 6u);
+  EXPECT_EQ(count(chart(page, "hit-ratio"), "class=\"reference\""), 1u);
+  EXPECT_EQ(count(chart(page, "requests"), "class=\"mark\""), 6u);
+  // A policy without samples says so rather than drawing empty axes.
+  EXPECT_NE(chart(page, "queued-round_robin").find("no-data"),
+            std::string::npos);
+  EXPECT_NE(chart(page, "ttft-cdf").find(">round_robin</text>"),
+            std::string::npos);
+}
+
+TEST(html_report, self_contained_and_escaped) {
+  const std::string page = html_report(sample_page());
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(page.find("<script"), std::string::npos);
+  EXPECT_EQ(page.find(" src="), std::string::npos);
+  EXPECT_EQ(page.find(" href="), std::string::npos);
+  EXPECT_NE(page.find("/tmp/&lt;odd&gt; &amp; name.jsonl"), std::string::npos);
+  EXPECT_EQ(page.find("<odd>"), std::string::npos);
+  EXPECT_NE(page.find("queued &lt;blocks&gt;"), std::string::npos);
+  EXPECT_NE(page.find("<td>price.beta</td>"), std::string::npos);
+  EXPECT_NE(page.find("<td>auction p99 (us)</td>"), std::string::npos);
+}
+
+TEST(html_report, the_table_shows_the_text_tables_numbers) {
+  const report_page p = sample_page();
+  const std::string page = html_report(p);
+  for (const auto& row : table_cells(p.oracle, p.results))
+    for (const auto& cell : row)
+      EXPECT_NE(page.find(">" + cell + "<"), std::string::npos) << cell;
+  EXPECT_NE(page.find(">123<"), std::string::npos);  // ttft_mean, as printed
+}
+
+TEST(html_report, no_results_is_a_page_of_no_data_notes) {
+  report_page p;
+  p.title = "kvmesh bench";
+  const std::string page = html_report(p);
+  EXPECT_NE(chart(page, "ttft-cdf").find("no-data"), std::string::npos);
+  EXPECT_NE(chart(page, "hit-ratio").find("no-data"), std::string::npos);
+  EXPECT_NE(chart(page, "requests").find("no-data"), std::string::npos);
+  EXPECT_EQ(count(page, "class=\"mark\""), 0u);
+}
+
+TEST(html_report, write_report_names_a_path_it_cannot_write) {
+  auto st = write_report("/nonexistent-dir/report.html", sample_page());
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.err().message.find("/nonexistent-dir/report.html"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvmesh::cli

@@ -1,0 +1,145 @@
+#!/bin/bash
+# Checks deploy/ as far as a machine without a cluster, a Docker engine or a
+# network allows: YAML lint, the compose file, Kustomize renderings (real
+# `kubectl kustomize` when kubectl is on PATH, else a stand-in), the
+# dashboard's queries against docs/metrics.md, the systemd units, the
+# Dockerfile, the Kubernetes entrypoint, and (given the binary) every
+# deployment's command lines run against a real nats-server.
+# usage: check.sh SOURCE_ROOT [KVMESH_BINARY]
+set -uo pipefail
+root=$(cd "$1" && pwd)
+bin=${2:-}
+here=$root/tests/deploy
+deploy=$root/deploy
+# Debian's python3: the one with python3-yaml (yamllint depends on it).
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+check=("$py" "$here/deploy_check.py")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0 skipped=0
+
+# indent TEXT: TEXT with every line indented under its step's name.
+indent() { printf '%s\n' "$1" | sed 's/^/     /'; }
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+skip() { echo "skip $1: $2"; skipped=$((skipped + 1)); }
+fail() {
+  echo "FAIL $1"
+  indent "$2"
+  failed=$((failed + 1))
+}
+
+# step NAME COMMAND...: ok when COMMAND exits 0 (its output shown), FAIL
+# with its output otherwise; exit 77 means it could not run here.
+step() {
+  local name=$1 out rc=0
+  shift
+  out=$("$@" 2>&1) || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    [ -z "$out" ] || indent "$out"
+    ok "$name"
+  elif [ "$rc" -eq 77 ]; then
+    skip "$name" "$out"
+  else
+    fail "$name" "$out"
+  fi
+}
+
+# must_fail NAME COMMAND...: the check itself is checked: COMMAND, given a
+# broken input, has to fail.
+must_fail() {
+  local name=$1 out
+  shift
+  if out=$("$@" 2>&1); then
+    fail "$name" "passed a broken input: $out"
+  else
+    ok "$name"
+  fi
+}
+
+if ! "$py" -c 'import yaml' 2>/dev/null; then
+  fail python3_yaml "$py has no yaml module (Debian: python3-yaml)"
+  echo "$passed passed, $failed failed, $skipped skipped"
+  exit 1
+fi
+
+# -- YAML ---------------------------------------------------------------------
+if command -v yamllint >/dev/null 2>&1; then
+  step yamllint yamllint --strict -c "$deploy/.yamllint.yaml" "$deploy"
+else
+  fail yamllint "yamllint is not installed (scripts/install-deps installs it)"
+fi
+
+# -- compose ------------------------------------------------------------------
+step compose_structure "${check[@]}" compose "$deploy/compose.yaml"
+if docker compose version >/dev/null 2>&1; then
+  step compose_config docker compose -f "$deploy/compose.yaml" config -q
+else
+  skip compose_config "no docker compose plugin (the structural check ran)"
+fi
+
+# -- Kubernetes ---------------------------------------------------------------
+dirs=("$deploy/kubernetes/base" "$deploy"/kubernetes/overlays/*)
+if command -v kubectl >/dev/null 2>&1 &&
+  kubectl kustomize --help >/dev/null 2>&1; then
+  step kustomize "${check[@]}" kustomize --kubectl "${dirs[@]}"
+else
+  step kustomize_standin "${check[@]}" kustomize "${dirs[@]}"
+  skip kubectl_kustomize "no working kubectl: rendered by the stand-in in \
+tests/deploy/deploy_check.py, not by kustomize"
+fi
+# An overlay whose shard count disagrees with its StatefulSet must fail.
+cp -r "$deploy/kubernetes" "$tmp/k8s"
+sed -i 's/INDEX_SHARDS: "1"/INDEX_SHARDS: "3"/' \
+  "$tmp/k8s/overlays/dev/config.yaml"
+must_fail kustomize_catches_shard_mismatch \
+  "${check[@]}" kustomize "$tmp/k8s/overlays/dev"
+
+# -- Grafana ------------------------------------------------------------------
+step dashboard_metrics "${check[@]}" dashboard "$deploy/grafana/kvmesh.json" \
+  "$root/docs/metrics.md"
+# A misspelt series must fail the check.
+sed 's/kvmesh_router_decisions_total/kvmesh_router_decisons_total/' \
+  "$deploy/grafana/kvmesh.json" >"$tmp/misspelt.json"
+must_fail dashboard_catches_unknown_series \
+  "${check[@]}" dashboard "$tmp/misspelt.json" "$root/docs/metrics.md"
+
+# -- systemd ------------------------------------------------------------------
+# verify also wants ExecStart's binary to exist: point it at a stand-in, so
+# that the units are checked on machines without kvmesh installed.
+if command -v systemd-analyze >/dev/null 2>&1; then
+  mkdir -p "$tmp/systemd"
+  printf '#!/bin/sh\n' >"$tmp/kvmesh" && chmod +x "$tmp/kvmesh"
+  for unit in "$deploy"/systemd/*.service; do
+    sed "s#/usr/local/bin/kvmesh#$tmp/kvmesh#" "$unit" \
+      >"$tmp/systemd/$(basename "$unit")"
+  done
+  # verify exits 0 on some problems it only warns about: any output fails.
+  if out=$(cd "$tmp/systemd" && systemd-analyze verify ./*.service 2>&1) &&
+    [ -z "$out" ]; then
+    ok systemd_verify
+  else
+    fail systemd_verify "$out"
+  fi
+else
+  skip systemd_verify "no systemd-analyze"
+fi
+
+# -- the image and its entrypoint ---------------------------------------------
+step dockerfile "${check[@]}" dockerfile "$deploy/Dockerfile" ${bin:+"$bin"}
+step entrypoint "${check[@]}" entrypoint "$deploy/entrypoint.sh"
+if command -v shellcheck >/dev/null 2>&1; then
+  step entrypoint_shellcheck shellcheck "$deploy/entrypoint.sh"
+else
+  skip entrypoint_shellcheck "no shellcheck"
+fi
+
+# -- the command lines, run -----------------------------------------------------
+if [ -n "$bin" ]; then
+  step smoke "${check[@]}" smoke "$bin" "$root"
+else
+  skip smoke "no kvmesh binary given"
+fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
