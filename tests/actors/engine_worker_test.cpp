@@ -100,8 +100,8 @@ TEST_F(engine_worker_test, the_engines_events_make_its_tiers_and_bids) {
   EXPECT_EQ(s.host_blocks, 2u);
   EXPECT_EQ(s.capacity, 64u);
   EXPECT_EQ(s.endpoint, "http://127.0.0.1:9001");
-  auto b = ask<bid_list>(w, bid_atom::value,
-                         call_for_bids{request(1, 20), 1.0, {}});
+  auto b =
+      ask<bid_list>(w, bid_atom::value, call_for_bids{request(1, 20), 1.0, {}});
   ASSERT_TRUE(b->has_value() && **b);
   ASSERT_EQ((**b)->bids.size(), 1u);
   EXPECT_EQ((**b)->bids[0].gpu, 3u);
