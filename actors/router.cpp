@@ -13,8 +13,21 @@ using auction_ptr = std::shared_ptr<auction>;
 
 void call_for_bids_(rpointer self, auction_ptr a);
 
-void fail(auction_ptr a, ec code, const std::string& what) {
+// An auction ended (decided or failed): the next waiting one starts.
+void ended(rpointer self) {
+  auto& st = self->state;
+  --st.inflight;
+  while (st.inflight < st.opt.max_inflight && !st.waiting.empty()) {
+    auto next = std::move(st.waiting.front());
+    st.waiting.pop_front();
+    ++st.inflight;
+    call_for_bids_(self, std::move(next));
+  }
+}
+
+void fail(rpointer self, auction_ptr a, ec code, const std::string& what) {
   a->promise.deliver(caf::make_error(code, what));
+  ended(self);
 }
 
 // `workers` by the bidder that answers for them, in order of first
@@ -57,7 +70,7 @@ void award_next(rpointer self, auction_ptr a) {
       call_for_bids_(self, a);
       return;
     }
-    fail(a, ec::not_found,
+    fail(self, a, ec::not_found,
          "no worker took request " + std::to_string(a->request.id) +
              (a->refusal.empty() ? std::string()
                                  : " (last refusal: " + a->refusal + ")"));
@@ -97,6 +110,7 @@ void award_next(rpointer self, auction_ptr a) {
                               router_state::latency_window] = us;
               a->promise.deliver(decision{
                   a->request.id, w, a->round, a->prices, {}, reply.endpoint});
+              ended(self);
               return;
             }
             // The bid no longer holds: auction again on fresh bids while
@@ -128,7 +142,7 @@ void decide(rpointer self, auction_ptr a) {
       call_for_bids_(self, a);
       return;
     }
-    fail(a, ec::not_found,
+    fail(self, a, ec::not_found,
          "no worker answered the call for bids for request " +
              std::to_string(a->request.id));
     return;
@@ -147,7 +161,7 @@ void decide(rpointer self, auction_ptr a) {
       return;
     }
     ++st.overloaded;
-    fail(a, ec::capacity_exceeded,
+    fail(self, a, ec::capacity_exceeded,
          "overloaded: every worker is past the price ceiling and " +
              std::to_string(st.held.size()) + " requests are held");
     return;
@@ -254,7 +268,7 @@ void call_for_bids_(rpointer self, auction_ptr a) {
       st.held.push_back(a);
       return;
     }
-    fail(a, ec::not_found,
+    fail(self, a, ec::not_found,
          "no live worker for request " + std::to_string(a->request.id));
     return;
   }
@@ -332,10 +346,26 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
           return caf::make_error(
               ec::empty_input,
               "request " + std::to_string(r.id) + " has no prompt blocks");
+        // Turned away before a promise exists: once one does, it owns the
+        // response and an error returned here would not reach the client.
+        const bool wait = st.inflight >= st.opt.max_inflight;
+        if (wait && st.waiting.size() >= st.opt.max_held) {
+          ++st.overloaded;
+          return caf::make_error(ec::capacity_exceeded,
+                                 "overloaded: " + std::to_string(st.inflight) +
+                                     " auctions in flight and " +
+                                     std::to_string(st.waiting.size()) +
+                                     " requests waiting");
+        }
         auto a = std::make_shared<auction>();
         a->arrived = self->clock().now();
         a->request = std::move(r);
         a->promise = self->make_response_promise<decision>();
+        if (wait) {
+          st.waiting.push_back(a);
+          return a->promise;
+        }
+        ++st.inflight;
         call_for_bids_(self, a);
         return a->promise;
       },
@@ -351,7 +381,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         s.name = st.opt.name;
         s.decisions = st.decisions;
         s.reauctions = st.reauctions;
-        s.held = st.held.size();
+        s.held = st.held.size() + st.waiting.size();
         s.overloaded = st.overloaded;
         for (const auto& m : st.members) {
           s.workers += m.present;

@@ -35,6 +35,11 @@ struct router_options {
   // Requests held while the fleet is saturated (price_config::
   // overload_ceiling); past this many, "overloaded".
   size_t max_held = 1024;
+  // Auctions in flight at once; later requests wait in arrival order (up
+  // to max_held of them, then "overloaded"). Without a bound, a burst
+  // starts more auctions than bidders answer within their deadlines, the
+  // silent ones are re-auctioned, and throughput collapses.
+  size_t max_inflight = 128;
   // Above `fanout` eligible workers, a call for bids goes to the index's
   // best holders of the prefix (half of fanout) plus the least loaded by
   // heartbeat, not to every worker.
@@ -73,7 +78,9 @@ struct router_state {
   std::unique_ptr<auctioneer> auction;  // pricing and pending awards
   std::vector<member> members;          // one per worker
   std::vector<bidder_actor> bidders;    // distinct, shared by workers
-  std::deque<std::shared_ptr<kvmesh::auction>> held;  // the overload queue
+  std::deque<std::shared_ptr<kvmesh::auction>> held;     // the overload queue
+  std::deque<std::shared_ptr<kvmesh::auction>> waiting;  // for max_inflight
+  size_t inflight = 0;
   uint64_t decisions = 0;
   uint64_t reauctions = 0;
   uint64_t overloaded = 0;

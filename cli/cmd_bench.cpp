@@ -27,6 +27,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/replay.hpp"
@@ -891,6 +892,57 @@ void print_overhead(const overhead_result& h) {
     std::fprintf(stderr, "kvmesh bench: %s\n", h.warning.c_str());
 }
 
+// -- CPU per process ----------------------------------------------------------
+// Where a run's CPU went: on a small host every process of the mesh shares
+// the cores, so a router's capacity is its CPU per decision, not only the
+// decisions per second the whole machine reached.
+
+struct cpu_use {
+  steady::time_point at;
+  std::vector<double> procs;  // as m.procs, then m.nats, then this process
+};
+
+cpu_use cpu_now(const mesh_procs& m) {
+  cpu_use u;
+  u.at = steady::now();
+  for (const auto* list : {&m.procs, &m.nats})
+    for (const auto& p : *list)
+      u.procs.push_back(p.pid > 0 ? cpu_seconds(p.pid) : -1);
+  u.procs.push_back(cpu_seconds(getpid()));
+  return u;
+}
+
+json print_cpu(const mesh_procs& m, const cpu_use& before, const cpu_use& after,
+               uint64_t decisions) {
+  std::vector<std::string> names;
+  for (const auto* list : {&m.procs, &m.nats})
+    for (const auto& p : *list)
+      names.push_back(p.name.empty() || p.role == "nats-server" ? p.role
+                                                                : p.name);
+  names.push_back("bench client");
+  const double wall = seconds(after.at - before.at);
+  std::vector<std::vector<std::string>> rows{
+      {"process", "cpu_s", "cores", "cpu_us/decision"}};
+  json out = json::array();
+  for (size_t i = 0;
+       i < names.size() && i < before.procs.size() && i < after.procs.size();
+       ++i) {
+    if (before.procs[i] < 0 || after.procs[i] < 0) continue;
+    const double s = after.procs[i] - before.procs[i];
+    const double per = decisions ? s * 1e6 / static_cast<double>(decisions) : 0;
+    rows.push_back({names[i], fmt("%.2f", s),
+                    fmt("%.2f", wall > 0 ? s / wall : 0), fmt("%.0f", per)});
+    out.push_back({{"process", names[i]},
+                   {"cpu_s", s},
+                   {"cores", wall > 0 ? s / wall : 0},
+                   {"cpu_us_per_decision", per}});
+  }
+  std::printf("\nCPU during the run (%.2f s of wall clock, %u cores):\n", wall,
+              std::thread::hardware_concurrency());
+  print_rows(rows);
+  return out;
+}
+
 struct baseline_report {
   size_t payload = 0;
   size_t fanout = 0;
@@ -1184,6 +1236,7 @@ int run_bench(bench_options o) {
   sim_result result;
   error_counts trace_errors;
   load_result load;
+  const cpu_use cpu_before = cpu_now(m);
   if (throughput) {
     std::fprintf(
         stderr, "kvmesh bench: %" PRIu64 " requests, %u outstanding, rate %s\n",
@@ -1231,6 +1284,7 @@ int run_bench(bench_options o) {
     end = r->end;
     client_decisions = result.requests - result.refused;
   }
+  const cpu_use cpu_after = cpu_now(m);
   if (auto why = wait_end_beats(beats, m, o, start, end, client_decisions);
       !why.empty()) {
     close_bus();
@@ -1293,6 +1347,7 @@ int run_bench(bench_options o) {
     report.oracle = orc;
   }
   print_overhead(h);
+  const json cpu = print_cpu(m, cpu_before, cpu_after, h.decisions);
   std::fflush(stdout);
   if (h.decisions != client_decisions)
     std::fprintf(stderr,
@@ -1332,6 +1387,7 @@ int run_bench(bench_options o) {
   }
   if (!o.json_path.empty()) {
     doc["overhead"] = overhead_json(h);
+    doc["cpu"] = cpu;
     doc["baseline"] = baseline_json(b);
     doc["config"] = config_json(o, m.url, o.prefix);
     std::ofstream out(o.json_path);

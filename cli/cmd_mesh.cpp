@@ -728,6 +728,14 @@ void add_router(CLI::App& app, std::function<int()>& run) {
                   "auctions per request at most (refusals re-auction)")
       ->check(positive)
       ->capture_default_str();
+  cmd->add_option("--max-inflight", r.max_inflight,
+                  "auctions in flight at once; later requests wait")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--max-held", r.max_held,
+                  "requests waiting or held at most; beyond, 'overloaded'")
+      ->check(positive)
+      ->capture_default_str();
   cmd->add_option("--block-tokens", r.block_tokens,
                   "tokens per block, for the output-length estimate")
       ->check(positive)

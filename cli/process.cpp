@@ -16,6 +16,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace kvmesh::cli {
@@ -219,6 +220,26 @@ std::string arg(double v) {
     if (std::strtod(buf, nullptr) == v) break;
   }
   return buf;
+}
+
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return -1;
+  // The command name (field 2) may hold spaces: count fields after it.
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(paren + 1));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  const long ticks = sysconf(_SC_CLK_TCK);
+  return ticks > 0
+             ? static_cast<double>(utime + stime) / static_cast<double>(ticks)
+             : -1;
 }
 
 void stop_procs(std::vector<child_proc>& procs, int sig, const char* cmd) {

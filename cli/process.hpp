@@ -81,6 +81,10 @@ struct child_proc {
   pid_t pid = -1;
 };
 
+// CPU seconds (user + system) process `pid` has used so far, or -1 when
+// /proc does not tell (it exited).
+double cpu_seconds(pid_t pid);
+
 // Stops `procs` (`sig`, SIGKILL after 5 s), reporting on stderr, as
 // "kvmesh <cmd>: ...", those that did not stop cleanly.
 void stop_procs(std::vector<child_proc>& procs, int sig, const char* cmd);

@@ -90,8 +90,9 @@ class router_test : public actor_fixture {
  protected:
   router_actor spawn_router(std::vector<worker_actor> workers,
                             uint32_t max_auctions = 8, price_config price = {},
-                            size_t max_held = 1024) {
+                            size_t max_held = 1024, size_t max_inflight = 128) {
     router_options opt;
+    opt.max_inflight = max_inflight;
     opt.workers = std::move(workers);
     opt.max_auctions = max_auctions;
     opt.price = price;
@@ -283,6 +284,31 @@ TEST_F(router_test, a_saturated_fleet_holds_requests_then_says_overloaded) {
   ASSERT_TRUE(first->has_value() && **first);
   EXPECT_EQ((**first)->worker, 0u);
   EXPECT_EQ(status(r).held, 0u);
+}
+
+TEST_F(router_test, auctions_beyond_max_inflight_wait_then_overload) {
+  auto silent = bidder(0, 0);  // keeps each auction open for 50 ms
+  silent.silent_bids = true;
+  auto r = spawn_router(mocks({silent, bidder(1, 0)}), 8, {}, 1, 2);
+  auto d1 = ask<decision>(r, route_atom::value, request(1));
+  auto d2 = ask<decision>(r, route_atom::value, request(2));
+  auto d3 = ask<decision>(r, route_atom::value, request(3));  // waits
+  auto d4 = ask<decision>(r, route_atom::value, request(4));  // no room
+  ASSERT_TRUE(d4->has_value());
+  ASSERT_FALSE(**d4);
+  EXPECT_EQ((**d4).error(), caf::make_error(ec::capacity_exceeded));
+  EXPECT_NE(sys->render((**d4).error()).find("2 auctions in flight"),
+            std::string::npos);
+  EXPECT_FALSE(d1->has_value() || d2->has_value() || d3->has_value());
+  EXPECT_EQ(status(r).held, 1u);
+  advance(std::chrono::milliseconds(60));  // 1 and 2 end; 3 starts
+  ASSERT_TRUE(d1->has_value() && **d1 && d2->has_value() && **d2);
+  EXPECT_FALSE(d3->has_value());
+  advance(std::chrono::milliseconds(60));
+  ASSERT_TRUE(d3->has_value() && **d3);
+  EXPECT_EQ((**d3)->worker, 1u);
+  EXPECT_EQ(status(r).held, 0u);
+  EXPECT_EQ(status(r).overloaded, 1u);
 }
 
 TEST_F(router_test, above_the_fanout_bound_it_asks_holders_and_least_loaded) {

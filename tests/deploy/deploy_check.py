@@ -947,7 +947,8 @@ def cmd_smoke(args):
             tokens = ",".join(str(i) for i in range(1, 1025))
             r = subprocess.run([binary, "route", "--nats", url, "--prefix",
                                 prefix, "--block-tokens", "512", "--tokens",
-                                tokens, "--json"], text=True,
+                                tokens, "--json", "--timeout-ms", "10000"],
+                               text=True,
                                capture_output=True)
             if r.returncode != 0:
                 bad(f"{prefix}: route failed ({r.returncode}): "

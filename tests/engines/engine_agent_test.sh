@@ -148,7 +148,7 @@ pids+=($!)
   --kv-replay "tcp://127.0.0.1:$replay" --kv-topic kv-events \
   --engine-url "http://127.0.0.1:$engine_http" --block-tokens 4 \
   --worker-id 0 --front-host 127.0.0.1 --front-port "$front_port" \
-  --heartbeat-ms 200 --metrics-ms 200 --award-ttl-ms 2000 \
+  --heartbeat-ms 200 --metrics-ms 200 --award-ttl-ms 8000 \
   >"$tmp/agent.log" 2>&1 &
 agent=$!
 pids+=("$agent")
@@ -272,8 +272,10 @@ stats_until restart_counted 3 "assert d['kv_events']['restarts'] == 1, d"
 
 ctl '{"op": "clear"}'
 ctl "{\"op\": \"store\", \"tokens\": [$A]}"
-# The routed request of bid_matches_tiers never came: its award expired.
-workers_until ready_for_requests 5 "assert w['gpu_blocks'] == 3 and \
+# The routed request of bid_matches_tiers never came: its award expired
+# (--award-ttl-ms 8000: long enough for a loaded machine to call the front
+# after a route below).
+workers_until ready_for_requests 15 "assert w['gpu_blocks'] == 3 and \
 w['queued_blocks'] == 0, w"
 stats_until abandoned_award_counted 3 "assert d['worker']['abandoned'] == 1, d"
 ctl '{"op": "delay", "first_ms": 3000, "token_ms": 600}'
