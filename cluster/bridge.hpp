@@ -136,19 +136,28 @@ class pending_calls {
   using done_fn = std::function<void(expected<bytes>)>;
 
   // Actor states are default-constructed: attach the inbox before calls.
-  void attach(std::shared_ptr<inbox> box) { box_ = std::move(box); }
+  // `batched`: the receivers also listen on their subjects' parent +
+  // ".batch" (agents, index shards); only then may calls go batched.
+  void attach(std::shared_ptr<inbox> box, bool batched = false) {
+    box_ = std::move(box);
+    batched_ = batched;
+  }
 
   // Publishes `payload` on `subject` with a reply inbox; `done` runs inside
   // the actor `self` when the reply comes or the timeout passes.
-  // The call goes out batched with the actor's others (see batcher): the
-  // actor handles (flush_atom) by flush().
+  // When batched, the call goes out with the actor's others (see batcher):
+  // the actor handles (flush_atom) by flush().
   template <class Self>
   void call(Self* self, const std::string& subject, const bytes& payload,
             caf::timespan timeout, done_fn done) {
     uint64_t seq = 0;
     const std::string reply =
         box_->expect(caf::actor_cast<caf::actor>(self), seq);
-    publish(self, subject, payload, reply);
+    if (auto st = publish(self, subject, payload, reply); !st) {
+      box_->forget(seq);
+      done(st.err());
+      return;
+    }
     const bool first = calls_.empty();
     calls_.emplace(seq, call_t{std::chrono::steady_clock::now() + timeout,
                                std::move(done), subject});
@@ -158,11 +167,13 @@ class pending_calls {
     }
   }
 
-  // A message without reply, batched with the calls.
+  // A message without reply, batched with the calls when they are.
   template <class Self>
-  void publish(Self* self, const std::string& subject, const bytes& payload,
-               const std::string& reply = {}) {
+  status publish(Self* self, const std::string& subject, const bytes& payload,
+                 const std::string& reply = {}) {
+    if (!batched_) return box_->bus().publish(subject, payload, reply);
     if (out_.add(subject, reply, payload)) self->send(self, flush_atom::value);
+    return ok;
   }
   void flush() { out_.flush(box_->bus()); }
 
@@ -189,6 +200,7 @@ class pending_calls {
   void expire();
 
   std::shared_ptr<inbox> box_;
+  bool batched_ = false;
   batcher out_;
   std::unordered_map<uint64_t, call_t> calls_;
   bool sweeping_ = false;

@@ -331,7 +331,7 @@ struct front_state {
 };
 
 // Route requests wait for the router's own deadlines; this only bounds a
-// router that never answers.
+// router that never answers (the stand-in of a remote one).
 constexpr auto route_timeout = std::chrono::seconds(60);
 
 caf::behavior router_front(caf::stateful_actor<front_state>* self,
@@ -360,7 +360,9 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
             return;
           }
           const uint64_t id = r->id;
-          self->request(st.router, route_timeout, route_atom::value,
+          // The local router always answers by its own deadlines; a timer
+          // per request would cost the clock thread two wake-ups.
+          self->request(st.router, caf::infinite, route_atom::value,
                         std::move(*r))
               .then(
                   [self, reply](const decision& d) {
@@ -396,7 +398,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
                 st.name_.c_str());
           }
           const uint64_t id = r->id;
-          self->request(st.router, route_timeout, route_atom::value,
+          self->request(st.router, caf::infinite, route_atom::value,
                         std::move(*r))
               .then(
                   [self, reply, to_bytes](const decision& d) {
@@ -443,7 +445,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
           return;
         }
         const uint64_t id = r->id;
-        self->request(st.router, route_timeout, route_atom::value,
+        self->request(st.router, caf::infinite, route_atom::value,
                       std::move(*r))
             .then(
                 [self, reply, d](const decision& out) {

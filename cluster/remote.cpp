@@ -34,7 +34,7 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
   st.subj = mesh.subj;
   st.agent = std::move(agent);
   st.timeout = mesh.call_timeout;
-  st.calls.attach(std::move(box));
+  st.calls.attach(std::move(box), true);
   return {
       [=](bid_atom, const call_for_bids& cfb) -> caf::result<bid_list> {
         auto& st = self->state;
@@ -72,7 +72,8 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
       },
       [=](release_atom, const release_msg& r) {
         auto& st = self->state;
-        st.calls.publish(self, st.subj.agent(st.agent, "release"), encode(r));
+        (void)st.calls.publish(self, st.subj.agent(st.agent, "release"),
+                               encode(r));
       },
       [=](put_atom, drain_atom, uint32_t w, bool on) {
         auto& st = self->state;
@@ -173,7 +174,7 @@ remote_shard_actor::behavior_type remote_shard(
   st.subj = mesh.subj;
   st.shard = shard;
   st.timeout = mesh.call_timeout;
-  st.calls.attach(std::move(box));
+  st.calls.attach(std::move(box), true);
   return {
       [=](kv_atom, uint32_t worker, std::vector<cache_event>& events) {
         auto& st = self->state;

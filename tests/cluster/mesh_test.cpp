@@ -276,6 +276,29 @@ TEST_F(mesh_test, every_request_gets_exactly_one_decision) {
   EXPECT_GE(client.by_worker().size(), 4u);
 }
 
+// The replay client's stand-in for the routers (kvmesh bench) sends a burst
+// from one actor: every request must reach a router, none in a batch that
+// no router listens for.
+TEST_F(mesh_test, a_remote_router_s_burst_gets_every_decision) {
+  start_mesh();
+  auto front = spawn_remote_router(*sys_, bus(), mesh(), listener_actor{});
+  ASSERT_TRUE(front) << front.err().message;
+  constexpr uint64_t n = 200;
+  auto decided = std::make_shared<std::atomic<size_t>>(0);
+  auto failed = std::make_shared<std::atomic<size_t>>(0);
+  router_actor r = *front;
+  sys_->spawn([=](caf::event_based_actor* self) {
+    for (uint64_t id = 1; id <= n; ++id)
+      self->request(r, caf::infinite, route_atom::value,
+                    request(id, id % 20, 8))
+          .then([=](const decision&) { ++*decided; },
+                [=](caf::error&) { ++*failed; });
+  });
+  EXPECT_TRUE(eventually([&] { return *decided + *failed == n; }, 20000ms));
+  EXPECT_EQ(decided->load(), n) << *failed << " failed";
+  caf::anon_send_exit(*front, caf::exit_reason::user_shutdown);
+}
+
 TEST_F(mesh_test, admin_lists_workers_shards_and_prefix_holders) {
   start_mesh();
   auto& c = bus();
