@@ -132,11 +132,11 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         };
         if (st.draining) {
           count(worker_meters::draining);
-          return {false, "draining"};
+          return {false, "draining", {}};
         }
         if (st.ledger->should_refuse(r.id, expected)) {
           count(worker_meters::queue_grew);
-          return {false, "queue grew since the bid"};
+          return {false, "queue grew since the bid", {}};
         }
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
         const bid held =
@@ -150,7 +150,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         if (auto ok = st.eng->submit(std::move(req), now_ms(self)); !ok) {
           st.ledger->release(r.id);
           count(worker_meters::engine_refused);
-          return {false, ok.err().message};
+          return {false, ok.err().message, {}};
         }
         st.ledger->accept(r.id, read);
         if (m) {
@@ -161,7 +161,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
           m->hit_blocks[2]->inc(held.disk);
         }
         maybe_step(self);
-        return {true, {}};
+        return {true, {}, {}};
       },
       [=](release_atom, const release_msg& r) {
         self->state.ledger->release(r.request);

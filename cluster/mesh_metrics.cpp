@@ -3,11 +3,11 @@
 #include "cluster/mesh_metrics.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <optional>
 
+#include "core/log.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
 
@@ -69,6 +69,7 @@ struct worker_series {
   gauge* reserved = nullptr;
   gauge* active = nullptr;
   gauge* capacity = nullptr;
+  gauge* gpu_capacity = nullptr;  // the GPU tier's, as its status says
   gauge* cached[3] = {};
   gauge* waiting = nullptr;
   gauge* running = nullptr;
@@ -81,7 +82,7 @@ struct router_series {
   counter* decisions = nullptr;
   counter* reauctions = nullptr;
   gauge* held = nullptr;
-  gauge* workers[3] = {};  // live, draining, gone
+  gauge* workers[4] = {};  // live, draining, unhealthy, gone
 };
 
 struct shard_series {
@@ -105,11 +106,10 @@ std::optional<T> ask(caf::scoped_actor& self, const Handle& h,
   self->request(h, left, xs...)
       .receive([&](T& x) { out = std::move(x); },
                [&](caf::error& e) {
-                 std::fprintf(stderr,
-                              "kvmesh metrics: %s gave no status for this "
-                              "scrape (%s): its series keep their last "
-                              "values\n",
-                              what.c_str(), self->system().render(e).c_str());
+                 KVMESH_LOG(
+                     "metrics scrape misses %s's status (%s): its series "
+                     "keep their last values",
+                     what.c_str(), self->system().render(e).c_str());
                });
   return out;
 }
@@ -204,92 +204,170 @@ metrics::registry& process_metrics::registry() {
 
 // -- node agent ---------------------------------------------------------------
 
+namespace {
+
+// The worker families of an agent, and each worker's series and meters.
+struct worker_families {
+  family<gauge>* queued;
+  family<gauge>* reserved;
+  family<gauge>* active;
+  family<gauge>* capacity;
+  family<gauge>* cached;
+  family<gauge>* tier_capacity;
+  family<gauge>* requests;
+  family<counter>* completed;
+  family<counter>* awards;
+  family<counter>* prompt;
+  family<counter>* hits;
+  family<gauge>* draining;
+  family<gauge>* speed;
+  counter* kv[2];  // stored, removed: the agent's
+
+  explicit worker_families(builder& b) {
+    const std::vector<std::string> w = {"worker"};
+    const std::vector<std::string> wt = {"worker", "tier"};
+    queued = b.gauges("kvmesh_worker_queued_blocks",
+                      "Read work the worker accepted and has not yet "
+                      "prefilled, in blocks.",
+                      w);
+    reserved = b.gauges("kvmesh_worker_reserved_blocks",
+                        "Blocks soft-reserved by auctions still open.", w);
+    active = b.gauges("kvmesh_worker_active_blocks",
+                      "GPU blocks held by running sequences (occupancy).", w);
+    capacity = b.gauges("kvmesh_worker_capacity_blocks",
+                        "GPU KV blocks of the worker.", w);
+    cached = b.gauges("kvmesh_worker_cached_blocks",
+                      "Blocks cached in each tier.", wt);
+    tier_capacity = b.gauges(
+        "kvmesh_worker_tier_capacity_blocks",
+        "Capacity of each tier in blocks (0: no such tier, or unknown).", wt);
+    requests = b.gauges("kvmesh_worker_requests",
+                        "Requests waiting for prefill and running.",
+                        {"worker", "state"});
+    completed = b.counters("kvmesh_worker_completed_total",
+                           "Requests the worker finished.", w);
+    awards = b.counters("kvmesh_worker_awards_total",
+                        "Awards the worker received, by its answer.",
+                        {"worker", "result"});
+    prompt = b.counters("kvmesh_worker_prompt_blocks_total",
+                        "Full prompt blocks of the requests accepted.", w);
+    hits = b.counters(
+        "kvmesh_worker_hit_blocks_total",
+        "Of the accepted prompt blocks, those of the prefix the worker held "
+        "at the award, by the tier it held them in.",
+        wt);
+    draining = b.gauges("kvmesh_worker_draining",
+                        "1 while the worker is drained, else 0.", w);
+    speed = b.gauges("kvmesh_worker_speed",
+                     "Prefill speed relative to the reference GPU.", w);
+    auto* events = b.counters("kvmesh_agent_kv_events_total",
+                              "KV events the agent's workers sent to the "
+                              "index shards.",
+                              {"kind"});
+    kv[0] = b.at(events, {"stored"});
+    kv[1] = b.at(events, {"removed"});
+  }
+
+  // Worker `id`'s series, its host and disk tiers' capacity set (the GPU's
+  // comes with each status), and the meters it counts with.
+  std::shared_ptr<worker_meters> add(builder& b, uint32_t id,
+                                     uint64_t host_blocks, uint64_t disk_blocks,
+                                     std::vector<worker_series>& out) {
+    const std::string i = std::to_string(id);
+    worker_series s;
+    s.id = id;
+    s.queued = b.at(queued, {i});
+    s.reserved = b.at(reserved, {i});
+    s.active = b.at(active, {i});
+    s.capacity = b.at(capacity, {i});
+    s.gpu_capacity = b.at(tier_capacity, {i, tier_names[0]});
+    if (auto* g = b.at(tier_capacity, {i, tier_names[1]}))
+      g->set(static_cast<double>(host_blocks));
+    if (auto* g = b.at(tier_capacity, {i, tier_names[2]}))
+      g->set(static_cast<double>(disk_blocks));
+    auto m = std::make_shared<worker_meters>();
+    for (size_t t = 0; t < 3; ++t) {
+      s.cached[t] = b.at(cached, {i, tier_names[t]});
+      m->hit_blocks[t] = b.at(hits, {i, tier_names[t]});
+    }
+    s.waiting = b.at(requests, {i, "waiting"});
+    s.running = b.at(requests, {i, "running"});
+    s.completed = b.at(completed, {i});
+    s.draining = b.at(draining, {i});
+    s.speed = b.at(speed, {i});
+    const char* results[4] = {"accepted", "draining", "queue_grew",
+                              "engine_refused"};
+    for (size_t r = 0; r < 4; ++r)
+      m->awards[r] = b.at(awards, {i, results[r]});
+    m->prompt_blocks = b.at(prompt, {i});
+    m->kv_events[0] = kv[0];
+    m->kv_events[1] = kv[1];
+    out.push_back(s);
+    return m;
+  }
+};
+
+// What a scrape asks each of an agent's workers, in the order of `series`.
+std::function<void(caf::scoped_actor&, steady::time_point)> collect_workers(
+    const std::vector<worker_series>* series,
+    std::vector<worker_actor> handles) {
+  return
+      [series, handles](caf::scoped_actor& self, steady::time_point deadline) {
+        for (size_t i = 0; i < handles.size() && i < series->size(); ++i) {
+          const worker_series& w = (*series)[i];
+          auto s = ask<worker_status>(self, handles[i], deadline,
+                                      "worker " + std::to_string(w.id),
+                                      status_atom::value);
+          if (!s) continue;
+          w.queued->set(s->queued);
+          w.reserved->set(s->reserved);
+          w.active->set(static_cast<double>(s->active));
+          w.capacity->set(static_cast<double>(s->capacity));
+          w.gpu_capacity->set(static_cast<double>(s->capacity));
+          w.cached[0]->set(static_cast<double>(s->gpu_blocks));
+          w.cached[1]->set(static_cast<double>(s->host_blocks));
+          w.cached[2]->set(static_cast<double>(s->disk_blocks));
+          w.waiting->set(static_cast<double>(s->waiting));
+          w.running->set(static_cast<double>(s->running));
+          w.completed->set(static_cast<double>(s->completed));
+          w.draining->set(s->draining ? 1 : 0);
+          w.speed->set(s->speed);
+        }
+      };
+}
+
+}  // namespace
+
 expected<std::unique_ptr<process_metrics>> process_metrics::for_agent(
     agent_options& opt) {
   auto p = std::make_unique<impl>();
   if (auto st = p->add_common("agent"); !st) return st.err();
   builder b(p->reg);
-  const std::vector<std::string> w = {"worker"};
-  const std::vector<std::string> wt = {"worker", "tier"};
-  auto* queued = b.gauges("kvmesh_worker_queued_blocks",
-                          "Read work the worker accepted and has not yet "
-                          "prefilled, in blocks.",
-                          w);
-  auto* reserved = b.gauges("kvmesh_worker_reserved_blocks",
-                            "Blocks soft-reserved by auctions still open.", w);
-  auto* active =
-      b.gauges("kvmesh_worker_active_blocks",
-               "GPU blocks held by running sequences (occupancy).", w);
-  auto* capacity = b.gauges("kvmesh_worker_capacity_blocks",
-                            "GPU KV blocks of the worker.", w);
-  auto* cached = b.gauges("kvmesh_worker_cached_blocks",
-                          "Blocks cached in each tier.", wt);
-  auto* tier_capacity =
-      b.gauges("kvmesh_worker_tier_capacity_blocks",
-               "Capacity of each tier in blocks (0: no such tier).", wt);
-  auto* requests = b.gauges("kvmesh_worker_requests",
-                            "Requests waiting for prefill and running.",
-                            {"worker", "state"});
-  auto* completed = b.counters("kvmesh_worker_completed_total",
-                               "Requests the worker finished.", w);
-  auto* awards = b.counters("kvmesh_worker_awards_total",
-                            "Awards the worker received, by its answer.",
-                            {"worker", "result"});
-  auto* prompt = b.counters("kvmesh_worker_prompt_blocks_total",
-                            "Full prompt blocks of the requests accepted.", w);
-  auto* hits = b.counters(
-      "kvmesh_worker_hit_blocks_total",
-      "Of the accepted prompt blocks, those of the prefix the worker held at "
-      "the award, by the tier it held them in.",
-      wt);
-  auto* draining = b.gauges("kvmesh_worker_draining",
-                            "1 while the worker is drained, else 0.", w);
-  auto* speed = b.gauges("kvmesh_worker_speed",
-                         "Prefill speed relative to the reference GPU.", w);
-  auto* kv = b.counters("kvmesh_agent_kv_events_total",
-                        "KV events the agent's workers sent to the index "
-                        "shards.",
-                        {"kind"});
-  counter* kv_stored = b.at(kv, {"stored"});
-  counter* kv_removed = b.at(kv, {"removed"});
-  const char* results[4] = {"accepted", "draining", "queue_grew",
-                            "engine_refused"};
-  for (auto& wo : opt.workers) {
-    const std::string id = std::to_string(wo.ledger.id);
-    worker_series s;
-    s.id = wo.ledger.id;
-    s.queued = b.at(queued, {id});
-    s.reserved = b.at(reserved, {id});
-    s.active = b.at(active, {id});
-    s.capacity = b.at(capacity, {id});
-    const uint64_t tiers[3] = {wo.engine.cache.gpu_blocks,
-                               wo.engine.cache.host_blocks,
-                               wo.engine.cache.disk_blocks};
-    auto m = std::make_shared<worker_meters>();
-    for (size_t t = 0; t < 3; ++t) {
-      s.cached[t] = b.at(cached, {id, tier_names[t]});
-      if (auto* g = b.at(tier_capacity, {id, tier_names[t]}))
-        g->set(static_cast<double>(tiers[t]));
-      m->hit_blocks[t] = b.at(hits, {id, tier_names[t]});
-    }
-    s.waiting = b.at(requests, {id, "waiting"});
-    s.running = b.at(requests, {id, "running"});
-    s.completed = b.at(completed, {id});
-    s.draining = b.at(draining, {id});
-    s.speed = b.at(speed, {id});
-    for (size_t r = 0; r < 4; ++r)
-      m->awards[r] = b.at(awards, {id, results[r]});
-    m->prompt_blocks = b.at(prompt, {id});
-    m->kv_events[0] = kv_stored;
-    m->kv_events[1] = kv_removed;
-    wo.meters = std::move(m);
-    p->workers.push_back(s);
-  }
+  worker_families f(b);
+  for (auto& wo : opt.workers)
+    wo.meters = f.add(b, wo.ledger.id, wo.engine.cache.host_blocks,
+                      wo.engine.cache.disk_blocks, p->workers);
   if (auto st = b.result(); !st) {
     for (auto& wo : opt.workers)
       wo.meters.reset();
     return st.err();
   }
+  return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
+}
+
+expected<std::unique_ptr<process_metrics>> process_metrics::for_agent(
+    engine_agent_options& opt) {
+  auto p = std::make_unique<impl>();
+  if (auto st = p->add_common("agent"); !st) return st.err();
+  builder b(p->reg);
+  worker_families f(b);
+  // The engine's host and disk tiers (offloading) have no capacity the
+  // agent knows: 0.
+  std::vector<std::shared_ptr<const worker_meters>> meters;
+  for (uint32_t r = 0; r < opt.dp_size; ++r)
+    meters.push_back(f.add(b, opt.first_id + r, 0, 0, p->workers));
+  if (auto st = b.result(); !st) return st.err();
+  opt.meters = std::move(meters);
   return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
 }
 
@@ -299,30 +377,18 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   impl_->sys = &sys;
   impl_->bus = &bus;
   // The node's workers are in the order of the options' (agent_node).
-  std::vector<worker_actor> handles = node.workers();
-  impl* p = impl_.get();
-  impl_->collect = [p, handles](caf::scoped_actor& self,
-                                steady::time_point deadline) {
-    for (size_t i = 0; i < handles.size() && i < p->workers.size(); ++i) {
-      const worker_series& w = p->workers[i];
-      auto s = ask<worker_status>(self, handles[i], deadline,
-                                  "worker " + std::to_string(w.id),
-                                  status_atom::value);
-      if (!s) continue;
-      w.queued->set(s->queued);
-      w.reserved->set(s->reserved);
-      w.active->set(static_cast<double>(s->active));
-      w.capacity->set(static_cast<double>(s->capacity));
-      w.cached[0]->set(static_cast<double>(s->gpu_blocks));
-      w.cached[1]->set(static_cast<double>(s->host_blocks));
-      w.cached[2]->set(static_cast<double>(s->disk_blocks));
-      w.waiting->set(static_cast<double>(s->waiting));
-      w.running->set(static_cast<double>(s->running));
-      w.completed->set(static_cast<double>(s->completed));
-      w.draining->set(s->draining ? 1 : 0);
-      w.speed->set(s->speed);
-    }
-  };
+  impl_->collect = collect_workers(&impl_->workers, node.workers());
+}
+
+void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
+                            const engine_agent& node) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->sys = &sys;
+  impl_->bus = &bus;
+  std::vector<worker_actor> handles;
+  for (const auto& w : node.workers())  // by rank
+    handles.push_back(caf::actor_cast<worker_actor>(w));
+  impl_->collect = collect_workers(&impl_->workers, std::move(handles));
 }
 
 // -- router -------------------------------------------------------------------
@@ -384,8 +450,8 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
                            "Workers this router knows from heartbeats, by "
                            "state.",
                            {"state"});
-  const char* states[3] = {"live", "draining", "gone"};
-  for (size_t i = 0; i < 3; ++i)
+  const char* states[4] = {"live", "draining", "unhealthy", "gone"};
+  for (size_t i = 0; i < 4; ++i)
     p->router.workers[i] = b.at(workers, {states[i]});
   if (auto st = b.result(); !st) return st.err();
   opt.meters = std::move(m);
@@ -409,10 +475,11 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
     if (auto ws = ask<std::vector<worker_status>>(
             self, admin, deadline, "the ADMIN (workers)", get_atom::value,
             workers_atom::value)) {
-      double n[3] = {0, 0, 0};
+      // As `kvmesh admin workers` names them.
+      double n[4] = {0, 0, 0, 0};
       for (const auto& w : *ws)
-        n[w.gone ? 2 : w.draining ? 1 : 0] += 1;
-      for (size_t i = 0; i < 3; ++i)
+        n[w.gone ? 3 : w.draining ? 1 : w.unhealthy ? 2 : 0] += 1;
+      for (size_t i = 0; i < 4; ++i)
         p->router.workers[i]->set(n[i]);
     }
   };

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "cluster/engine_agent.hpp"
 #include "cluster/mesh.hpp"
 #include "core/error.hpp"
 #include "metrics/http_server.hpp"
@@ -30,6 +31,9 @@ class process_metrics {
   // opt's workers (opt's front) its meters.
   static expected<std::unique_ptr<process_metrics>> for_agent(
       agent_options& opt);
+  // An agent beside a real engine: a worker per rank.
+  static expected<std::unique_ptr<process_metrics>> for_agent(
+      engine_agent_options& opt);
   static expected<std::unique_ptr<process_metrics>> for_router(
       router_node_options& opt);
   static expected<std::unique_ptr<process_metrics>> for_shard(
@@ -39,6 +43,7 @@ class process_metrics {
   // From now on a scrape asks the node's actors and reads `bus`. Both must
   // outlive the scrapes: stop the server first.
   void watch(caf::actor_system& sys, nats_bus& bus, const agent_node& node);
+  void watch(caf::actor_system& sys, nats_bus& bus, const engine_agent& node);
   void watch(caf::actor_system& sys, nats_bus& bus, const router_node& node);
   void watch(caf::actor_system& sys, nats_bus& bus, const shard_node& node);
 
