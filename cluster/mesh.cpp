@@ -333,6 +333,7 @@ struct front_state {
   // unacked, as a killed process leaves them, for another router.
   std::shared_ptr<std::atomic<bool>> stopping;
   std::shared_ptr<const router_meters> meters;  // null: not counted
+  uint64_t block_mismatches = 0;
 };
 
 using front_pointer = caf::stateful_actor<front_state>*;
@@ -363,6 +364,23 @@ void failed(front_pointer self, route_failure f) {
   if (const auto& m = self->state.meters) m->failed(f);
 }
 
+// A route request off the wire, refused when its client hashed it with
+// another block size than this mesh: no hash of it could match a cached
+// block, and routing it would look like a cold cache, not an error.
+expected<route_request_msg> decode_route(front_state& st,
+                                         const bytes& payload) {
+  auto r = decode<route_request_msg>(payload);
+  if (r && r->block_tokens != 0 && r->block_tokens != st.block_tokens) {
+    ++st.block_mismatches;
+    return make_error(
+        ec::invalid_argument,
+        "request " + std::to_string(r->id) + " was hashed in " +
+            std::to_string(r->block_tokens) + "-token blocks; this mesh uses " +
+            std::to_string(st.block_tokens) + " (--block-tokens)");
+  }
+  return r;
+}
+
 // Route requests wait for the router's own deadlines; this only bounds a
 // router that never answers (the stand-in of a remote one).
 constexpr auto route_timeout = std::chrono::seconds(60);
@@ -387,7 +405,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         auto& st = self->state;
         if (subject == st.mesh.subj.route()) {
           const auto since = took(self, intake::core);
-          auto r = decode<route_request_msg>(payload);
+          auto r = decode_route(st, payload);
           if (!r) {
             failed(self, route_failure::other);
             decision d;
@@ -479,7 +497,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         // Acked once the answer is out: a router that dies before leaves
         // the request to another one. Malformed requests are answered and
         // acked too, or they would come back forever.
-        auto r = decode<route_request_msg>(payload);
+        auto r = decode_route(st, payload);
         if (!r) {
           failed(self, route_failure::other);
           decision out;
@@ -524,6 +542,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                   s.nats_in = t.in_msgs;
                   s.nats_out = t.out_msgs;
                   s.text_requests = text_route_requests();
+                  s.block_mismatches = self->state.block_mismatches;
                   (void)self->state.bus->publish(
                       self->state.mesh.subj.router_beat(), encode(s));
                 },

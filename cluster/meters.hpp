@@ -17,7 +17,7 @@ enum class route_failure : uint8_t {
   overloaded,  // the overload queue was full
   refused,     // every award was refused, in every auction
   no_workers,  // no live worker, or none answered the call for bids
-  other,       // a malformed request, no prompt blocks, a router gone
+  other,       // malformed, another block size, no prompt blocks, ...
 };
 inline constexpr size_t route_failure_count = 4;
 

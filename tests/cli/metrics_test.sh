@@ -154,6 +154,19 @@ else
   fail routed "$routed of 6: $(cat "$tmp/route.err")"
 fi
 
+# Hashed in other blocks than the mesh's: answered without a worker, and
+# counted as such (not as a decision).
+rc=0
+"$bin" route --nats "$url" --block-tokens 32 --tokens "$(seq -s, 1 64)" \
+  >/dev/null 2>&1 || rc=$?
+r=$(get "http://127.0.0.1:$mr/metrics")
+if [ "$rc" -eq 1 ] &&
+  grep -q '^kvmesh_router_failures_total{reason="other"} 1$' <<<"$r"; then
+  ok failure_counted
+else
+  fail failure_counted "route exit $rc; $(grep failures_total <<<"$r")"
+fi
+
 if out=$(python3 "$root/tests/cli/metrics_check.py" "$root" "$routed" 0,1,2 \
   "router=http://127.0.0.1:$mr/metrics" "agent=http://127.0.0.1:$ma/metrics" \
   "index=http://127.0.0.1:$mi/metrics" 2>&1); then
