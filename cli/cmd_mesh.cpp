@@ -24,6 +24,7 @@
 #include "cli/top_view.hpp"
 #include "cluster/mesh.hpp"
 #include "core/block_hash.hpp"
+#include "core/log.hpp"
 #include "messages/json.hpp"
 
 namespace kvmesh::cli {
@@ -79,14 +80,16 @@ void add_bus_flags(CLI::App& cmd, bus_flags& b) {
 }
 
 // Exit codes: 2 for a bad flag or value (as CLI11's errors, see main.cpp),
-// 1 when the mesh could not do what was asked.
-int usage_error(const char* cmd, const std::string& msg) {
-  std::fprintf(stderr, "kvmesh %s: %s\n", cmd, msg.c_str());
+// 1 when the mesh could not do what was asked. The log names the command
+// (a client's line is "kvmesh route: ..." as ever; a process's is an event
+// in its --log-format).
+int usage_error(const char*, const std::string& msg) {
+  log::error(msg);
   return 2;
 }
 
-int run_error(const char* cmd, const std::string& msg) {
-  std::fprintf(stderr, "kvmesh %s: %s\n", cmd, msg.c_str());
+int run_error(const char*, const std::string& msg) {
+  log::error(msg);
   return 1;
 }
 
@@ -175,7 +178,19 @@ expected<std::unique_ptr<nats_bus>> connect_bus(const std::string& nats,
   nats_options o;
   o.url = url_list(nats);
   o.name = name;
-  return nats_bus::connect(o);
+  auto bus = nats_bus::connect(o);
+  if (!bus)
+    return make_error(bus.err().code,
+                      bus.err().message +
+                          " (is nats-server running there? the URL comes "
+                          "from --nats, KVMESH_NATS_URL or nats.url)");
+  return bus;
+}
+
+// Until SIGINT or SIGTERM, which the log records.
+void serve_until_stopped() {
+  const int sig = wait_for_stop();
+  KVMESH_INFO("stopping (%s)", strsignal(sig));
 }
 
 // A node that refuses its options (invalid_argument) is a usage error, one
@@ -346,6 +361,7 @@ int run_agent(agent_flags f) {
   if (f.name.empty()) f.name = "agent-" + std::to_string(f.first_id);
   if (auto st = check_name("--name", f.name); !st)
     return usage_error(cmd, st.err().message);
+  log::set_proc("agent " + f.name);
   f.cfg.workers = f.workers;
   if (auto st = validate(f.cfg); !st) return usage_error(cmd, st.err().message);
   agent_options ao;
@@ -371,17 +387,17 @@ int run_agent(agent_flags f) {
   if (!bus) return run_error(cmd, bus.err().message);
   auto node = agent_node::start(sys, **bus, ao);
   if (!node) return start_error(cmd, f.name, node.err());
-  std::fprintf(stderr,
-               "kvmesh agent: %s serves workers %u-%u (engine sim, speed %g, "
-               "%" PRIu64 "/%" PRIu64 "/%" PRIu64
-               " GPU/host/disk blocks of %u tokens, time scale %g) on %s, "
-               "prefix %s\n",
-               f.name.c_str(), f.first_id, static_cast<uint32_t>(last), f.speed,
-               f.cfg.gpu_blocks, f.cfg.host_blocks, f.cfg.disk_blocks,
-               f.cfg.block_tokens, f.time_scale, url.c_str(),
-               f.bus.prefix.c_str());
-  wait_for_stop();
+  KVMESH_INFO(
+      "serves workers %u-%u (engine sim, speed %g, "
+      "%" PRIu64 "/%" PRIu64 "/%" PRIu64
+      " GPU/host/disk blocks of %u tokens, time scale %g) on %s, "
+      "prefix %s",
+      f.first_id, static_cast<uint32_t>(last), f.speed, f.cfg.gpu_blocks,
+      f.cfg.host_blocks, f.cfg.disk_blocks, f.cfg.block_tokens, f.time_scale,
+      url.c_str(), f.bus.prefix.c_str());
+  serve_until_stopped();
   stop_node(sys, *node, *bus);
+  KVMESH_INFO("stopped");
   return 0;
 }
 
@@ -491,10 +507,9 @@ int run_router(router_flags f) {
   if (f.name.empty()) f.name = "router-" + std::to_string(getpid());
   if (auto st = check_name("--name", f.name); !st)
     return usage_error(cmd, st.err().message);
+  log::set_proc("router " + f.name);
   if (f.metrics_port != 0)
-    std::fprintf(stderr,
-                 "kvmesh router: --metrics-port %u: metrics: not yet served\n",
-                 f.metrics_port);
+    KVMESH_WARN("--metrics-port %u: metrics: not yet served", f.metrics_port);
   router_node_options rn;
   rn.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
   rn.mesh.missed_beats = f.missed_beats;
@@ -514,13 +529,14 @@ int run_router(router_flags f) {
   if (!bus) return run_error(cmd, bus.err().message);
   auto node = router_node::start(sys, **bus, rn);
   if (!node) return start_error(cmd, f.name, node.err());
-  std::fprintf(stderr,
-               "kvmesh router: %s routes on %s, prefix %s (fanout %zu, "
-               "durable queue %s)\n",
-               f.name.c_str(), url.c_str(), f.bus.prefix.c_str(),
-               f.router.fanout, f.durable ? "on" : "off");
-  wait_for_stop();
+  KVMESH_INFO(
+      "routes on %s, prefix %s (fanout %zu, max inflight %zu, "
+      "max held %zu, durable queue %s)",
+      url.c_str(), f.bus.prefix.c_str(), f.router.fanout, f.router.max_inflight,
+      f.router.max_held, f.durable ? "on" : "off");
+  serve_until_stopped();
   stop_node(sys, *node, *bus);
+  KVMESH_INFO("stopped");
   return 0;
 }
 
@@ -620,6 +636,7 @@ int run_index(const index_flags& f) {
     return usage_error(cmd, why);
   auto shard = parse_shard(f.shard);
   if (!shard) return usage_error(cmd, shard.err().message);
+  log::set_proc("index shard-" + std::to_string(shard->first));
   if (f.db.empty()) return usage_error(cmd, "--db: the directory is empty");
   shard_node_options so;
   so.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
@@ -637,13 +654,11 @@ int run_index(const index_flags& f) {
   if (!bus) return run_error(cmd, bus.err().message);
   auto node = shard_node::start(sys, **bus, so);
   if (!node) return start_error(cmd, "--db " + f.db, node.err());
-  std::fprintf(stderr,
-               "kvmesh index: shard %u/%u (RocksDB %s) serves on %s, prefix "
-               "%s\n",
-               shard->first, shard->second, f.db.c_str(), url.c_str(),
-               f.bus.prefix.c_str());
-  wait_for_stop();
+  KVMESH_INFO("shard %u/%u (RocksDB %s) serves on %s, prefix %s", shard->first,
+              shard->second, f.db.c_str(), url.c_str(), f.bus.prefix.c_str());
+  serve_until_stopped();
   stop_node(sys, *node, *bus);
+  KVMESH_INFO("stopped");
   return 0;
 }
 
