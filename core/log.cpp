@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -296,3 +297,19 @@ void writef(level l, const char* fmt, ...) {
 }
 
 }  // namespace kvmesh::log
+
+namespace kvmesh {
+
+void log_line(const char* fmt, ...) {
+  if (!log::enabled(log::level::info)) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  log::write(log::level::info,
+             std::string_view(buf, std::min<size_t>(n, sizeof(buf) - 1)));
+}
+
+}  // namespace kvmesh

@@ -86,6 +86,13 @@ inline void debug(std::string_view msg) {
 
 }  // namespace kvmesh::log
 
+namespace kvmesh {
+
+// An info event, printf-style: the engine adapters' older name for it.
+void log_line(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace kvmesh
+
 // printf-style, "subject verb object": the arguments are not evaluated when
 // the level is off.
 #define KVMESH_LOG_AT(lvl, ...)                                               \
