@@ -30,6 +30,9 @@ struct nats_callbacks {
           bus->opt_.url.c_str(),
           static_cast<long long>(bus->opt_.reconnect_wait_ms));
   }
+  static void on_closed(natsConnection*, void* closure) {
+    static_cast<nats_bus*>(closure)->closed_.store(true);
+  }
   static void on_reconnected(natsConnection* nc, void* closure) {
     const uint64_t n =
         static_cast<nats_bus*>(closure)->reconnects_.fetch_add(1);
@@ -117,6 +120,8 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
                                         bus.get())) != NATS_OK ||
       (s = natsOptions_SetDisconnectedCB(o, nats_callbacks::on_disconnected,
                                          bus.get())) != NATS_OK ||
+      (s = natsOptions_SetClosedCB(o, nats_callbacks::on_closed,
+                                   bus.get())) != NATS_OK ||
       (s = natsOptions_SetErrorHandler(o, nats_callbacks::on_error,
                                        bus.get())) != NATS_OK)
     return bad("options");
@@ -134,7 +139,14 @@ nats_bus::~nats_bus() {
   if (natsConnection_DrainTimeout(conn_, opt_.drain_timeout_ms) == NATS_OK) {
     while (!natsConnection_IsClosed(conn_))
       nats_Sleep(10);
+  } else {
+    natsConnection_Close(conn_);
   }
+  // libnats runs the connection's callbacks on a thread of its own, the
+  // closed one last: until it has run, a disconnected or error callback
+  // may still be under way with this object as its closure.
+  for (int i = 0; i < 500 && !closed_.load(); ++i)
+    nats_Sleep(10);
   {
     std::lock_guard<std::mutex> guard(mu_);
     for (auto& [id, sub] : subs_)

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -172,7 +174,9 @@ class tree : public ::testing::Test {
     });
     build(app, v);
     enable_config(app);
-    path = ::testing::TempDir() + "kvmesh_config_test.toml";
+    // ctest runs each test as a process of its own, several at once.
+    path = ::testing::TempDir() + "kvmesh_config_test_" +
+           std::to_string(::getpid()) + ".toml";
   }
   void TearDown() override {
     for (const char* e :

@@ -862,6 +862,20 @@ def cmd_smoke(args):
         start("nats-server", ["nats-server", "-a", "127.0.0.1", "-p",
                               str(port), "-js", "-sd",
                               os.path.join(tmp, "js")])
+        # kvmesh processes exit when no server answers: on a loaded machine
+        # nats-server takes a moment to listen.
+        import socket
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    print(f"smoke: nats-server does not listen on {port}: "
+                          f"{tail('nats-server')}")
+                    return 1
+                time.sleep(0.05)
         expect = {}  # prefix: (workers, routers, shards)
         # compose: the kvmesh services `up` starts.
         with open(os.path.join(deploy, "compose.yaml")) as f:
