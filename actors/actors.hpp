@@ -76,7 +76,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, router_status& x) {
   return f(caf::meta::type_name("router_status"), x.name, x.decisions,
            x.reauctions, x.held, x.overloaded, x.live_workers, x.workers,
-           x.auction_p50_us, x.auction_p99_us, x.nats_in, x.nats_out);
+           x.auction_p50_us, x.auction_p99_us, x.nats_in, x.nats_out,
+           x.text_requests);
 }
 
 template <class Inspector>
@@ -109,7 +110,8 @@ typename Inspector::result_type inspect(Inspector& f, bid_list& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, award_reply& x) {
-  return f(caf::meta::type_name("award_reply"), x.accepted, x.reason);
+  return f(caf::meta::type_name("award_reply"), x.accepted, x.reason,
+           x.endpoint);
 }
 
 template <class Inspector>
@@ -129,7 +131,7 @@ typename Inspector::result_type inspect(Inspector& f, price_breakdown& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, decision& x) {
   return f(caf::meta::type_name("decision"), x.request, x.worker, x.auctions,
-           x.prices, x.error);
+           x.prices, x.error, x.endpoint);
 }
 
 template <class Inspector>
@@ -143,7 +145,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker, x.queued,
            x.reserved, x.waiting, x.running, x.gpu_blocks, x.host_blocks,
            x.disk_blocks, x.active, x.completed, x.draining, x.capacity,
-           x.speed, x.agent, x.gone);
+           x.speed, x.agent, x.gone, x.unhealthy, x.endpoint);
 }
 
 // -- interfaces ---------------------------------------------------------------

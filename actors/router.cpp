@@ -88,9 +88,12 @@ void award_next(rpointer self, auction_ptr a) {
           [=](const award_reply& reply) {
             auto& st = self->state;
             st.auction->settle(a->request.id);
-            // A draining worker stays out until a heartbeat says otherwise.
+            // A draining worker, or one whose engine stopped answering,
+            // stays out until a heartbeat says otherwise.
             if (!reply.accepted && reply.reason == "draining")
               st.members[w].last.draining = true;
+            if (!reply.accepted && reply.reason == unhealthy_reason)
+              st.members[w].last.unhealthy = true;
             if (!reply.accepted) a->refusal = reply.reason;
             if (reply.accepted) {
               release_others(self, a, w);
@@ -105,8 +108,8 @@ void award_next(rpointer self, auction_ptr a) {
               else
                 st.latency_us[st.latency_next++ %
                               router_state::latency_window] = us;
-              a->promise.deliver(
-                  decision{a->request.id, w, a->round, a->prices, {}});
+              a->promise.deliver(decision{
+                  a->request.id, w, a->round, a->prices, {}, reply.endpoint});
               ended(self);
               return;
             }
@@ -256,7 +259,7 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   std::vector<uint32_t> eligible;
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
     if (st.members[i].present && st.members[i].live &&
-        !st.members[i].last.draining)
+        !st.members[i].last.draining && !st.members[i].last.unhealthy)
       eligible.push_back(i);
   if (eligible.empty()) {
     // Heartbeats may only be late (a busy host): hold the request for the

@@ -117,9 +117,9 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         auto& st = self->state;
         auto& r = a.request;
         const double expected = a.expected_queued;
-        if (st.draining) return {false, "draining"};
+        if (st.draining) return {false, "draining", {}};
         if (st.ledger->should_refuse(r.id, expected))
-          return {false, "queue grew since the bid"};
+          return {false, "queue grew since the bid", {}};
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
         const double read = st.ledger->read_cost(
             make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n), n);
@@ -130,11 +130,11 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         req.blocks = std::move(r.blocks);
         if (auto ok = st.eng->submit(std::move(req), now_ms(self)); !ok) {
           st.ledger->release(r.id);
-          return {false, ok.err().message};
+          return {false, ok.err().message, {}};
         }
         st.ledger->accept(r.id, read);
         maybe_step(self);
-        return {true, {}};
+        return {true, {}, {}};
       },
       [=](release_atom, const release_msg& r) {
         self->state.ledger->release(r.request);

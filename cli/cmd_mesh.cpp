@@ -19,10 +19,14 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/config.hpp"
 #include "cli/process.hpp"
 #include "cli/report.hpp"
 #include "cli/top_view.hpp"
+#include "cluster/engine_agent.hpp"
+#include "cluster/kv_subscriber.hpp"
 #include "cluster/mesh.hpp"
+#include "cluster/openai_front.hpp"
 #include "core/block_hash.hpp"
 #include "core/log.hpp"
 #include "messages/json.hpp"
@@ -341,17 +345,116 @@ struct agent_flags {
   double time_scale = 1;
   double speed = 1;
   sim_config cfg;  // one GPU's engine: tiers, block size, model factor
+  // Real engines (vllm, sglang).
+  std::string kv_events;
+  std::string kv_replay;
+  std::string kv_topic;
+  std::string engine_url;
+  uint32_t dp_size = 1;
+  std::string front_host = "0.0.0.0";
+  std::string advertise_host;
+  uint32_t front_port = 0;
+  uint32_t metrics_ms = 1000;
+  uint32_t unhealthy_after = 3;
+  uint32_t award_ttl_ms = 60000;
+  CLI::Option* workers_opt = nullptr;
+  CLI::Option* gpu_blocks_opt = nullptr;
+  CLI::Option* block_tokens_opt = nullptr;
+  std::vector<CLI::Option*> sim_only;  // meaningless for a real engine
 };
+
+// `kvmesh agent --engine vllm|sglang`: one worker per data-parallel rank,
+// following the engine's KV events and fronting its OpenAI API.
+int run_engine_agent(agent_flags& f) {
+  const char* cmd = "agent";
+  const std::string e = "--engine " + f.engine;
+  if (f.kv_events.empty())
+    return usage_error(cmd, e + ": needs --kv-events tcp://HOST:PORT (the "
+                                "engine's KV event publisher)");
+  // A config file may serve sim agents too: only flags are refused.
+  if (from_command_line(f.workers_opt))
+    return usage_error(cmd, e + ": --workers is for sim; a real engine has "
+                                "one worker per rank (--data-parallel-size)");
+  for (CLI::Option* o : f.sim_only)
+    if (from_command_line(o))
+      return usage_error(cmd, e + ": " + o->get_name() + " is for sim only");
+  if (f.block_tokens_opt->count() == 0)
+    return usage_error(cmd, e + ": needs --block-tokens, the engine's block "
+                                "size (vLLM --block-size, SGLang "
+                                "--page-size)");
+  if (f.name.empty()) f.name = "agent-" + std::to_string(f.first_id);
+  if (auto st = check_name("--name", f.name); !st)
+    return usage_error(cmd, st.err().message);
+  log::set_proc("agent " + f.name);
+  if (f.front_port + uint64_t{f.dp_size} - 1 > 65535)
+    return usage_error(cmd, "--front-port: the fronts' ports pass 65535");
+  engine_agent_options o;
+  o.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
+  o.name = f.name;
+  o.engine = f.engine;
+  o.kv_events = f.kv_events;
+  o.kv_replay = f.kv_replay;
+  o.kv_topic = f.kv_topic;
+  o.engine_url = f.engine_url;
+  o.dp_size = f.dp_size;
+  o.first_id = f.first_id;
+  o.state.block_tokens = f.cfg.block_tokens;
+  o.state.gpu_blocks = f.gpu_blocks_opt->count() > 0 ? f.cfg.gpu_blocks : 0;
+  o.state.ledger.speed = f.speed;
+  o.state.ledger.refuse_growth = f.cfg.refuse_growth;
+  o.state.award_ttl_ms = f.award_ttl_ms;
+  o.front_host = f.front_host;
+  o.advertise_host = f.advertise_host;
+  o.front_port = static_cast<int>(f.front_port);
+  o.poll = std::chrono::milliseconds(f.metrics_ms);
+  o.unhealthy_after = f.unhealthy_after;
+  for (const auto& [flag, url] :
+       {std::pair<const char*, const std::string*>{"--kv-events", &f.kv_events},
+        {"--kv-replay", &f.kv_replay}})
+    if (!url->empty())
+      if (auto ep = endpoint_of_rank(*url, f.dp_size - 1); !ep)
+        return usage_error(cmd, std::string(flag) + ": " + ep.err().message);
+  if (!f.engine_url.empty())
+    if (auto st = check_engine_url(f.engine_url); !st)
+      return usage_error(cmd, "--engine-url: " + st.err().message);
+  block_signals({SIGINT, SIGTERM});
+  caf::actor_system_config sys_cfg;
+  register_types(sys_cfg);
+  tune_for_latency(sys_cfg);
+  caf::actor_system sys{sys_cfg};
+  const std::string url = url_list(f.bus.nats);
+  auto bus = connect_bus(f.bus.nats, f.name);
+  if (!bus) return run_error(cmd, bus.err().message);
+  auto node = engine_agent::start(sys, **bus, o);
+  if (!node) return start_error(cmd, f.name, node.err());
+  for (uint32_t r = 0; r < f.dp_size; ++r)
+    KVMESH_INFO(
+        "serves worker %u (engine %s rank %u, KV "
+        "events %s%s%s, blocks of %u tokens, front %s) on %s, "
+        "prefix %s",
+        f.first_id + r, f.engine.c_str(), r,
+        endpoint_of_rank(f.kv_events, r)->c_str(),
+        f.kv_topic.empty() ? "" : " topic ", f.kv_topic.c_str(),
+        f.cfg.block_tokens,
+        f.engine_url.empty() ? "none (no --engine-url)"
+                             : (*node)->endpoint(r).c_str(),
+        url.c_str(), f.bus.prefix.c_str());
+  serve_until_stopped();
+  stop_node(sys, *node, *bus);
+  KVMESH_INFO("stopped");
+  return 0;
+}
 
 int run_agent(agent_flags f) {
   const char* cmd = "agent";
   if (auto why = check_bus_flags(f.bus); !why.empty())
     return usage_error(cmd, why);
-  if (f.engine == "vllm")
-    return usage_error(cmd, "--engine vllm: not yet available (use sim)");
+  if (f.engine == "vllm" || f.engine == "sglang") return run_engine_agent(f);
   if (f.engine != "sim")
-    return usage_error(cmd, "--engine " + f.engine +
-                                ": unknown engine (sim; vllm is planned)");
+    return usage_error(
+        cmd, "--engine " + f.engine + ": unknown engine (sim, vllm or sglang)");
+  if (f.workers_opt->count() == 0)
+    return usage_error(cmd, "--engine sim: needs --workers N");
   const uint64_t last = uint64_t{f.first_id} + f.workers - 1;
   if (last >= max_worker_id)
     return usage_error(cmd, "--worker-id/--workers: worker ids " +
@@ -407,13 +510,17 @@ void add_agent(CLI::App& app, std::function<int()>& run) {
   auto f = std::make_shared<agent_flags>();
   auto* cmd = app.add_subcommand(
       "agent",
-      "run a node agent: N WORKERs (simulated GPUs) served on NATS, bidding "
-      "for requests, pushing heartbeats and KV events; until SIGINT/SIGTERM");
+      "run a node agent: WORKERs served on NATS, bidding for requests, "
+      "pushing heartbeats and KV events; simulated GPUs (--engine sim) or "
+      "a real engine's ranks (--engine vllm|sglang: its KV events over ZMQ, "
+      "its OpenAI API fronted); until SIGINT/SIGTERM");
   add_bus_flags(*cmd, f->bus);
-  cmd->add_option("--engine", f->engine, "the GPUs' engine: sim")->required();
-  cmd->add_option("--workers", f->workers, "WORKERs (GPUs) on this node")
-      ->required()
-      ->check(positive);
+  cmd->add_option("--engine", f->engine, "the GPUs' engine: sim, vllm, sglang")
+      ->required();
+  f->workers_opt =
+      cmd->add_option("--workers", f->workers,
+                      "WORKERs (simulated GPUs) on this node (sim)")
+          ->check(positive);
   cmd->add_option("--worker-id", f->first_id,
                   "id of the first worker; the others follow (ids are "
                   "unique across the mesh)")
@@ -425,36 +532,100 @@ void add_agent(CLI::App& app, std::function<int()>& run) {
                   "push each worker's status this often")
       ->check(positive)
       ->capture_default_str();
-  cmd->add_option("--time-scale", f->time_scale,
-                  "run the simulated engines X times faster than real time")
-      ->check(positive)
-      ->capture_default_str();
+  f->sim_only.push_back(
+      cmd->add_option("--time-scale", f->time_scale,
+                      "run the simulated engines X times faster than real "
+                      "time (sim)")
+          ->check(positive)
+          ->capture_default_str());
   cmd->add_option("--speed", f->speed,
                   "prefill speed of these GPUs relative to the reference")
       ->check(positive)
       ->capture_default_str();
   sim_config& c = f->cfg;
-  cmd->add_option("--gpu-blocks", c.gpu_blocks, "GPU KV blocks per worker")
-      ->check(positive)
-      ->capture_default_str();
-  cmd->add_option("--host-blocks", c.host_blocks,
-                  "host-memory blocks per worker (0: no tier)")
-      ->capture_default_str();
-  cmd->add_option("--disk-blocks", c.disk_blocks,
-                  "disk blocks per worker (0: no tier)")
-      ->capture_default_str();
-  cmd->add_option("--block-tokens", c.block_tokens,
-                  "tokens per block (the routers' and clients' too)")
-      ->check(positive)
-      ->capture_default_str();
-  cmd->add_option("--model-factor", c.model_factor,
-                  "scale every engine step time by X")
-      ->check(positive)
-      ->capture_default_str();
+  f->gpu_blocks_opt =
+      cmd->add_option("--gpu-blocks", c.gpu_blocks,
+                      "GPU KV blocks per worker (vllm, sglang: default "
+                      "learnt from the engine's metrics)")
+          ->check(positive)
+          ->capture_default_str();
+  f->sim_only.push_back(
+      cmd->add_option("--host-blocks", c.host_blocks,
+                      "host-memory blocks per worker (0: no tier) (sim)")
+          ->capture_default_str());
+  f->sim_only.push_back(
+      cmd->add_option("--disk-blocks", c.disk_blocks,
+                      "disk blocks per worker (0: no tier) (sim)")
+          ->capture_default_str());
+  f->block_tokens_opt =
+      cmd->add_option("--block-tokens", c.block_tokens,
+                      "tokens per block (the routers' and clients' too; for "
+                      "vllm and sglang the engine's block or page size)")
+          ->check(positive)
+          ->capture_default_str();
+  f->sim_only.push_back(cmd->add_option("--model-factor", c.model_factor,
+                                        "scale every engine step time by X "
+                                        "(sim)")
+                            ->check(positive)
+                            ->capture_default_str());
   cmd->add_option("--refuse-growth", c.refuse_growth,
                   "refuse an award when the queue grew by more than X "
                   "request sizes beyond what the router priced (0: never)")
       ->check(non_negative)
+      ->capture_default_str();
+  auto* real = "Real engines (--engine vllm|sglang)";
+  cmd->add_option("--kv-events", f->kv_events,
+                  "the engine's KV event publisher of rank 0, tcp://HOST:PORT "
+                  "(rank r at PORT + r)")
+      ->group(real);
+  cmd->add_option("--kv-replay", f->kv_replay,
+                  "its replay endpoint of rank 0 (replay_endpoint of "
+                  "--kv-events-config): lost events are asked again instead "
+                  "of forgetting the worker's cache")
+      ->group(real);
+  cmd->add_option("--kv-topic", f->kv_topic,
+                  "the publisher's topic (\"topic\" of --kv-events-config)")
+      ->group(real)
+      ->capture_default_str();
+  cmd->add_option("--engine-url", f->engine_url,
+                  "the engine's OpenAI API, http://HOST:PORT: fronted per "
+                  "rank, its /health and /metrics followed")
+      ->group(real);
+  cmd->add_option("--data-parallel-size", f->dp_size,
+                  "the engine's data-parallel ranks: one worker each, ids "
+                  "from --worker-id")
+      ->check(CLI::Range(1, 1024))
+      ->group(real)
+      ->capture_default_str();
+  cmd->add_option("--front-host", f->front_host,
+                  "address the OpenAI fronts listen on")
+      ->group(real)
+      ->capture_default_str();
+  cmd->add_option("--front-port", f->front_port,
+                  "port of rank 0's front, rank r at PORT + r (0: free ports)")
+      ->check(CLI::Range(0, 65535))
+      ->group(real)
+      ->capture_default_str();
+  cmd->add_option("--advertise-host", f->advertise_host,
+                  "host named in decisions (default: --front-host, or this "
+                  "host's name when that is a wildcard)")
+      ->group(real);
+  cmd->add_option("--metrics-ms", f->metrics_ms,
+                  "read the engine's /health and /metrics this often")
+      ->check(positive)
+      ->group(real)
+      ->capture_default_str();
+  cmd->add_option("--award-ttl-ms", f->award_ttl_ms,
+                  "an awarded request whose client has not called the front "
+                  "within this is dropped from the queue")
+      ->check(positive)
+      ->group(real)
+      ->capture_default_str();
+  cmd->add_option("--unhealthy-after", f->unhealthy_after,
+                  "failed /health reads in a row before the workers refuse "
+                  "awards")
+      ->check(positive)
+      ->group(real)
       ->capture_default_str();
   cmd->callback([f, &run] { run = [f] { return run_agent(*f); }; });
 }
@@ -695,6 +866,9 @@ struct route_flags {
   uint32_t timeout_ms = default_timeout_ms;
   uint32_t block_tokens = 0;
   std::string tokens;
+  std::string text;
+  CLI::Option* tokens_opt = nullptr;
+  CLI::Option* text_opt = nullptr;
   std::string salt;
   uint32_t output_tokens = 0;
   bool json = false;
@@ -708,8 +882,9 @@ uint64_t random_request_id() {
 }
 
 void print_decision(const decision& d) {
-  std::printf("request %" PRIu64 " -> worker %u (%u auction%s)\n", d.request,
-              d.worker, d.auctions, d.auctions == 1 ? "" : "s");
+  std::printf("request %" PRIu64 " -> worker %u%s%s (%u auction%s)\n",
+              d.request, d.worker, d.endpoint.empty() ? "" : " at ",
+              d.endpoint.c_str(), d.auctions, d.auctions == 1 ? "" : "s");
   if (d.prices.empty()) return;
   table rows{{"won", "worker", "read", "credit_gpu", "credit_host",
               "credit_disk", "space", "speed", "overflow", "price", "delta"}};
@@ -774,15 +949,37 @@ int run_route(const route_flags& f) {
   const char* cmd = "route";
   if (auto why = check_bus_flags(f.bus); !why.empty())
     return usage_error(cmd, why);
-  auto tokens = parse_token_list(f.tokens);
-  if (!tokens) return usage_error(cmd, tokens.err().message);
-  auto chain = chain_of(*tokens, f.block_tokens, f.salt);
-  if (!chain) return usage_error(cmd, chain.err().message);
+  if ((f.tokens_opt->count() > 0) == (f.text_opt->count() > 0))
+    return usage_error(cmd, "--tokens or --text: give exactly one");
   route_request_msg r;
   r.id = f.request_id_opt->count() > 0 ? f.request_id : random_request_id();
-  r.blocks = std::move(*chain);
-  r.input_tokens = static_cast<uint32_t>(tokens->size());
   r.output_tokens = f.output_tokens;
+  if (f.text_opt->count() > 0) {
+    // No tokenizer here: the text's bytes in chunks stand for its blocks.
+    auto chain = hash_text_blocks(f.text, f.block_tokens);
+    if (!chain) return usage_error(cmd, "--text: " + chain.err().message);
+    if (chain->empty())
+      return usage_error(
+          cmd, "--text: " + std::to_string(f.text.size()) +
+                   " bytes make no full block of " +
+                   std::to_string(f.block_tokens * text_bytes_per_token) +
+                   " bytes (--block-tokens x " +
+                   std::to_string(text_bytes_per_token) + ")");
+    KVMESH_WARN(
+        "--text is hashed in chunks of %u bytes, not tokens: the blocks are "
+        "approximate and match no engine's cache",
+        f.block_tokens * text_bytes_per_token);
+    r.blocks = std::move(*chain);
+    r.input_tokens = static_cast<uint32_t>(
+        (f.text.size() + text_bytes_per_token - 1) / text_bytes_per_token);
+  } else {
+    auto tokens = parse_token_list(f.tokens);
+    if (!tokens) return usage_error(cmd, tokens.err().message);
+    auto chain = chain_of(*tokens, f.block_tokens, f.salt);
+    if (!chain) return usage_error(cmd, chain.err().message);
+    r.blocks = std::move(*chain);
+    r.input_tokens = static_cast<uint32_t>(tokens->size());
+  }
   auto bus = connect_bus(f.bus.nats, "kvmesh-route");
   if (!bus) return run_error(cmd, bus.err().message);
   subjects subj;
@@ -823,8 +1020,12 @@ void add_route(CLI::App& app, std::function<int()>& run) {
                   "tokens per block, as the mesh's workers have it")
       ->required()
       ->check(positive);
-  cmd->add_option("--tokens", f->tokens, "the prompt's token ids: 1,2,3")
-      ->required();
+  f->tokens_opt =
+      cmd->add_option("--tokens", f->tokens, "the prompt's token ids: 1,2,3");
+  f->text_opt = cmd->add_option(
+      "--text", f->text,
+      "the prompt as text, when its token ids are unknown: hashed in chunks "
+      "of block-tokens x 4 bytes (approximate; a warning is printed)");
   cmd->add_option("--salt", f->salt, "salt or LoRA name of the block hashes");
   cmd->add_option("--output-tokens", f->output_tokens,
                   "expected output length (default: the router estimates)");
@@ -852,7 +1053,10 @@ struct admin_flags {
 };
 
 const char* state_of(const worker_status& w) {
-  return w.gone ? "gone" : w.draining ? "draining" : "live";
+  return w.gone        ? "gone"
+         : w.draining  ? "draining"
+         : w.unhealthy ? "unhealthy"
+                       : "live";
 }
 
 void print_admin(const admin_flags& f, const admin_reply& r) {
@@ -870,7 +1074,8 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"queued_blocks", w.queued},
                         {"active_blocks", w.active},
                         {"capacity_blocks", w.capacity},
-                        {"speed", w.speed}});
+                        {"speed", w.speed},
+                        {"endpoint", w.endpoint}});
       out = {{"workers", list}};
     } else if (v == "routers") {
       json list = json::array();
@@ -885,7 +1090,8 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"auction_p50_us", x.auction_p50_us},
                         {"auction_p99_us", x.auction_p99_us},
                         {"nats_in", x.nats_in},
-                        {"nats_out", x.nats_out}});
+                        {"nats_out", x.nats_out},
+                        {"text_requests", x.text_requests}});
       out = {{"routers", list}};
     } else if (v == "shards") {
       json list = json::array();
@@ -925,7 +1131,7 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
   if (v == "workers") {
     rows.push_back({"worker", "state", "agent", "gpu", "host", "disk", "queued",
                     "reserved", "active", "capacity", "waiting", "running",
-                    "completed", "speed"});
+                    "completed", "speed", "endpoint"});
     for (const auto& w : r.workers)
       rows.push_back({std::to_string(w.worker), state_of(w), w.agent,
                       std::to_string(w.gpu_blocks),
@@ -934,15 +1140,16 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                       fixed(w.reserved, 1), std::to_string(w.active),
                       std::to_string(w.capacity), std::to_string(w.waiting),
                       std::to_string(w.running), std::to_string(w.completed),
-                      general(w.speed)});
+                      general(w.speed), w.endpoint});
   } else if (v == "routers") {
     rows.push_back({"router", "decisions", "reauctions", "held", "overloaded",
-                    "live_workers", "workers"});
+                    "live_workers", "workers", "text_requests"});
     for (const auto& x : r.routers)
-      rows.push_back(
-          {x.name, std::to_string(x.decisions), std::to_string(x.reauctions),
-           std::to_string(x.held), std::to_string(x.overloaded),
-           std::to_string(x.live_workers), std::to_string(x.workers)});
+      rows.push_back({x.name, std::to_string(x.decisions),
+                      std::to_string(x.reauctions), std::to_string(x.held),
+                      std::to_string(x.overloaded),
+                      std::to_string(x.live_workers), std::to_string(x.workers),
+                      std::to_string(x.text_requests)});
   } else if (v == "shards") {
     rows.push_back(
         {"shard", "blocks", "entries", "disk_bytes", "events", "errors"});

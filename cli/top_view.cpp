@@ -55,7 +55,10 @@ std::string columns(const std::vector<row>& rows) {
 }
 
 const char* state_of(const worker_status& w) {
-  return w.gone ? "gone" : w.draining ? "draining" : "live";
+  return w.gone        ? "gone"
+         : w.draining  ? "draining"
+         : w.unhealthy ? "unhealthy"
+                       : "live";
 }
 
 // Awards a worker has accepted so far. The status carries no award
@@ -87,20 +90,23 @@ std::string render_top(const std::string& title, const fleet_snapshot& now,
       decisions_before[r.name] = r.decisions;
   }
 
-  size_t live = 0, draining = 0, gone = 0;
+  size_t live = 0, draining = 0, gone = 0, unhealthy = 0;
   double queued = 0;
   for (const worker_status& w : now.workers) {
-    live += !w.gone && !w.draining;
+    live += !w.gone && !w.draining && !w.unhealthy;
     draining += !w.gone && w.draining;
+    unhealthy += !w.gone && !w.draining && w.unhealthy;
     gone += w.gone;
     queued += w.queued;
   }
   std::string out = title + "\n";
+  // Only real engines' workers can be unhealthy: named when there are any.
   out += std::to_string(now.workers.size()) + " workers (" +
          std::to_string(live) + " live, " + std::to_string(draining) +
-         " draining, " + std::to_string(gone) + " gone), queued " +
-         num("%.1f", queued) + " blocks; " +
-         std::to_string(now.routers.size()) + " routers" +
+         " draining, " +
+         (unhealthy ? std::to_string(unhealthy) + " unhealthy, " : "") +
+         std::to_string(gone) + " gone), queued " + num("%.1f", queued) +
+         " blocks; " + std::to_string(now.routers.size()) + " routers" +
          (prev ? num("; rates over %.1f s", dt) : "; rates: next frame") + "\n";
   if (!now.error.empty()) out += "error: " + now.error + "\n";
 

@@ -11,6 +11,7 @@
 
 #include "cluster/bridge.hpp"
 #include "cluster/remote.hpp"
+#include "core/log.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
 
@@ -138,14 +139,16 @@ void agent_award(agent_pointer self, const std::string& reply,
   auto& st = self->state;
   auto a = decode<award_msg>(payload);
   if (!a) {
-    answer(*st.bus, reply, encode(award_reply{false, a.err().message}));
+    answer(*st.bus, reply, encode(award_reply{false, a.err().message, {}}));
     return;
   }
   auto it = st.workers.find(a->worker);
   if (it == st.workers.end()) {
     answer(*st.bus, reply,
-           encode(award_reply{false, "no worker " + std::to_string(a->worker) +
-                                         " at agent " + st.agent}));
+           encode(award_reply{false,
+                              "no worker " + std::to_string(a->worker) +
+                                  " at agent " + st.agent,
+                              {}}));
     return;
   }
   self->request(it->second, caf::infinite, award_atom::value, std::move(*a))
@@ -156,7 +159,7 @@ void agent_award(agent_pointer self, const std::string& reply,
           },
           [self, reply](caf::error& e) {
             answer_batched(self, *self->state.bus, self->state.out, reply,
-                           encode(award_reply{false, describe(e)}));
+                           encode(award_reply{false, describe(e), {}}));
           });
 }
 
@@ -321,13 +324,14 @@ struct front_state {
   router_actor router;
   std::string name_;
   uint32_t block_tokens = 512;
+  bool warned_text = false;
   // Set when the process stops: durable requests in flight are then left
   // unacked, as a killed process leaves them, for another router.
   std::shared_ptr<std::atomic<bool>> stopping;
 };
 
 // Route requests wait for the router's own deadlines; this only bounds a
-// router that never answers.
+// router that never answers (the stand-in of a remote one).
 constexpr auto route_timeout = std::chrono::seconds(60);
 
 caf::behavior router_front(caf::stateful_actor<front_state>* self,
@@ -356,7 +360,9 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
             return;
           }
           const uint64_t id = r->id;
-          self->request(st.router, route_timeout, route_atom::value,
+          // The local router always answers by its own deadlines; a timer
+          // per request would cost the clock thread two wake-ups.
+          self->request(st.router, caf::infinite, route_atom::value,
                         std::move(*r))
               .then(
                   [self, reply](const decision& d) {
@@ -382,8 +388,17 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
             answer(*st.bus, reply, to_bytes(decision_json(d)));
             return;
           }
+          if (!st.warned_text && text_route_requests() > 0) {
+            st.warned_text = true;
+            KVMESH_LOG(
+                "router %s takes route requests as text: their blocks "
+                "are chunks of bytes, approximate, matching no "
+                "engine's cache (counted in text_requests; logged "
+                "once)",
+                st.name_.c_str());
+          }
           const uint64_t id = r->id;
-          self->request(st.router, route_timeout, route_atom::value,
+          self->request(st.router, caf::infinite, route_atom::value,
                         std::move(*r))
               .then(
                   [self, reply, to_bytes](const decision& d) {
@@ -430,7 +445,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
           return;
         }
         const uint64_t id = r->id;
-        self->request(st.router, route_timeout, route_atom::value,
+        self->request(st.router, caf::infinite, route_atom::value,
                       std::move(*r))
             .then(
                 [self, reply, d](const decision& out) {
@@ -462,6 +477,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
                   const auto t = self->state.bus->stats();
                   s.nats_in = t.in_msgs;
                   s.nats_out = t.out_msgs;
+                  s.text_requests = text_route_requests();
                   (void)self->state.bus->publish(
                       self->state.mesh.subj.router_beat(), encode(s));
                 },
@@ -912,8 +928,11 @@ const std::vector<worker_actor>& agent_node::workers() const {
 expected<std::unique_ptr<agent_node>> agent_node::start(
     caf::actor_system& sys, nats_bus& bus, const agent_options& opt) {
   if (auto st = check_name("agent name", opt.name); !st) return st.err();
-  if (opt.workers.empty())
+  if (opt.workers.empty() && opt.external.empty())
     return make_error(ec::invalid_argument, "an agent needs workers");
+  if (!opt.external.empty() && !opt.spawn_external)
+    return make_error(ec::invalid_argument,
+                      "external workers need a spawn function");
   auto p = std::make_unique<impl>();
   p->bus = &bus;
   auto box = inbox::open(bus);
@@ -936,6 +955,22 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
     p->workers.push_back(*w);
     p->actors.push_back(caf::actor_cast<caf::actor>(*w));
     ws.emplace_back(wo.ledger.id, *w);
+  }
+  for (uint32_t id : opt.external) {
+    if (id >= max_worker_id) {
+      p->stop();
+      return make_error(ec::invalid_argument,
+                        "worker id " + std::to_string(id) + " is not below " +
+                            std::to_string(max_worker_id));
+    }
+    auto w = opt.spawn_external(id, events);
+    if (!w) {
+      p->stop();
+      return w.err();
+    }
+    p->workers.push_back(*w);
+    p->actors.push_back(caf::actor_cast<caf::actor>(*w));
+    ws.emplace_back(id, *w);
   }
   auto ep = sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws);
   p->actors.push_back(ep);

@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,6 +83,12 @@ struct agent_options {
   std::string name;  // unique per agent: its subjects carry it
   // One WORKER per entry; each one's ledger.id is its worker id.
   std::vector<worker_options> workers;
+  // Workers of real engines, which the caller makes: spawn_external(id,
+  // events) for each id, `events` being the agent's publisher of request
+  // events (the workers' listener).
+  std::vector<uint32_t> external;
+  std::function<expected<worker_actor>(uint32_t id, listener_actor events)>
+      spawn_external;
 };
 
 // A running node agent: its WORKERs, served on NATS. Destroying it stops

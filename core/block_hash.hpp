@@ -36,4 +36,26 @@ inline expected<std::vector<block_hash>> hash_blocks(
   return hash_blocks(tokens.data(), tokens.size(), block_tokens, salt);
 }
 
+// Like hash_blocks, for blocks that continue a chain whose last block has
+// sequence hash `parent_seq`: what an engine reports when it caches the
+// blocks after a cached prefix. Same errors.
+expected<std::vector<block_hash>> hash_blocks_after(uint64_t parent_seq,
+                                                    const uint32_t* tokens,
+                                                    size_t count,
+                                                    uint32_t block_tokens,
+                                                    std::string_view salt = {});
+
+// Bytes of UTF-8 text per token, for requests that carry text and no
+// token ids: about four in English with the common BPE vocabularies.
+inline constexpr uint32_t text_bytes_per_token = 4;
+
+// An approximate chain for a prompt known only as text: its UTF-8 bytes in
+// chunks of block_tokens * text_bytes_per_token, each chunk a block hashed
+// and chained as token blocks are (a trailing partial chunk is not hashed).
+// These hashes never equal token-block hashes: they size a request and let
+// requests with the same text prefix meet, nothing more.
+// Errors: block_tokens == 0 (invalid_argument); empty text (empty_input).
+expected<std::vector<uint64_t>> hash_text_blocks(std::string_view text,
+                                                 uint32_t block_tokens);
+
 }  // namespace kvmesh

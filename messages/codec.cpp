@@ -139,6 +139,7 @@ void write(const award_msg& x, wire::Award::Builder b) {
 void write(const award_reply& x, wire::AwardReply::Builder b) {
   b.setAccepted(x.accepted);
   b.setReason(text(x.reason));
+  b.setEndpoint(text(x.endpoint));
 }
 
 void write(const decision& x, wire::Decision::Builder b) {
@@ -161,6 +162,7 @@ void write(const decision& x, wire::Decision::Builder b) {
     o.setDelta(p.delta);
   }
   b.setError(text(x.error));
+  b.setEndpoint(text(x.endpoint));
 }
 
 void write(const kv_batch& x, wire::KvBatch::Builder b) {
@@ -195,6 +197,8 @@ void write(const worker_status& x, wire::WorkerStatus::Builder b) {
   b.setSpeed(x.speed);
   b.setAgent(text(x.agent));
   b.setGone(x.gone);
+  b.setUnhealthy(x.unhealthy);
+  b.setEndpoint(text(x.endpoint));
 }
 
 void write(const router_status& x, wire::RouterStatus::Builder b) {
@@ -210,6 +214,7 @@ void write(const router_status& x, wire::RouterStatus::Builder b) {
   b.setAuctionP99Us(x.auction_p99_us);
   b.setNatsIn(x.nats_in);
   b.setNatsOut(x.nats_out);
+  b.setTextRequests(x.text_requests);
 }
 
 void write(const shard_status& x, wire::ShardStatus::Builder b) {
@@ -371,6 +376,8 @@ award_reply read(wire::AwardReply::Reader r) {
   x.accepted = r.getAccepted();
   auto reason = r.getReason();
   x.reason.assign(reason.begin(), reason.size());
+  auto endpoint = r.getEndpoint();
+  x.endpoint.assign(endpoint.begin(), endpoint.size());
   return x;
 }
 
@@ -397,6 +404,8 @@ decision read(wire::Decision::Reader r) {
   }
   auto error = r.getError();
   x.error.assign(error.begin(), error.size());
+  auto endpoint = r.getEndpoint();
+  x.endpoint.assign(endpoint.begin(), endpoint.size());
   return x;
 }
 
@@ -447,6 +456,9 @@ worker_status read(wire::WorkerStatus::Reader r) {
   auto agent = r.getAgent();
   x.agent.assign(agent.begin(), agent.size());
   x.gone = r.getGone();
+  x.unhealthy = r.getUnhealthy();
+  auto endpoint = r.getEndpoint();
+  x.endpoint.assign(endpoint.begin(), endpoint.size());
   return x;
 }
 
@@ -464,6 +476,7 @@ router_status read(wire::RouterStatus::Reader r) {
   x.auction_p99_us = r.getAuctionP99Us();
   x.nats_in = r.getNatsIn();
   x.nats_out = r.getNatsOut();
+  x.text_requests = r.getTextRequests();
   return x;
 }
 

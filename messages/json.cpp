@@ -13,6 +13,7 @@ namespace kvmesh {
 namespace {
 
 std::atomic<uint64_t> json_errors{0};
+std::atomic<uint64_t> text_requests{0};
 
 error fail(const std::string& what) {
   json_errors.fetch_add(1, std::memory_order_relaxed);
@@ -55,9 +56,27 @@ expected<route_request_msg> parse_route_json(std::string_view text,
   r.output_tokens = static_cast<uint32_t>(output);
   const auto tokens = obj.find("tokens");
   const auto blocks = obj.find("blocks");
-  if ((tokens == obj.end()) == (blocks == obj.end()))
-    return fail("exactly one of 'tokens' and 'blocks' is required");
-  if (tokens != obj.end()) {
+  const auto prompt = obj.find("text");
+  if ((tokens != obj.end()) + (blocks != obj.end()) + (prompt != obj.end()) !=
+      1)
+    return fail("exactly one of 'tokens', 'blocks' and 'text' is required");
+  if (prompt != obj.end()) {
+    if (!prompt->is_string()) return fail("field 'text' must be a string");
+    const auto& s = prompt->get_ref<const std::string&>();
+    auto chain = hash_text_blocks(s, block_tokens);
+    if (!chain) return fail("field 'text': " + chain.err().message);
+    if (chain->empty())
+      return fail("field 'text' holds " + std::to_string(s.size()) +
+                  " bytes, less than one block of " +
+                  std::to_string(block_tokens) + " tokens (" +
+                  std::to_string(block_tokens * text_bytes_per_token) +
+                  " bytes)");
+    text_requests.fetch_add(1, std::memory_order_relaxed);
+    r.blocks = std::move(*chain);
+    const uint64_t est =
+        (s.size() + text_bytes_per_token - 1) / text_bytes_per_token;
+    r.input_tokens = static_cast<uint32_t>(input ? input : std::min(est, u32));
+  } else if (tokens != obj.end()) {
     if (!tokens->is_array()) return fail("field 'tokens' must be an array");
     std::vector<uint32_t> ids;
     ids.reserve(tokens->size());
@@ -123,6 +142,7 @@ std::string decision_json(const decision& d) {
   }
   nlohmann::ordered_json out{{"request", d.request},
                              {"worker", d.worker},
+                             {"endpoint", d.endpoint},
                              {"auctions", d.auctions},
                              {"prices", prices}};
   return out.dump();
@@ -130,6 +150,10 @@ std::string decision_json(const decision& d) {
 
 uint64_t json_decode_errors() {
   return json_errors.load(std::memory_order_relaxed);
+}
+
+uint64_t text_route_requests() {
+  return text_requests.load(std::memory_order_relaxed);
 }
 
 }  // namespace kvmesh

@@ -11,15 +11,18 @@
 
 namespace kvmesh {
 
-// Parses {"id": 7, "tokens": [1, 2, ...]} or {"id": 7, "blocks": [h1, ...]}
-// with optional "salt" (tokens only), "input_tokens" and "output_tokens".
-// Tokens are hashed into chained blocks of `block_tokens` (Dynamo's hash);
-// "blocks" are taken as chained hashes already. Unknown fields are ignored.
-// Errors name the field; each one counts in json_decode_errors().
+// Parses {"id": 7, "tokens": [1, 2, ...]}, {"id": 7, "blocks": [h1, ...]}
+// or {"id": 7, "text": "..."} with optional "salt" (tokens only),
+// "input_tokens" and "output_tokens". Tokens are hashed into chained blocks
+// of `block_tokens` (Dynamo's hash); "blocks" are taken as chained hashes
+// already; text is hashed in chunks of its UTF-8 bytes (hash_text_blocks:
+// approximate, counted in text_route_requests()). Unknown fields are
+// ignored. Errors name the field; each one counts in json_decode_errors().
 expected<route_request_msg> parse_route_json(std::string_view text,
                                              uint32_t block_tokens);
 
-// {"request": 7, "worker": 2, "auctions": 1, "prices": [{"worker": 0,
+// {"request": 7, "worker": 2, "endpoint": "http://gpu-2:8001" (or ""),
+// "auctions": 1, "prices": [{"worker": 0,
 // "read": .., "credit_gpu": .., "credit_host": .., "credit_disk": ..,
 // "space": .., "speed": .., "overflow": .., "price": .., "delta": ..}]}
 // A decision with an error is {"request": 7, "error": "why"}.
@@ -27,5 +30,9 @@ std::string decision_json(const decision& d);
 
 // JSON route requests that failed to parse since the process started.
 uint64_t json_decode_errors();
+
+// Route requests that carried text, not token ids, since the process
+// started: their blocks are approximate and match no engine's cache.
+uint64_t text_route_requests();
 
 }  // namespace kvmesh

@@ -59,6 +59,9 @@ struct Decision {
   prices @4 :List(PriceBreakdown);
   # Set when there is no decision: why (then worker and prices mean nothing).
   error @5 :Text;
+  # Where to send the request: the winner's OpenAI-compatible front
+  # (http://host:port), empty for a worker without one (a simulated GPU).
+  endpoint @6 :Text;
 }
 
 # A router's call for bids. The nested request's own version is written but
@@ -104,6 +107,8 @@ struct AwardReply {
   version @0 :UInt16;
   accepted @1 :Bool;
   reason @2 :Text;
+  # An accepting worker's front (see Decision.endpoint).
+  endpoint @3 :Text;
 }
 
 # A block appeared in or left a tier. `root` is the first block of its chain:
@@ -142,6 +147,11 @@ struct WorkerStatus {
   agent @14 :Text;
   # Set by an observer (an ADMIN) that stopped hearing the worker.
   gone @15 :Bool;
+  # Its engine stopped answering: it refuses awards and routers leave it
+  # out until the engine answers again.
+  unhealthy @16 :Bool;
+  # Its OpenAI-compatible front, empty when it has none.
+  endpoint @17 :Text;
 }
 
 # What a router reports about itself.
@@ -158,6 +168,9 @@ struct RouterStatus {
   auctionP99Us @9 :Float64;
   natsIn @10 :UInt64;
   natsOut @11 :UInt64;
+  # Route requests this router process took as text (no token ids): their
+  # blocks are approximate.
+  textRequests @12 :UInt64;
 }
 
 # What an index shard reports about itself.

@@ -30,10 +30,15 @@ struct call_for_bids {
   std::vector<uint32_t> workers;
 };
 
+// A worker's refusal of an award when its engine stopped answering; the
+// router leaves the worker out until a heartbeat says it is healthy.
+inline constexpr const char* unhealthy_reason = "engine not answering";
+
 // A worker's answer to an award.
 struct award_reply {
   bool accepted = false;
-  std::string reason;  // why it refused
+  std::string reason;    // why it refused
+  std::string endpoint;  // accepted: where the request goes (may be "")
 };
 
 // The router's answer to a route request: the winner and why.
@@ -44,6 +49,9 @@ struct decision {
   std::vector<price_breakdown> prices;
   // Set when there is no decision (over NATS, where a reply must say why).
   std::string error;
+  // The winner's OpenAI-compatible front, http://host:port; "" for a
+  // worker without one (a simulated GPU).
+  std::string endpoint;
 };
 
 // What a worker reports about itself (admin, heartbeats).
@@ -63,6 +71,9 @@ struct worker_status {
   double speed = 1;
   std::string agent;  // the node agent hosting it (its NATS subjects)
   bool gone = false;  // set by an observer that stopped hearing from it
+  // Its engine stopped answering: awards are refused, routers leave it out.
+  bool unhealthy = false;
+  std::string endpoint;  // its OpenAI-compatible front, "" if none
 };
 
 // What a router reports about itself.
@@ -81,6 +92,8 @@ struct router_status {
   // Messages through the router process's NATS connection.
   uint64_t nats_in = 0;
   uint64_t nats_out = 0;
+  // Route requests taken as text, whose blocks are approximate.
+  uint64_t text_requests = 0;
 };
 
 // One holder's match of a prefix, as an index shard knows it.

@@ -18,6 +18,8 @@ struct mock_spec {
   bool silent_awards = false;
   bool refuse = false;
   bool silent_status = false;  // misses its heartbeats
+  std::string refusal = "busy";
+  std::string endpoint;  // named when it accepts
   std::shared_ptr<int> awards = std::make_shared<int>(0);
   std::shared_ptr<int> releases = std::make_shared<int>(0);
 };
@@ -49,7 +51,8 @@ worker_actor::behavior_type mock_worker(
           self->state.unanswered_awards.push_back(p);
           return p;
         }
-        return award_reply{!spec.refuse, spec.refuse ? "busy" : ""};
+        return award_reply{!spec.refuse, spec.refuse ? spec.refusal : "",
+                           spec.refuse ? "" : spec.endpoint};
       },
       [=](release_atom, const release_msg&) { ++*spec.releases; },
       [=](status_atom) -> caf::result<worker_status> {
@@ -175,6 +178,21 @@ TEST_F(router_test, a_refused_award_is_auctioned_again_then_goes_on) {
   EXPECT_EQ(d.auctions, 2u);      // one re-auction, then the runner-up
   EXPECT_EQ(*refuser.awards, 2);  // refused in both rounds
   EXPECT_EQ(*other.awards, 1);
+}
+
+TEST_F(router_test, an_unhealthy_worker_is_left_out_and_the_front_named) {
+  auto sick = bidder(0, 0);  // cheapest, but its engine stopped answering
+  sick.refuse = true;
+  sick.refusal = unhealthy_reason;
+  auto other = bidder(1, 20);
+  other.endpoint = "http://gpu-1.example:8001";
+  auto r = spawn_router(mocks({sick, other}), 2);
+  const decision d = route(r, 1);
+  EXPECT_EQ(d.worker, 1u);
+  EXPECT_EQ(d.endpoint, "http://gpu-1.example:8001");
+  // Out of the second auction at once, not asked again.
+  EXPECT_EQ(*sick.awards, 1);
+  EXPECT_EQ(d.auctions, 2u);
 }
 
 TEST_F(router_test, an_unanswered_award_goes_to_the_runner_up) {

@@ -114,7 +114,8 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 prompt=$(seq -s, 1 40)
 workers_contract='
 want = {"id", "state", "gpu_blocks", "host_blocks", "disk_blocks",
-        "queued_blocks", "active_blocks", "capacity_blocks", "speed"}'
+        "queued_blocks", "active_blocks", "capacity_blocks", "speed",
+        "endpoint"}'
 
 # -- bad flags and unreachable servers (no mesh needed) -----------------------
 
@@ -136,8 +137,18 @@ expect_usage route_without_tokens --tokens \
   route --nats "$nowhere" --block-tokens 16
 expect_usage index_shard_past_last --shard \
   index --nats "$nowhere" --shard 3/2 --db "$tmp/db"
-expect_usage agent_engine_vllm --engine \
-  agent --nats "$nowhere" --engine vllm --workers 1
+expect_usage agent_vllm_needs_kv_events --kv-events \
+  agent --nats "$nowhere" --engine vllm --block-tokens 16
+expect_usage agent_vllm_has_no_workers_flag --workers \
+  agent --nats "$nowhere" --engine vllm --kv-events tcp://127.0.0.1:5557 \
+  --block-tokens 16 --workers 2
+expect_usage agent_vllm_needs_block_tokens --block-tokens \
+  agent --nats "$nowhere" --engine vllm --kv-events tcp://127.0.0.1:5557
+expect_usage agent_vllm_bad_engine_url --engine-url \
+  agent --nats "$nowhere" --engine vllm --kv-events tcp://127.0.0.1:5557 \
+  --block-tokens 16 --engine-url localhost:8000
+expect_usage agent_unknown_engine --engine \
+  agent --nats "$nowhere" --engine trt --workers 1
 expect_usage route_bad_nats_url --nats \
   route --nats "nats://127.0.0.1:port" --block-tokens 16 --tokens "$prompt"
 expect_usage top_bad_interval --interval-ms \

@@ -15,6 +15,7 @@
 #include "core/block_hash.hpp"
 #include "core/sim.hpp"
 #include "messages/codec.hpp"
+#include "messages/json.hpp"
 #include "nats_cluster.hpp"
 #include "nats_server.hpp"
 
@@ -464,6 +465,16 @@ TEST_F(mesh_test, malformed_payloads_are_counted_and_answered) {
   ASSERT_TRUE(ok);
   const std::string ok_text(ok->begin(), ok->end());
   EXPECT_NE(ok_text.find("\"worker\""), std::string::npos) << ok_text;
+  // Text without token ids is routed on approximate blocks, and counted.
+  const uint64_t text_before = text_route_requests();
+  const std::string as_text =
+      R"({"id": 6, "text": ")" + std::string(200, 'w') + R"("})";
+  auto tr = c.request(subjects{}.route_json(),
+                      bytes(as_text.begin(), as_text.end()), 2000ms);
+  ASSERT_TRUE(tr);
+  const std::string tr_text(tr->begin(), tr->end());
+  EXPECT_NE(tr_text.find("\"worker\""), std::string::npos) << tr_text;
+  EXPECT_EQ(text_route_requests(), text_before + 1);
   // Calls for bids, awards, index queries and admin requests likewise.
   const auto bids_before = decode_errors(msg_kind::call_for_bids);
   auto b = c.request(subjects{}.agent("node-a", "bid"), garbage, 2000ms);

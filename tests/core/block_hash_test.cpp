@@ -77,5 +77,33 @@ TEST(block_hash, bad_input_is_an_error) {
   EXPECT_TRUE(partial->empty());
 }
 
+TEST(block_hash, a_chain_continues_after_its_parent) {
+  std::vector<uint32_t> all{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  auto whole = hash_blocks(all, 4, "salt");
+  ASSERT_TRUE(whole);
+  auto tail = hash_blocks_after((*whole)[0].seq, all.data() + 4, 8, 4, "salt");
+  ASSERT_TRUE(tail);
+  ASSERT_EQ(tail->size(), 2u);
+  EXPECT_EQ((*tail)[0].seq, (*whole)[1].seq);
+  EXPECT_EQ((*tail)[1].seq, (*whole)[2].seq);
+  EXPECT_EQ((*tail)[1].local, (*whole)[2].local);
+  EXPECT_FALSE(hash_blocks_after(1, all.data(), 4, 0));
+}
+
+TEST(block_hash, text_is_hashed_in_chunks_of_bytes) {
+  const std::string text(4 * 4 * 3 + 5, 'a');  // 3 chunks of 4 tokens
+  auto c = hash_text_blocks(text, 4);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->size(), 3u);
+  // Same chunks, different positions: the chain tells them apart.
+  EXPECT_NE((*c)[0], (*c)[1]);
+  auto prefix = hash_text_blocks(text.substr(0, 32), 4);
+  ASSERT_TRUE(prefix);
+  EXPECT_EQ(*prefix, std::vector<uint64_t>(c->begin(), c->begin() + 2));
+  EXPECT_TRUE(hash_text_blocks("short", 4)->empty());
+  EXPECT_EQ(hash_text_blocks("", 4).err().code, ec::empty_input);
+  EXPECT_EQ(hash_text_blocks("x", 0).err().code, ec::invalid_argument);
+}
+
 }  // namespace
 }  // namespace kvmesh

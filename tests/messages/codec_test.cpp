@@ -47,14 +47,15 @@ auto fields(const award_msg& x) {
   return std::tie(x.request, x.expected_queued, x.worker);
 }
 auto fields(const award_reply& x) {
-  return std::tie(x.accepted, x.reason);
+  return std::tie(x.accepted, x.reason, x.endpoint);
 }
 auto fields(const price_breakdown& x) {
   return std::tie(x.worker, x.read, x.credit_gpu, x.credit_host, x.credit_disk,
                   x.space, x.speed, x.overflow, x.price, x.delta);
 }
 auto fields(const decision& x) {
-  return std::tie(x.request, x.worker, x.auctions, x.prices, x.error);
+  return std::tie(x.request, x.worker, x.auctions, x.prices, x.error,
+                  x.endpoint);
 }
 auto fields(const cache_event& x) {
   return std::tie(x.kind, x.where, x.hash, x.root);
@@ -65,13 +66,13 @@ auto fields(const kv_batch& x) {
 auto fields(const worker_status& x) {
   return std::tie(x.worker, x.queued, x.reserved, x.waiting, x.running,
                   x.gpu_blocks, x.host_blocks, x.disk_blocks, x.active,
-                  x.completed, x.draining, x.capacity, x.speed, x.agent,
-                  x.gone);
+                  x.completed, x.draining, x.capacity, x.speed, x.agent, x.gone,
+                  x.unhealthy, x.endpoint);
 }
 auto fields(const router_status& x) {
   return std::tie(x.name, x.decisions, x.reauctions, x.held, x.overloaded,
                   x.live_workers, x.workers, x.auction_p50_us, x.auction_p99_us,
-                  x.nats_in, x.nats_out);
+                  x.nats_in, x.nats_out, x.text_requests);
 }
 auto fields(const shard_status& x) {
   return std::tie(x.shard, x.blocks, x.entries, x.disk_bytes, x.events,
@@ -301,7 +302,9 @@ worker_status sample_worker(uint32_t worker) {
                        (1ull << 39) + 5,
                        2.5,
                        "agent-n\xC5\x93ud-" + std::to_string(worker),
-                       true};
+                       true,
+                       true,
+                       "http://[::1]:" + std::to_string(8000 + worker)};
 }
 
 router_status sample_router(uint64_t decisions) {
@@ -315,7 +318,8 @@ router_status sample_router(uint64_t decisions) {
                        125.5,
                        980.25,
                        (1ull << 44) + 7,
-                       (1ull << 45) + 9};
+                       (1ull << 45) + 9,
+                       (1ull << 46) + 11};
 }
 
 shard_status sample_shard(uint32_t shard) {
@@ -337,12 +341,14 @@ samples() {
       call_for_bids{sample_request(5), 3.5, {3, 4000000000u, 9}},
       sample_bid(7),
       award_msg{sample_request(6), 17.25, 4000000001u},
-      award_reply{true, "queue grew: 12.5 > 10 (d\xC3\xA9j\xC3\xA0 vu)"},
+      award_reply{true, "queue grew: 12.5 > 10 (d\xC3\xA9j\xC3\xA0 vu)",
+                  "http://gpu-7.example:8001"},
       decision{(1ull << 50) + 1,
                9,
                2,
                {sample_price(3, 1), sample_price(4, 100), sample_price(5, -2)},
-               "overloaded: \xE2\x89\xA5 40 queued (\xE6\xBB\xA1)"},
+               "overloaded: \xE2\x89\xA5 40 queued (\xE6\xBB\xA1)",
+               "http://10.0.0.9:8001"},
       kv_batch{5,
                {{cache_event::removed, tier::disk, (1ull << 63) + 1, 99},
                 {cache_event::stored, tier::gpu, 2, 3},
@@ -605,6 +611,29 @@ TEST(codec, fields_an_older_schema_lacks_take_their_defaults) {
   // Not reported: the router's configured credits apply.
   EXPECT_TRUE(std::isnan(got->c_host));
   EXPECT_TRUE(std::isnan(got->c_disk));
+}
+
+TEST(codec, decisions_and_heartbeats_of_older_producers_have_no_front) {
+  capnp::MallocMessageBuilder m;
+  auto d = m.initRoot<evolution::DecisionPast>();
+  d.setVersion(1);
+  d.setRequest(5);
+  d.setWorker(2);
+  auto got = decode<decision>(flat(m));
+  ASSERT_TRUE(got) << got.err().message;
+  EXPECT_EQ(got->worker, 2u);
+  EXPECT_EQ(got->endpoint, "");
+  capnp::MallocMessageBuilder w;
+  auto s = w.initRoot<evolution::WorkerStatusPast>();
+  s.setVersion(1);
+  s.setWorker(4);
+  s.setGpuBlocks(9);
+  s.setAgent("agent-0");
+  auto status = decode<worker_status>(flat(w));
+  ASSERT_TRUE(status) << status.err().message;
+  EXPECT_EQ(status->gpu_blocks, 9u);
+  EXPECT_FALSE(status->unhealthy);  // an older agent's workers are healthy
+  EXPECT_EQ(status->endpoint, "");
 }
 
 // -- malformed input ---------------------------------------------------------

@@ -38,3 +38,33 @@ struct BidPast {
   capacity @9 :UInt64;
   speed @10 :Float64 = 1.0;
 }
+
+# A Decision from before it named the winner's front (endpoint @6).
+struct DecisionPast {
+  version @0 :UInt16;
+  request @1 :UInt64;
+  worker @2 :UInt32;
+  auctions @3 :UInt32;
+  prices @4 :AnyPointer;  # a list of PriceBreakdown; left unset here
+  error @5 :Text;
+}
+
+# A WorkerStatus from before engine health and fronts (@16, @17).
+struct WorkerStatusPast {
+  version @0 :UInt16;
+  worker @1 :UInt32;
+  queued @2 :Float64;
+  reserved @3 :Float64;
+  waiting @4 :UInt64;
+  running @5 :UInt64;
+  gpuBlocks @6 :UInt64;
+  hostBlocks @7 :UInt64;
+  diskBlocks @8 :UInt64;
+  active @9 :UInt64;
+  completed @10 :UInt64;
+  draining @11 :Bool;
+  capacity @12 :UInt64;
+  speed @13 :Float64 = 1.0;
+  agent @14 :Text;
+  gone @15 :Bool;
+}

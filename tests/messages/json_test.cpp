@@ -38,6 +38,17 @@ TEST(json, blocks_are_taken_as_chained_hashes) {
   EXPECT_EQ(implied->input_tokens, 1024u);
 }
 
+TEST(json, text_is_hashed_in_byte_chunks_and_counted) {
+  const uint64_t before = text_route_requests();
+  const std::string text(4 * 4 * 2 + 3, 'z');  // 2 chunks of 4 tokens
+  auto r = parse_route_json(R"({"id": 3, "text": ")" + text + R"("})", 4);
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_EQ(r->blocks, *hash_text_blocks(text, 4));
+  EXPECT_EQ(r->blocks.size(), 2u);
+  EXPECT_EQ(r->input_tokens, 9u);  // 35 bytes at 4 bytes per token
+  EXPECT_EQ(text_route_requests() - before, 1u);
+}
+
 TEST(json, bad_requests_name_the_field_and_count) {
   const uint64_t before = json_decode_errors();
   const std::pair<const char*, const char*> cases[] = {
@@ -45,7 +56,10 @@ TEST(json, bad_requests_name_the_field_and_count) {
       {"[1]", "not a JSON object"},
       {R"({"tokens": [1,2,3,4]})", "'id' is missing"},
       {R"({"id": -1, "tokens": [1,2,3,4]})", "'id'"},
-      {R"({"id": 1})", "exactly one of 'tokens' and 'blocks'"},
+      {R"({"id": 1})", "exactly one of 'tokens', 'blocks' and 'text'"},
+      {R"({"id": 1, "tokens": [1,2,3,4], "text": "abc"})", "exactly one of"},
+      {R"({"id": 1, "text": 5})", "'text' must be a string"},
+      {R"({"id": 1, "text": "too short"})", "less than one block"},
       {R"({"id": 1, "tokens": [1], "blocks": [1]})", "exactly one of"},
       {R"({"id": 1, "tokens": "1,2"})", "'tokens' must be an array"},
       {R"({"id": 1, "tokens": [1, 4294967296]})", "not a token id"},
@@ -79,9 +93,11 @@ TEST(json, a_decision_carries_every_bidders_breakdown) {
   p.price = 12.25;
   p.delta = -1;
   d.prices = {p};
+  d.endpoint = "http://gpu-2.example:8001";
   auto j = nlohmann::json::parse(decision_json(d));
   EXPECT_EQ(j["request"], 9);
   EXPECT_EQ(j["worker"], 2);
+  EXPECT_EQ(j["endpoint"], "http://gpu-2.example:8001");
   EXPECT_EQ(j["auctions"], 1);
   ASSERT_EQ(j["prices"].size(), 1u);
   EXPECT_EQ(j["prices"][0]["read"], 10.5);

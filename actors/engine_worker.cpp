@@ -1,0 +1,205 @@
+// The real engine's WORKER: bids and awards as any worker, its cache from
+// the engine's KV events, its queue from the front, its health from the
+// engine's endpoints.
+#include "actors/engine_worker.hpp"
+
+#include <algorithm>
+#include <memory>
+
+#include "core/log.hpp"
+
+namespace kvmesh {
+
+namespace {
+
+struct engine_worker_state {
+  static inline const char* name = "engine_worker";
+  std::unique_ptr<engine_state> eng;
+  caf::actor_clock::time_point origin;
+  listener_actor listener;
+  std::vector<index_shard_actor> shards;
+  std::vector<cache_event> changes;
+  std::vector<std::vector<cache_event>> kv_out;  // one batch per shard
+  caf::timespan sweep{};
+  uint64_t kv_batches = 0;
+  uint64_t resyncs = 0;
+  bool was_healthy = true;
+  uint32_t unseen_polls = 0;  // polls in a row the engine ran more
+  bool warned_unseen = false;
+};
+
+using epointer = engine_worker_actor::stateful_pointer<engine_worker_state>;
+
+double now_ms(epointer self) {
+  const auto d = self->clock().now() - self->state.origin;
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+uint32_t id_of(epointer self) {
+  return self->state.eng->ledger().config().id;
+}
+
+// Sends what the mirror changed to the index shards, one batch per shard
+// (shards write batches, not single events).
+void publish_changes(epointer self) {
+  auto& st = self->state;
+  if (st.shards.empty()) {
+    st.changes.clear();
+    return;
+  }
+  for (const cache_event& e : st.changes)
+    st.kv_out[shard_of(e.root, st.shards.size())].push_back(e);
+  st.changes.clear();
+  for (size_t i = 0; i < st.kv_out.size(); ++i) {
+    if (st.kv_out[i].empty()) continue;
+    self->send(st.shards[i], kv_atom::value, id_of(self),
+               std::move(st.kv_out[i]));
+    st.kv_out[i].clear();
+  }
+}
+
+// Logs each kind of event the mirror could not apply, the first time.
+void log_new_faults(epointer self) {
+  for (mirror_fault f : self->state.eng->mirror().take_new_faults())
+    KVMESH_WARN(
+        "worker %u skips engine KV events: %s (counted from now on, "
+        "logged once)",
+        id_of(self), to_string(f));
+}
+
+engine_worker_actor::behavior_type engine_worker(epointer self,
+                                                 engine_worker_options opt) {
+  auto& st = self->state;
+  // spawn_engine_worker validated the options: this cannot fail here.
+  st.eng =
+      std::make_unique<engine_state>(std::move(*engine_state::make(opt.state)));
+  st.origin = self->clock().now();
+  st.listener = opt.listener;
+  st.shards = opt.shards;
+  st.kv_out.resize(st.shards.size());
+  st.sweep = opt.sweep;
+  self->delayed_send(self, st.sweep, step_atom::value);
+  return {
+      [=](bid_atom, const call_for_bids& cfb) -> bid_list {
+        auto& st = self->state;
+        const uint32_t id = id_of(self);
+        // Asked by id (an agent's stand-in forwards its list); empty: me.
+        if (!cfb.workers.empty() &&
+            std::find(cfb.workers.begin(), cfb.workers.end(), id) ==
+                cfb.workers.end())
+          return {{}, "worker " + std::to_string(id) + " was not asked"};
+        const auto& r = cfb.request;
+        const uint32_t n = static_cast<uint32_t>(r.blocks.size());
+        bid b = st.eng->make_bid(r.blocks.data(), n);
+        st.eng->reserve(r.id,
+                        expected_share(n, st.eng->ledger().config().speed,
+                                       cfb.bidders_speed),
+                        n, now_ms(self));
+        b.worker = id;
+        return {{b}, {}};
+      },
+      [=](award_atom, const award_msg& a) -> award_reply {
+        return self->state.eng->award(a.request, a.expected_queued,
+                                      now_ms(self));
+      },
+      [=](release_atom, const release_msg& r) {
+        self->state.eng->release(r.request);
+      },
+      [=](status_atom) -> worker_status { return self->state.eng->status(); },
+      [=](put_atom, drain_atom, bool on) { self->state.eng->set_draining(on); },
+      [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
+        auto& st = self->state;
+        st.shards = std::move(shards);
+        st.kv_out.assign(st.shards.size(), {});
+      },
+      [=](step_atom) {
+        auto& st = self->state;
+        if (size_t n = st.eng->expire(now_ms(self)); n > 0)
+          KVMESH_WARN(
+              "worker %u drops %zu awarded request(s) that never "
+              "reached its front",
+              id_of(self), n);
+        self->delayed_send(self, st.sweep, step_atom::value);
+      },
+      [=](kv_atom, const engine_kv_batch& b) {
+        auto& st = self->state;
+        ++st.kv_batches;
+        st.eng->mirror().apply(b, &st.changes);
+        publish_changes(self);
+        log_new_faults(self);
+      },
+      [=](kv_atom, drop_atom) {
+        auto& st = self->state;
+        ++st.resyncs;
+        st.eng->mirror().clear(&st.changes);
+        publish_changes(self);
+      },
+      [=](arrive_atom, const front_request& r) {
+        self->state.eng->arrive(r, now_ms(self));
+      },
+      [=](first_atom, uint64_t request) {
+        auto& st = self->state;
+        tier_match hits;
+        if (st.eng->first_token(request, &hits) && st.listener)
+          self->send(st.listener, first_atom::value, request, hits.gpu,
+                     hits.host, hits.disk);
+      },
+      [=](done_atom, uint64_t request) {
+        auto& st = self->state;
+        if (st.eng->finish(request) && st.listener)
+          self->send(st.listener, done_atom::value, request);
+      },
+      [=](put_atom, const engine_metrics& m) {
+        auto& st = self->state;
+        st.eng->set_metrics(m);
+        if (st.was_healthy != m.answering)
+          KVMESH_WARN("worker %u's engine %s", id_of(self),
+                      m.answering ? "answers again: taking awards"
+                                  : "stopped answering: refusing awards");
+        st.was_healthy = m.answering;
+        // The cross-check: requests the engine runs that its front never
+        // saw load the GPU without the bids knowing. A few polls in a row,
+        // not one: the metrics lag the front.
+        const worker_status s = st.eng->status();
+        const double seen = static_cast<double>(s.waiting + s.running);
+        st.unseen_polls = m.has_metrics && m.waiting + m.running > seen
+                              ? st.unseen_polls + 1
+                              : 0;
+        if (st.unseen_polls >= 5 && !st.warned_unseen) {
+          st.warned_unseen = true;
+          KVMESH_WARN(
+              "worker %u's engine runs %g requests, its front saw "
+              "%g: clients that call the engine directly load it "
+              "unseen by the bids (logged once)",
+              id_of(self), m.waiting + m.running, seen);
+        }
+      },
+      [=](get_atom, stats_atom) -> engine_worker_stats {
+        auto& st = self->state;
+        engine_worker_stats s;
+        s.status = st.eng->status();
+        s.metrics = st.eng->metrics();
+        for (size_t i = 0; i < mirror_fault_count; ++i)
+          s.mirror_faults[i] =
+              st.eng->mirror().faults(static_cast<mirror_fault>(i));
+        s.kv_batches = st.kv_batches;
+        s.resyncs = st.resyncs;
+        s.abandoned = st.eng->abandoned();
+        s.bypassed = st.eng->bypassed();
+        s.approximate = st.eng->approximate();
+        return s;
+      },
+  };
+}
+
+}  // namespace
+
+expected<engine_worker_actor> spawn_engine_worker(
+    caf::actor_system& sys, const engine_worker_options& opt) {
+  if (auto s = engine_state::make(opt.state); !s) return s.err();
+  if (opt.sweep <= caf::timespan{0})
+    return make_error(ec::invalid_argument, "sweep period must be > 0");
+  return sys.spawn(engine_worker, opt);
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,133 @@
+// One real engine (a GPU, or a data-parallel rank) as its WORKER knows it:
+// the cache its KV events describe, the requests its front has seen, the
+// read work they add, and whether the engine still answers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/pricing.hpp"
+#include "core/worker.hpp"
+#include "engines/kv_mirror.hpp"
+#include "messages/types.hpp"
+
+namespace kvmesh {
+
+struct engine_state_config {
+  worker_config ledger;        // id, speed, credits, reservations
+  uint32_t block_tokens = 16;  // the engine's block size
+  // GPU blocks for bids and status; 0: learn it from the engine's metrics
+  // (until then 0, which prices every bid as beyond capacity).
+  uint64_t gpu_blocks = 0;
+  // The front's URL, named in accepted awards and the status.
+  std::string endpoint;
+  // An awarded request whose client has not called the front within this
+  // long is taken to be abandoned: its queued work goes.
+  double award_ttl_ms = 60000;
+};
+
+// A request as the front saw it arrive.
+struct front_request {
+  uint64_t id = 0;
+  // The prompt's chained block hashes: from token ids when the client sent
+  // them, else from text chunks (approximate).
+  std::vector<uint64_t> blocks;
+  uint32_t prompt_tokens = 0;  // exact with token ids, else estimated
+  uint32_t output_tokens = 0;  // max_tokens when the client set one
+  bool approximate = false;    // blocks and size come from text
+};
+
+// What the engine's own endpoints say (GET /health, GET /metrics).
+struct engine_metrics {
+  bool answering = true;     // /health answered 200
+  bool has_metrics = false;  // /metrics answered with known gauges
+  double waiting = 0;        // requests the engine queues
+  double running = 0;        // requests it runs
+  double kv_usage = 0;       // fraction of its GPU KV blocks in use
+  uint64_t gpu_blocks = 0;   // its GPU block count, when it reports one
+};
+
+class engine_state {
+ public:
+  static expected<engine_state> make(const engine_state_config& cfg);
+
+  // -- the auction ----------------------------------------------------------
+  // The bid for a request with chain `chain` (n blocks), from the mirror,
+  // the ledger and the requests in flight.
+  bid make_bid(const uint64_t* chain, uint32_t n) const;
+  // Holds the request's expected share for the bid's reservation period.
+  void reserve(uint64_t request, double share, uint32_t n, double now_ms);
+  void release(uint64_t request) { ledger_.release(request); }
+  // Takes an awarded request (its read work is queued from now on) or
+  // refuses it: draining, the engine not answering, the bid no longer
+  // holding (see worker_ledger::should_refuse).
+  award_reply award(const route_request_msg& r, double expected_queued,
+                    double now_ms);
+
+  // -- the front ------------------------------------------------------------
+  // A request reached the front: an awarded one is now in the engine; one
+  // that bypassed the routers is taken as if awarded here. Either holds
+  // its blocks (prompt and expected output) until it ends.
+  void arrive(const front_request& r, double now_ms);
+  // Its first token: no read work left. `hits` gets the blocks it found
+  // cached at arrival, per tier. False for an unknown request.
+  bool first_token(uint64_t request, tier_match* hits = nullptr);
+  // Its end (last token, error or the client gone). False if unknown.
+  bool finish(uint64_t request);
+  // Drops awarded requests that never reached the front within the TTL
+  // and expired reservations; returns how many requests went.
+  size_t expire(double now_ms);
+
+  // -- the engine -----------------------------------------------------------
+  kv_mirror& mirror() { return mirror_; }
+  const kv_mirror& mirror() const { return mirror_; }
+  void set_metrics(const engine_metrics& m);
+  const engine_metrics& metrics() const { return metrics_; }
+  bool healthy() const { return metrics_.answering; }
+  void set_draining(bool on) { draining_ = on; }
+
+  // Status for heartbeats and the admin: tiers as the engine reported
+  // them, queue and occupancy as the front saw them.
+  worker_status status() const;
+  const worker_ledger& ledger() const { return ledger_; }
+  uint64_t capacity() const;
+  uint64_t occupancy() const { return occupancy_; }
+  uint64_t abandoned() const { return abandoned_; }
+  uint64_t bypassed() const { return bypassed_; }
+  uint64_t approximate() const { return approximate_; }
+
+ private:
+  enum class phase : uint8_t { awarded, waiting, running };
+  struct request {
+    phase at = phase::awarded;
+    double since_ms = 0;
+    uint32_t n = 0;  // prompt blocks (the chain's length)
+    uint32_t prompt_tokens = 0;
+    uint32_t output_tokens = 0;
+    uint64_t holds = 0;  // blocks held while in the engine
+    tier_match hits;     // cached at arrival
+  };
+
+  engine_state(const engine_state_config& cfg, kv_mirror mirror,
+               worker_ledger ledger);
+  uint64_t blocks_for(uint64_t tokens) const {
+    return (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;
+  }
+
+  engine_state_config cfg_;
+  kv_mirror mirror_;
+  worker_ledger ledger_;
+  std::unordered_map<uint64_t, request> requests_;
+  engine_metrics metrics_;
+  bool draining_ = false;
+  uint64_t occupancy_ = 0;  // blocks held by requests in the engine
+  uint64_t completed_ = 0;
+  uint64_t abandoned_ = 0;
+  uint64_t bypassed_ = 0;     // requests that reached the front unrouted
+  uint64_t approximate_ = 0;  // requests sized from text
+};
+
+}  // namespace kvmesh

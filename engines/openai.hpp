@@ -1,0 +1,27 @@
+// OpenAI-compatible requests as an engine's front sees them: what a
+// /v1/completions or /v1/chat/completions body says about the prompt.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/error.hpp"
+#include "engines/engine_state.hpp"
+
+namespace kvmesh {
+
+struct openai_request {
+  bool stream = false;
+  // The prompt's blocks and size: token ids (a completions prompt of
+  // integers) hash exactly; text is hashed in chunks of its UTF-8 bytes
+  // (approximate: the engine's tokenizer is not here).
+  front_request prompt;
+};
+
+// Reads a request body. `chat`: a /v1/chat/completions body (messages),
+// else /v1/completions (prompt). A batch of prompts is sized by its first.
+// Errors: not a JSON object, or no prompt or messages of a known form.
+expected<openai_request> parse_openai_request(std::string_view body, bool chat,
+                                              uint32_t block_tokens);
+
+}  // namespace kvmesh

@@ -1,0 +1,73 @@
+// Tests of engines/openai: prompts of completions and chat bodies, exact
+// from token ids, approximate from text.
+#include "engines/openai.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/block_hash.hpp"
+
+namespace kvmesh {
+namespace {
+
+TEST(openai, token_id_prompts_hash_exactly) {
+  auto r = parse_openai_request(
+      R"({"model": "m", "prompt": [1,2,3,4,5,6,7,8,9], "max_tokens": 5,
+          "stream": true})",
+      false, 4);
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_TRUE(r->stream);
+  EXPECT_FALSE(r->prompt.approximate);
+  EXPECT_EQ(r->prompt.prompt_tokens, 9u);
+  EXPECT_EQ(r->prompt.output_tokens, 5u);
+  auto h = hash_blocks(std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8}, 4);
+  ASSERT_EQ(r->prompt.blocks.size(), 2u);
+  EXPECT_EQ(r->prompt.blocks[1], (*h)[1].seq);
+}
+
+TEST(openai, text_prompts_are_approximate) {
+  const std::string text(40, 'a');
+  auto r = parse_openai_request(R"({"prompt": ")" + text + R"("})", false, 4);
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_FALSE(r->stream);
+  EXPECT_TRUE(r->prompt.approximate);
+  EXPECT_EQ(r->prompt.prompt_tokens, 10u);
+  EXPECT_EQ(r->prompt.blocks, *hash_text_blocks(text, 4));
+  // A batch is sized by its first prompt.
+  auto batch =
+      parse_openai_request(R"({"prompt": [[1,2,3,4], [5,6,7,8,9]]})", false, 4);
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->prompt.prompt_tokens, 4u);
+}
+
+TEST(openai, chat_messages_of_strings_and_parts) {
+  auto r = parse_openai_request(
+      R"({"messages": [{"role": "system", "content": "be brief"},
+                       {"role": "user", "content": [
+                          {"type": "text", "text": "hello there"},
+                          {"type": "image_url", "image_url": {"url": "x"}}]}],
+          "max_completion_tokens": 7})",
+      true, 2);
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_TRUE(r->prompt.approximate);
+  EXPECT_EQ(r->prompt.output_tokens, 7u);
+  const std::string joined = "be brief\nhello there";
+  EXPECT_EQ(r->prompt.blocks, *hash_text_blocks(joined, 2));
+}
+
+TEST(openai, bodies_without_a_prompt_are_errors) {
+  for (auto [body, chat] : std::initializer_list<std::pair<const char*, bool>>{
+           {"not json", false},
+           {"[1]", false},
+           {R"({"model": "m"})", false},
+           {R"({"prompt": 5})", false},
+           {R"({"prompt": [1, -2]})", false},
+           {R"({"messages": []})", true},
+           {R"({"messages": [5]})", true},
+       }) {
+    auto r = parse_openai_request(body, chat, 4);
+    EXPECT_FALSE(r) << body;
+  }
+}
+
+}  // namespace
+}  // namespace kvmesh
