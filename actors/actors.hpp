@@ -77,13 +77,13 @@ typename Inspector::result_type inspect(Inspector& f, router_status& x) {
   return f(caf::meta::type_name("router_status"), x.name, x.decisions,
            x.reauctions, x.held, x.overloaded, x.live_workers, x.workers,
            x.auction_p50_us, x.auction_p99_us, x.nats_in, x.nats_out,
-           x.text_requests);
+           x.text_requests, x.block_mismatches);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, route_request_msg& x) {
   return f(caf::meta::type_name("route_request"), x.id, x.blocks,
-           x.input_tokens, x.output_tokens);
+           x.input_tokens, x.output_tokens, x.block_tokens);
 }
 
 template <class Inspector>

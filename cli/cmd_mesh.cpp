@@ -954,6 +954,7 @@ int run_route(const route_flags& f) {
   route_request_msg r;
   r.id = f.request_id_opt->count() > 0 ? f.request_id : random_request_id();
   r.output_tokens = f.output_tokens;
+  r.block_tokens = f.block_tokens;  // the router refuses another size
   if (f.text_opt->count() > 0) {
     // No tokenizer here: the text's bytes in chunks stand for its blocks.
     auto chain = hash_text_blocks(f.text, f.block_tokens);

@@ -328,7 +328,25 @@ struct front_state {
   // Set when the process stops: durable requests in flight are then left
   // unacked, as a killed process leaves them, for another router.
   std::shared_ptr<std::atomic<bool>> stopping;
+  uint64_t block_mismatches = 0;
 };
+
+// A route request off the wire, refused when its client hashed it with
+// another block size than this mesh: no hash of it could match a cached
+// block, and routing it would look like a cold cache, not an error.
+expected<route_request_msg> decode_route(front_state& st,
+                                         const bytes& payload) {
+  auto r = decode<route_request_msg>(payload);
+  if (r && r->block_tokens != 0 && r->block_tokens != st.block_tokens) {
+    ++st.block_mismatches;
+    return make_error(
+        ec::invalid_argument,
+        "request " + std::to_string(r->id) + " was hashed in " +
+            std::to_string(r->block_tokens) + "-token blocks; this mesh uses " +
+            std::to_string(st.block_tokens) + " (--block-tokens)");
+  }
+  return r;
+}
 
 // Route requests wait for the router's own deadlines; this only bounds a
 // router that never answers (the stand-in of a remote one).
@@ -352,7 +370,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
           const bytes& payload) {
         auto& st = self->state;
         if (subject == st.mesh.subj.route()) {
-          auto r = decode<route_request_msg>(payload);
+          auto r = decode_route(st, payload);
           if (!r) {
             decision d;
             d.error = r.err().message;
@@ -436,7 +454,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
         // Acked once the answer is out: a router that dies before leaves
         // the request to another one. Malformed requests are answered and
         // acked too, or they would come back forever.
-        auto r = decode<route_request_msg>(payload);
+        auto r = decode_route(st, payload);
         if (!r) {
           decision out;
           out.error = r.err().message;
@@ -478,6 +496,7 @@ caf::behavior router_front(caf::stateful_actor<front_state>* self,
                   s.nats_in = t.in_msgs;
                   s.nats_out = t.out_msgs;
                   s.text_requests = text_route_requests();
+                  s.block_mismatches = self->state.block_mismatches;
                   (void)self->state.bus->publish(
                       self->state.mesh.subj.router_beat(), encode(s));
                 },

@@ -106,6 +106,7 @@ void write(const route_request_msg& x, wire::RouteRequest::Builder b) {
     blocks.set(static_cast<unsigned>(i), x.blocks[i]);
   b.setInputTokens(x.input_tokens);
   b.setOutputTokens(x.output_tokens);
+  b.setBlockTokens(x.block_tokens);
 }
 
 void write(const call_for_bids& x, wire::CallForBids::Builder b) {
@@ -215,6 +216,7 @@ void write(const router_status& x, wire::RouterStatus::Builder b) {
   b.setNatsIn(x.nats_in);
   b.setNatsOut(x.nats_out);
   b.setTextRequests(x.text_requests);
+  b.setBlockMismatches(x.block_mismatches);
 }
 
 void write(const shard_status& x, wire::ShardStatus::Builder b) {
@@ -332,6 +334,7 @@ route_request_msg read(wire::RouteRequest::Reader r) {
     x.blocks.push_back(h);
   x.input_tokens = r.getInputTokens();
   x.output_tokens = r.getOutputTokens();
+  x.block_tokens = r.getBlockTokens();
   return x;
 }
 
@@ -477,6 +480,7 @@ router_status read(wire::RouterStatus::Reader r) {
   x.nats_in = r.getNatsIn();
   x.nats_out = r.getNatsOut();
   x.text_requests = r.getTextRequests();
+  x.block_mismatches = r.getBlockMismatches();
   return x;
 }
 

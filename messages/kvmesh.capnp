@@ -33,6 +33,10 @@ struct RouteRequest {
   blocks @2 :List(UInt64);
   inputTokens @3 :UInt32;
   outputTokens @4 :UInt32;
+  # Tokens per block the client hashed with; 0: not said (older clients).
+  # A router refuses a request hashed with another block size than its
+  # mesh's: its hashes could never match a cached block.
+  blockTokens @5 :UInt32;
 }
 
 # Why a bidder got its price (see docs/pricing.md).
@@ -171,6 +175,8 @@ struct RouterStatus {
   # Route requests this router process took as text (no token ids): their
   # blocks are approximate.
   textRequests @12 :UInt64;
+  # Route requests refused for a block size other than the router's.
+  blockMismatches @13 :UInt64;
 }
 
 # What an index shard reports about itself.

@@ -18,6 +18,7 @@ struct route_request_msg {
   std::vector<uint64_t> blocks;
   uint32_t input_tokens = 0;
   uint32_t output_tokens = 0;  // 0: unknown (the router estimates)
+  uint32_t block_tokens = 0;   // what the client hashed with; 0: not said
 };
 
 // A router's call for bids. `share` is the part of the request each bidder
@@ -94,6 +95,7 @@ struct router_status {
   uint64_t nats_out = 0;
   // Route requests taken as text, whose blocks are approximate.
   uint64_t text_requests = 0;
+  uint64_t block_mismatches = 0;  // requests hashed with another block size
 };
 
 // One holder's match of a prefix, as an index shard knows it.

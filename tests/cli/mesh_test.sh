@@ -221,6 +221,14 @@ else
   fail route_names_worker "exit $rc: $out $err"
 fi
 first=$(sed -n 's/.*-> worker \([0-9]*\) .*/\1/p' <<<"$out")
+# Hashed with another block size than the mesh's: refused, saying why.
+run route --nats "$url" --block-tokens 32 --tokens "$prompt"
+if [ "$rc" -ne 0 ] && grep -q "32-token blocks; this mesh uses 16" <<<"$err"
+then
+  ok route_other_block_size_refused
+else
+  fail route_other_block_size_refused "exit $rc: $out $err"
+fi
 # The prompt's blocks reach the index once its worker has prefilled it.
 if poll 5 admin --nats "$url" prefix --block-tokens 16 --tokens "$prompt" \
   --json -- "assert any(h['worker'] == ${first:-99} for h in d['holders'])"

@@ -33,7 +33,8 @@ constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 // round trips nor checked to be set by the samples.
 
 auto fields(const route_request_msg& x) {
-  return std::tie(x.id, x.blocks, x.input_tokens, x.output_tokens);
+  return std::tie(x.id, x.blocks, x.input_tokens, x.output_tokens,
+                  x.block_tokens);
 }
 auto fields(const call_for_bids& x) {
   return std::tie(x.request, x.bidders_speed, x.workers);
@@ -72,7 +73,7 @@ auto fields(const worker_status& x) {
 auto fields(const router_status& x) {
   return std::tie(x.name, x.decisions, x.reauctions, x.held, x.overloaded,
                   x.live_workers, x.workers, x.auction_p50_us, x.auction_p99_us,
-                  x.nats_in, x.nats_out, x.text_requests);
+                  x.nats_in, x.nats_out, x.text_requests, x.block_mismatches);
 }
 auto fields(const shard_status& x) {
   return std::tie(x.shard, x.blocks, x.entries, x.disk_bytes, x.events,
@@ -272,7 +273,7 @@ msg_kind kind_of<batch_msg>() {
 
 route_request_msg sample_request(uint64_t id) {
   return route_request_msg{
-      id, {0x123456789ABCDEF0ull, 1, UINT64_MAX, 42}, 4000000000u, 77};
+      id, {0x123456789ABCDEF0ull, 1, UINT64_MAX, 42}, 4000000000u, 77, 4096};
 }
 
 price_breakdown sample_price(uint32_t worker, double base) {
@@ -319,7 +320,8 @@ router_status sample_router(uint64_t decisions) {
                        980.25,
                        (1ull << 44) + 7,
                        (1ull << 45) + 9,
-                       (1ull << 46) + 11};
+                       (1ull << 46) + 11,
+                       (1ull << 47) + 13};
 }
 
 shard_status sample_shard(uint32_t shard) {
