@@ -69,7 +69,7 @@ void publish_changes(epointer self) {
 // Logs each kind of event the mirror could not apply, the first time.
 void log_new_faults(epointer self) {
   for (mirror_fault f : self->state.eng->mirror().take_new_faults())
-    KVMESH_LOG(
+    KVMESH_WARN(
         "worker %u skips engine KV events: %s (counted from now on, "
         "logged once)",
         id_of(self), to_string(f));
@@ -143,7 +143,7 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
       [=](step_atom) {
         auto& st = self->state;
         if (size_t n = st.eng->expire(now_ms(self)); n > 0)
-          KVMESH_LOG(
+          KVMESH_WARN(
               "worker %u drops %zu awarded request(s) that never "
               "reached its front",
               id_of(self), n);
@@ -181,9 +181,9 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
         auto& st = self->state;
         st.eng->set_metrics(m);
         if (st.was_healthy != m.answering)
-          KVMESH_LOG("worker %u's engine %s", id_of(self),
-                     m.answering ? "answers again: taking awards"
-                                 : "stopped answering: refusing awards");
+          KVMESH_WARN("worker %u's engine %s", id_of(self),
+                      m.answering ? "answers again: taking awards"
+                                  : "stopped answering: refusing awards");
         st.was_healthy = m.answering;
         // The cross-check: requests the engine runs that its front never
         // saw load the GPU without the bids knowing. A few polls in a row,
@@ -195,7 +195,7 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
                               : 0;
         if (st.unseen_polls >= 5 && !st.warned_unseen) {
           st.warned_unseen = true;
-          KVMESH_LOG(
+          KVMESH_WARN(
               "worker %u's engine runs %g requests, its front saw "
               "%g: clients that call the engine directly load it "
               "unseen by the bids (logged once)",

@@ -33,12 +33,14 @@
 #include "actors/replay.hpp"
 #include "actors/router.hpp"
 #include "cli/commands.hpp"
+#include "cli/config.hpp"
 #include "cli/html_report.hpp"
 #include "cli/process.hpp"
 #include "cli/report.hpp"
 #include "cluster/bridge.hpp"
 #include "cluster/mesh.hpp"
 #include "cluster/nats_baseline.hpp"
+#include "core/log.hpp"
 #include "core/pricing.hpp"
 #include "core/stats.hpp"
 #include "core/trace.hpp"
@@ -96,12 +98,12 @@ struct bench_options {
 };
 
 int usage(const std::string& msg) {
-  std::fprintf(stderr, "kvmesh bench: %s\n", msg.c_str());
+  log::error(msg);
   return 2;
 }
 
 int failure(const std::string& msg) {
-  std::fprintf(stderr, "kvmesh bench: %s\n", msg.c_str());
+  log::error(msg);
   return 1;
 }
 
@@ -441,11 +443,11 @@ std::string wait_ready(nats_bus& bus, const subjects& subj,
              std::to_string(o.shards) + " index shards" +
              (last_error.empty() ? "" : "; last error: " + last_error);
   }
-  std::fprintf(stderr,
-               "kvmesh bench: mesh ready in %.1f s: %u workers on %u "
-               "agent(s), %u router(s), %u index shard(s) on %s\n",
-               seconds(steady::now() - t0), o.cfg.workers, o.agents,
-               o.cfg.routers, o.shards, m.url.c_str());
+  KVMESH_INFO(
+      "mesh ready in %.1f s: %u workers on %u "
+      "agent(s), %u router(s), %u index shard(s) on %s",
+      seconds(steady::now() - t0), o.cfg.workers, o.agents, o.cfg.routers,
+      o.shards, m.url.c_str());
   return {};
 }
 
@@ -888,8 +890,7 @@ void print_overhead(const overhead_result& h) {
       "(agents, shards and clients not counted), heartbeats included; "
       "without their idle rate: %.2f per decision\n",
       h.nats_msgs_per_decision_net);
-  if (!h.warning.empty())
-    std::fprintf(stderr, "kvmesh bench: %s\n", h.warning.c_str());
+  if (!h.warning.empty()) log::warn(h.warning);
 }
 
 // -- CPU per process ----------------------------------------------------------
@@ -968,14 +969,12 @@ void print_baseline(const baseline_report& b, const overhead_result& h,
     std::printf("auction p99 / scatter-gather p99: %.1f\n",
                 h.auction_p99_us / b.sg->p99_us);
   for (const auto* r : {&b.rr, &b.sg})
-    if (!*r)
-      std::fprintf(stderr, "kvmesh bench: %s\n", r->err().message.c_str());
+    if (!*r) log::error(r->err().message);
 }
 
 void print_errors(const error_counts& errors) {
   for (const auto& [what, count] : errors)
-    std::fprintf(stderr, "kvmesh bench: %" PRIu64 " x %s\n", count,
-                 what.c_str());
+    KVMESH_WARN("%" PRIu64 " x %s", count, what.c_str());
 }
 
 json errors_json(const error_counts& errors) {
@@ -1102,8 +1101,9 @@ std::string check_options(bench_options& o) {
   const bool throughput = o.mode == "throughput";
   if (!throughput && o.mode != "trace")
     return "--mode " + o.mode + ": trace or throughput";
+  // A config file may hold both modes' keys: only flags are refused.
   for (const CLI::Option* opt : throughput ? o.trace_only : o.throughput_only)
-    if (opt->count() > 0)
+    if (from_command_line(opt))
       return opt->get_name() + ": only for --mode " +
              (throughput ? "trace" : "throughput");
   if (throughput) {
@@ -1196,7 +1196,7 @@ int run_bench(bench_options o) {
       return failure("--data-dir " + o.data_dir + ": " +
                      (ec ? ec.message() : std::strerror(errno)));
     m.dir = d;
-    std::fprintf(stderr, "kvmesh bench: logs and index in %s\n", d.c_str());
+    KVMESH_INFO("logs and index in %s", d.c_str());
   }
   if (o.nats.empty()) {
     if (auto why = start_nats(m, o); !why.empty()) return failure(why);
@@ -1238,10 +1238,9 @@ int run_bench(bench_options o) {
   load_result load;
   const cpu_use cpu_before = cpu_now(m);
   if (throughput) {
-    std::fprintf(
-        stderr, "kvmesh bench: %" PRIu64 " requests, %u outstanding, rate %s\n",
-        o.requests, o.outstanding,
-        o.rate > 0 ? (arg(o.rate) + "/s").c_str() : "unlimited");
+    KVMESH_INFO("%" PRIu64 " requests, %u outstanding, rate %s", o.requests,
+                o.outstanding,
+                o.rate > 0 ? (arg(o.rate) + "/s").c_str() : "unlimited");
     auto r = generate_load(**bus, subj, o, requests, m, timeout_s);
     if (!r) {
       close_bus();
@@ -1252,10 +1251,9 @@ int run_bench(bench_options o) {
     end = load.end;
     client_decisions = load.decided;
   } else {
-    std::fprintf(
-        stderr,
-        "kvmesh bench: replaying %zu requests (speedup %g, time "
-        "scale %g: about %.0f s)\n",
+    KVMESH_INFO(
+        "replaying %zu requests (speedup %g, time "
+        "scale %g: about %.0f s)",
         trace->size(), o.cfg.speedup, o.time_scale,
         trace->back().arrival_ms / o.cfg.speedup / o.time_scale / 1000);
     std::unique_ptr<queued_sampler> sampler;
@@ -1337,9 +1335,7 @@ int run_bench(bench_options o) {
     doc["oracle"] = {{"ttft_ms", to_json(orc.ttft_ms)},
                      {"hit_ratio", orc.hit_ratio}};
     if (result.refused > 0)
-      std::fprintf(stderr,
-                   "kvmesh bench: %" PRIu64 " requests failed to route\n",
-                   result.refused);
+      KVMESH_WARN("%" PRIu64 " requests failed to route", result.refused);
     print_errors(trace_errors);
     lost = result.refused > 0;
     doc["results"].push_back(result_json(result));
@@ -1350,10 +1346,9 @@ int run_bench(bench_options o) {
   const json cpu = print_cpu(m, cpu_before, cpu_after, h.decisions);
   std::fflush(stdout);
   if (h.decisions != client_decisions)
-    std::fprintf(stderr,
-                 "kvmesh bench: the routers counted %" PRIu64
-                 " decisions, the client got %" PRIu64 "\n",
-                 h.decisions, client_decisions);
+    KVMESH_WARN("the routers counted %" PRIu64
+                " decisions, the client got %" PRIu64,
+                h.decisions, client_decisions);
 
   baseline_report b;
   b.payload = payload;
@@ -1383,7 +1378,7 @@ int run_bench(bench_options o) {
     if (auto st = write_report(o.report_path, report); !st)
       return failure(st.err().message);
     std::fflush(stdout);  // after the tables it describes
-    std::fprintf(stderr, "kvmesh bench: report in %s\n", o.report_path.c_str());
+    KVMESH_INFO("report in %s", o.report_path.c_str());
   }
   if (!o.json_path.empty()) {
     doc["overhead"] = overhead_json(h);
@@ -1395,11 +1390,11 @@ int run_bench(bench_options o) {
     if (!out) return failure(o.json_path + ": cannot write the JSON file");
   }
   if (lost)
-    std::fprintf(stderr,
-                 "kvmesh bench: requests failed: the mesh did not keep up on "
-                 "this host (see the errors above); a lower %s gives it more "
-                 "time per request\n",
-                 throughput ? "--outstanding or --rate" : "--time-scale");
+    KVMESH_ERROR(
+        "requests failed: the mesh did not keep up on "
+        "this host (see the errors above); a lower %s gives it more "
+        "time per request",
+        throughput ? "--outstanding or --rate" : "--time-scale");
   // Lost requests or a failed baseline make the numbers incomplete.
   return lost || !b.rr || !b.sg ? 1 : 0;
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/config.hpp"
 #include "cli/process.hpp"
 #include "cli/report.hpp"
 #include "cli/top_view.hpp"
@@ -28,6 +29,7 @@
 #include "cluster/mesh_metrics.hpp"
 #include "cluster/openai_front.hpp"
 #include "core/block_hash.hpp"
+#include "core/log.hpp"
 #include "messages/json.hpp"
 
 namespace kvmesh::cli {
@@ -100,14 +102,16 @@ void add_metrics_flags(CLI::App& cmd, metrics_flags& m) {
 }
 
 // Exit codes: 2 for a bad flag or value (as CLI11's errors, see main.cpp),
-// 1 when the mesh could not do what was asked.
-int usage_error(const char* cmd, const std::string& msg) {
-  std::fprintf(stderr, "kvmesh %s: %s\n", cmd, msg.c_str());
+// 1 when the mesh could not do what was asked. The log names the command
+// (a client's line is "kvmesh route: ..." as ever; a process's is an event
+// in its --log-format).
+int usage_error(const char*, const std::string& msg) {
+  log::error(msg);
   return 2;
 }
 
-int run_error(const char* cmd, const std::string& msg) {
-  std::fprintf(stderr, "kvmesh %s: %s\n", cmd, msg.c_str());
+int run_error(const char*, const std::string& msg) {
+  log::error(msg);
   return 1;
 }
 
@@ -196,7 +200,19 @@ expected<std::unique_ptr<nats_bus>> connect_bus(const std::string& nats,
   nats_options o;
   o.url = url_list(nats);
   o.name = name;
-  return nats_bus::connect(o);
+  auto bus = nats_bus::connect(o);
+  if (!bus)
+    return make_error(bus.err().code,
+                      bus.err().message +
+                          " (is nats-server running there? the URL comes "
+                          "from --nats, KVMESH_NATS_URL or nats.url)");
+  return bus;
+}
+
+// Until SIGINT or SIGTERM, which the log records.
+void serve_until_stopped() {
+  const int sig = wait_for_stop();
+  KVMESH_INFO("stopping (%s)", strsignal(sig));
 }
 
 // A node that refuses its options (invalid_argument) is a usage error, one
@@ -211,18 +227,18 @@ int start_error(const char* cmd, const std::string& what, const error& e) {
 // before the node joins the mesh, so that a port in use stops the process
 // before anybody counts on it. Scrapes ask the node once watch() is called.
 expected<std::unique_ptr<metrics::http_server>> start_metrics(
-    const char* cmd, const metrics_flags& m, process_metrics* pm) {
+    const metrics_flags& m, process_metrics* pm) {
   if (!pm) return std::unique_ptr<metrics::http_server>();
   metrics::http_server_options o;
   o.address = m.address;
   o.port = static_cast<uint16_t>(m.port);
   auto server = serve_metrics(*pm, o);
   if (server)
-    std::fprintf(stderr, "kvmesh %s: metrics on http://%s:%u/metrics\n", cmd,
-                 m.address.find(':') != std::string::npos
-                     ? ("[" + m.address + "]").c_str()
-                     : m.address.c_str(),
-                 m.port);
+    KVMESH_INFO("serves metrics on http://%s:%u/metrics",
+                m.address.find(':') != std::string::npos
+                    ? ("[" + m.address + "]").c_str()
+                    : m.address.c_str(),
+                m.port);
   return server;
 }
 
@@ -395,11 +411,12 @@ int run_engine_agent(agent_flags& f) {
   if (f.kv_events.empty())
     return usage_error(cmd, e + ": needs --kv-events tcp://HOST:PORT (the "
                                 "engine's KV event publisher)");
-  if (f.workers_opt->count() > 0)
+  // A config file may serve sim agents too: only flags are refused.
+  if (from_command_line(f.workers_opt))
     return usage_error(cmd, e + ": --workers is for sim; a real engine has "
                                 "one worker per rank (--data-parallel-size)");
   for (CLI::Option* o : f.sim_only)
-    if (o->count() > 0)
+    if (from_command_line(o))
       return usage_error(cmd, e + ": " + o->get_name() + " is for sim only");
   if (f.block_tokens_opt->count() == 0)
     return usage_error(cmd, e + ": needs --block-tokens, the engine's block "
@@ -408,6 +425,7 @@ int run_engine_agent(agent_flags& f) {
   if (f.name.empty()) f.name = "agent-" + std::to_string(f.first_id);
   if (auto st = check_name("--name", f.name); !st)
     return usage_error(cmd, st.err().message);
+  log::set_proc("agent " + f.name);
   if (f.front_port + uint64_t{f.dp_size} - 1 > 65535)
     return usage_error(cmd, "--front-port: the fronts' ports pass 65535");
   engine_agent_options o;
@@ -453,7 +471,7 @@ int run_engine_agent(agent_flags& f) {
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
-  auto server = start_metrics(cmd, f.metrics, pm.get());
+  auto server = start_metrics(f.metrics, pm.get());
   if (!server)
     return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
                        server.err());
@@ -461,19 +479,20 @@ int run_engine_agent(agent_flags& f) {
   if (!node) return start_error(cmd, f.name, node.err());
   if (pm) pm->watch(sys, **bus, **node);
   for (uint32_t r = 0; r < f.dp_size; ++r)
-    std::fprintf(stderr,
-                 "kvmesh agent: %s serves worker %u (engine %s rank %u, KV "
-                 "events %s%s%s, blocks of %u tokens, front %s) on %s, "
-                 "prefix %s\n",
-                 f.name.c_str(), f.first_id + r, f.engine.c_str(), r,
-                 endpoint_of_rank(f.kv_events, r)->c_str(),
-                 f.kv_topic.empty() ? "" : " topic ", f.kv_topic.c_str(),
-                 f.cfg.block_tokens,
-                 f.engine_url.empty() ? "none (no --engine-url)"
-                                      : (*node)->endpoint(r).c_str(),
-                 url.c_str(), f.bus.prefix.c_str());
-  wait_for_stop();
+    KVMESH_INFO(
+        "serves worker %u (engine %s rank %u, KV "
+        "events %s%s%s, blocks of %u tokens, front %s) on %s, "
+        "prefix %s",
+        f.first_id + r, f.engine.c_str(), r,
+        endpoint_of_rank(f.kv_events, r)->c_str(),
+        f.kv_topic.empty() ? "" : " topic ", f.kv_topic.c_str(),
+        f.cfg.block_tokens,
+        f.engine_url.empty() ? "none (no --engine-url)"
+                             : (*node)->endpoint(r).c_str(),
+        url.c_str(), f.bus.prefix.c_str());
+  serve_until_stopped();
   stop_node(sys, *node, *bus, *server);
+  KVMESH_INFO("stopped");
   return 0;
 }
 
@@ -496,6 +515,7 @@ int run_agent(agent_flags f) {
   if (f.name.empty()) f.name = "agent-" + std::to_string(f.first_id);
   if (auto st = check_name("--name", f.name); !st)
     return usage_error(cmd, st.err().message);
+  log::set_proc("agent " + f.name);
   f.cfg.workers = f.workers;
   if (auto st = validate(f.cfg); !st) return usage_error(cmd, st.err().message);
   agent_options ao;
@@ -525,24 +545,24 @@ int run_agent(agent_flags f) {
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
-  auto server = start_metrics(cmd, f.metrics, pm.get());
+  auto server = start_metrics(f.metrics, pm.get());
   if (!server)
     return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
                        server.err());
   auto node = agent_node::start(sys, **bus, ao);
   if (!node) return start_error(cmd, f.name, node.err());
   if (pm) pm->watch(sys, **bus, **node);
-  std::fprintf(stderr,
-               "kvmesh agent: %s serves workers %u-%u (engine sim, speed %g, "
-               "%" PRIu64 "/%" PRIu64 "/%" PRIu64
-               " GPU/host/disk blocks of %u tokens, time scale %g) on %s, "
-               "prefix %s\n",
-               f.name.c_str(), f.first_id, static_cast<uint32_t>(last), f.speed,
-               f.cfg.gpu_blocks, f.cfg.host_blocks, f.cfg.disk_blocks,
-               f.cfg.block_tokens, f.time_scale, url.c_str(),
-               f.bus.prefix.c_str());
-  wait_for_stop();
+  KVMESH_INFO(
+      "serves workers %u-%u (engine sim, speed %g, "
+      "%" PRIu64 "/%" PRIu64 "/%" PRIu64
+      " GPU/host/disk blocks of %u tokens, time scale %g) on %s, "
+      "prefix %s",
+      f.first_id, static_cast<uint32_t>(last), f.speed, f.cfg.gpu_blocks,
+      f.cfg.host_blocks, f.cfg.disk_blocks, f.cfg.block_tokens, f.time_scale,
+      url.c_str(), f.bus.prefix.c_str());
+  serve_until_stopped();
   stop_node(sys, *node, *bus, *server);
+  KVMESH_INFO("stopped");
   return 0;
 }
 
@@ -721,6 +741,7 @@ int run_router(router_flags f) {
   if (f.name.empty()) f.name = "router-" + std::to_string(getpid());
   if (auto st = check_name("--name", f.name); !st)
     return usage_error(cmd, st.err().message);
+  log::set_proc("router " + f.name);
   router_node_options rn;
   rn.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
   rn.mesh.missed_beats = f.missed_beats;
@@ -744,20 +765,21 @@ int run_router(router_flags f) {
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
-  auto server = start_metrics(cmd, f.metrics, pm.get());
+  auto server = start_metrics(f.metrics, pm.get());
   if (!server)
     return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
                        server.err());
   auto node = router_node::start(sys, **bus, rn);
   if (!node) return start_error(cmd, f.name, node.err());
   if (pm) pm->watch(sys, **bus, **node);
-  std::fprintf(stderr,
-               "kvmesh router: %s routes on %s, prefix %s (fanout %zu, "
-               "durable queue %s)\n",
-               f.name.c_str(), url.c_str(), f.bus.prefix.c_str(),
-               f.router.fanout, f.durable ? "on" : "off");
-  wait_for_stop();
+  KVMESH_INFO(
+      "routes on %s, prefix %s (fanout %zu, max inflight %zu, "
+      "max held %zu, durable queue %s)",
+      url.c_str(), f.bus.prefix.c_str(), f.router.fanout, f.router.max_inflight,
+      f.router.max_held, f.durable ? "on" : "off");
+  serve_until_stopped();
   stop_node(sys, *node, *bus, *server);
+  KVMESH_INFO("stopped");
   return 0;
 }
 
@@ -856,6 +878,7 @@ int run_index(const index_flags& f) {
     return usage_error(cmd, why);
   auto shard = parse_shard(f.shard);
   if (!shard) return usage_error(cmd, shard.err().message);
+  log::set_proc("index shard-" + std::to_string(shard->first));
   if (f.db.empty()) return usage_error(cmd, "--db: the directory is empty");
   shard_node_options so;
   so.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
@@ -877,20 +900,18 @@ int run_index(const index_flags& f) {
   const std::string url = url_list(f.bus.nats);
   auto bus = connect_bus(f.bus.nats, name);
   if (!bus) return run_error(cmd, bus.err().message);
-  auto server = start_metrics(cmd, f.metrics, pm.get());
+  auto server = start_metrics(f.metrics, pm.get());
   if (!server)
     return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
                        server.err());
   auto node = shard_node::start(sys, **bus, so);
   if (!node) return start_error(cmd, "--db " + f.db, node.err());
   if (pm) pm->watch(sys, **bus, **node);
-  std::fprintf(stderr,
-               "kvmesh index: shard %u/%u (RocksDB %s) serves on %s, prefix "
-               "%s\n",
-               shard->first, shard->second, f.db.c_str(), url.c_str(),
-               f.bus.prefix.c_str());
-  wait_for_stop();
+  KVMESH_INFO("shard %u/%u (RocksDB %s) serves on %s, prefix %s", shard->first,
+              shard->second, f.db.c_str(), url.c_str(), f.bus.prefix.c_str());
+  serve_until_stopped();
   stop_node(sys, *node, *bus, *server);
+  KVMESH_INFO("stopped");
   return 0;
 }
 
@@ -1028,11 +1049,10 @@ int run_route(const route_flags& f) {
                    std::to_string(f.block_tokens * text_bytes_per_token) +
                    " bytes (--block-tokens x " +
                    std::to_string(text_bytes_per_token) + ")");
-    std::fprintf(stderr,
-                 "kvmesh route: warning: --text is hashed in chunks of %u "
-                 "bytes, not tokens: the blocks are approximate and match "
-                 "no engine's cache\n",
-                 f.block_tokens * text_bytes_per_token);
+    KVMESH_WARN(
+        "--text is hashed in chunks of %u bytes, not tokens: the blocks are "
+        "approximate and match no engine's cache",
+        f.block_tokens * text_bytes_per_token);
     r.blocks = std::move(*chain);
     r.input_tokens = static_cast<uint32_t>(
         (f.text.size() + text_bytes_per_token - 1) / text_bytes_per_token);

@@ -22,8 +22,10 @@
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
 #include "cli/commands.hpp"
+#include "cli/config.hpp"
 #include "cli/process.hpp"
 #include "cli/report.hpp"
+#include "core/log.hpp"
 
 namespace kvmesh::cli {
 
@@ -57,12 +59,13 @@ int run_up_mesh(const up_options& o);
 
 int run_up(const up_options& o) {
   auto fail = [](const std::string& msg) {
-    std::fprintf(stderr, "kvmesh up: %s\n", msg.c_str());
+    log::error(msg);
     return 2;
   };
   if (!o.embedded) return run_up_mesh(o);
+  // A config file may serve both modes: only flags are refused.
   for (const CLI::Option* opt : o.mesh_only)
-    if (opt->count() > 0)
+    if (from_command_line(opt))
       return fail(opt->get_name() +
                   ": only for the NATS mesh (without "
                   "--embedded)");
@@ -137,10 +140,10 @@ int run_up(const up_options& o) {
     ro.fanout = o.fanout;
     routers.push_back(sys.spawn(router, ro));
   }
-  std::fprintf(stderr,
-               "kvmesh up: %u workers, %u routers, %u index shards in one "
-               "process (time scale %g)\n",
-               cfg.workers, cfg.routers, o.shards, o.time_scale);
+  KVMESH_INFO(
+      "%u workers, %u routers, %u index shards in one "
+      "process (time scale %g)",
+      cfg.workers, cfg.routers, o.shards, o.time_scale);
   auto shutdown = [&] {
     for (auto& w : workers)
       caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
@@ -153,7 +156,7 @@ int run_up(const up_options& o) {
   std::signal(SIGINT, [](int) { interrupted = 1; });
   std::signal(SIGTERM, [](int) { interrupted = 1; });
   if (!trace) {
-    std::fprintf(stderr, "kvmesh up: running; Ctrl-C stops\n");
+    KVMESH_INFO("running; Ctrl-C stops");
     while (!interrupted)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     shutdown();
@@ -176,8 +179,8 @@ int run_up(const up_options& o) {
   shutdown();
   print_table(oracle(cfg, *trace), {res});
   if (res.refused > 0)
-    std::fprintf(stderr, "kvmesh up: %lu requests failed to route\n",
-                 static_cast<unsigned long>(res.refused));
+    KVMESH_WARN("%lu requests failed to route",
+                static_cast<unsigned long>(res.refused));
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
     out << json{{"results", json::array({result_json(res)})}}.dump(1) << "\n";
@@ -190,16 +193,16 @@ int run_up(const up_options& o) {
 
 int run_up_mesh(const up_options& o) {
   auto fail = [](const std::string& msg) {
-    std::fprintf(stderr, "kvmesh up: %s\n", msg.c_str());
+    log::error(msg);
     return 2;
   };
   auto die = [](const std::string& msg) {
-    std::fprintf(stderr, "kvmesh up: %s\n", msg.c_str());
+    log::error(msg);
     return 1;
   };
   const sim_config& cfg = o.cfg;
   for (const CLI::Option* opt : o.replay_only)
-    if (opt->count() > 0)
+    if (from_command_line(opt))
       return fail(opt->get_name() +
                   ": replays run only --embedded so far (one process)");
   if (auto st = validate(cfg); !st) return fail(st.err().message);
@@ -295,7 +298,7 @@ int run_up_mesh(const up_options& o) {
                 {*exe, role, "--nats", url, "--prefix", o.prefix});
     auto pid = spawn_child(argv);
     if (!pid) {
-      std::fprintf(stderr, "kvmesh up: %s %s: %s\n", role.c_str(), name.c_str(),
+      KVMESH_ERROR("%s %s: %s", role.c_str(), name.c_str(),
                    pid.err().message.c_str());
       return false;
     }
@@ -353,17 +356,17 @@ int run_up_mesh(const up_options& o) {
     stop_all();
     return 1;
   }
-  std::fprintf(stderr,
-               "kvmesh up: %u workers on %u agent(s), %u router(s), %u index "
-               "shard(s) on %s (data %s%s); Ctrl-C stops\n",
-               cfg.workers, o.agents, cfg.routers, o.shards, url.c_str(),
-               dir.c_str(), temp.path.empty() ? "" : ", removed at exit");
+  KVMESH_INFO(
+      "%u workers on %u agent(s), %u router(s), %u index "
+      "shard(s) on %s (data %s%s); Ctrl-C stops",
+      cfg.workers, o.agents, cfg.routers, o.shards, url.c_str(), dir.c_str(),
+      temp.path.empty() ? "" : ", removed at exit");
 
   // Until a signal, or until a child ends: none should on its own.
   bool failed = false;
   while (!failed) {
     if (const int sig = stop_signal(200); sig != 0) {
-      std::fprintf(stderr, "kvmesh up: %s: stopping\n", strsignal(sig));
+      KVMESH_INFO("%s: stopping", strsignal(sig));
       break;
     }
     int st = 0;
@@ -372,15 +375,16 @@ int run_up_mesh(const up_options& o) {
       for (auto* list : {&procs, &nats})
         for (auto& p : *list)
           if (p.pid == pid) {
-            std::fprintf(stderr, "kvmesh up: %s %s (pid %d) %s\n",
-                         p.role.c_str(), p.name.c_str(), pid,
-                         describe_exit(st).c_str());
+            KVMESH_ERROR(
+                "%s %s (pid %d) %s (its messages are above; the "
+                "mesh stops)",
+                p.role.c_str(), p.name.c_str(), pid, describe_exit(st).c_str());
             p.pid = -1;
             failed = true;
           }
     }
   }
-  if (failed) std::fprintf(stderr, "kvmesh up: stopping the mesh\n");
+  if (failed) KVMESH_INFO("stopping the mesh");
   stop_all();
   return failed ? 1 : 0;
 }

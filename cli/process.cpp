@@ -19,6 +19,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/log.hpp"
+
 namespace kvmesh::cli {
 
 sigset_t block_signals(std::initializer_list<int> signals) {
@@ -242,7 +244,8 @@ double cpu_seconds(pid_t pid) {
              : -1;
 }
 
-void stop_procs(std::vector<child_proc>& procs, int sig, const char* cmd) {
+// `cmd` is in every log line already (the process's proc).
+void stop_procs(std::vector<child_proc>& procs, int sig, const char*) {
   std::vector<pid_t> pids;
   for (const auto& p : procs)
     pids.push_back(p.pid);
@@ -252,16 +255,13 @@ void stop_procs(std::vector<child_proc>& procs, int sig, const char* cmd) {
     if (procs[i].pid <= 0) continue;
     const int st = statuses[i];
     if (st == -1)
-      std::fprintf(stderr,
-                   "kvmesh %s: %s %s (pid %d) did not stop within 5 s: "
-                   "killed\n",
-                   cmd, procs[i].role.c_str(), procs[i].name.c_str(),
-                   procs[i].pid);
+      KVMESH_WARN("%s %s (pid %d) did not stop within 5 s: killed",
+                  procs[i].role.c_str(), procs[i].name.c_str(), procs[i].pid);
     else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) &&
              !(WIFSIGNALED(st) && WTERMSIG(st) == sig))
-      std::fprintf(stderr, "kvmesh %s: %s %s (pid %d) %s while stopping\n", cmd,
-                   procs[i].role.c_str(), procs[i].name.c_str(), procs[i].pid,
-                   describe_exit(st).c_str());
+      KVMESH_WARN("%s %s (pid %d) %s while stopping", procs[i].role.c_str(),
+                  procs[i].name.c_str(), procs[i].pid,
+                  describe_exit(st).c_str());
     procs[i].pid = -1;
   }
 }

@@ -85,8 +85,8 @@ struct child_proc {
 // /proc does not tell (it exited).
 double cpu_seconds(pid_t pid);
 
-// Stops `procs` (`sig`, SIGKILL after 5 s), reporting on stderr, as
-// "kvmesh <cmd>: ...", those that did not stop cleanly.
+// Stops `procs` (`sig`, SIGKILL after 5 s), logging a warning for each
+// that did not stop cleanly.
 void stop_procs(std::vector<child_proc>& procs, int sig, const char* cmd);
 
 // Removes a data directory a command made for itself, whatever the way out.

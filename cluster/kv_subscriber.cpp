@@ -83,7 +83,7 @@ namespace {
 void log_new(const kv_fault_counts& before, const kv_fault_counts& now) {
   for (size_t i = 0; i < kv_fault_count; ++i)
     if (before.n[i] == 0 && now.n[i] > 0)
-      KVMESH_LOG(
+      KVMESH_WARN(
           "kv subscriber skips %s: %s (counted from now on, logged "
           "once)",
           to_string(static_cast<kv_fault>(i)), now.first[i].c_str());
@@ -106,7 +106,7 @@ void kv_subscriber::impl::resync(size_t worker, const char* why) {
     std::lock_guard<std::mutex> g(mu);
     ++counters.resyncs;
   }
-  KVMESH_LOG("kv subscriber forgets worker rank %zu's cache: %s", worker, why);
+  KVMESH_WARN("kv subscriber forgets worker rank %zu's cache: %s", worker, why);
   caf::anon_send(opt.workers[worker], kv_atom::value, drop_atom::value);
 }
 
@@ -164,8 +164,8 @@ std::vector<std::pair<uint64_t, engine_kv_batch>> kv_subscriber::impl::replay(
       log_new(before, counters.faults);
     }
   } catch (const zmq::error_t& e) {
-    KVMESH_LOG("kv subscriber cannot replay from %s: %s",
-               opt.replay[endpoint].c_str(), e.what());
+    KVMESH_WARN("kv subscriber cannot replay from %s: %s",
+                opt.replay[endpoint].c_str(), e.what());
     sock.reset();
   }
   return out;
@@ -240,10 +240,10 @@ void kv_subscriber::impl::on_message(size_t endpoint,
       ++counters.gaps;
     }
     const uint64_t from = seq.expected();
-    KVMESH_LOG("kv subscriber lost events %llu..%llu of rank %zu%s",
-               static_cast<unsigned long long>(from),
-               static_cast<unsigned long long>(m->seq - 1), w,
-               opt.replay[endpoint].empty() ? "" : ": asking for a replay");
+    KVMESH_WARN("kv subscriber lost events %llu..%llu of rank %zu%s",
+                static_cast<unsigned long long>(from),
+                static_cast<unsigned long long>(m->seq - 1), w,
+                opt.replay[endpoint].empty() ? "" : ": asking for a replay");
     close_gap(endpoint, w, from, false);
     if (seq.expected() < m->seq)
       resync(w, opt.replay[endpoint].empty()
@@ -278,7 +278,7 @@ void kv_subscriber::impl::run() {
       }
     } catch (const zmq::error_t& e) {
       if (stop) break;
-      KVMESH_LOG("kv subscriber: %s", e.what());
+      KVMESH_ERROR("kv subscriber: %s", e.what());
     }
   }
 }

@@ -4,6 +4,8 @@
 
 #include <nats/nats.h>
 
+#include "core/log.hpp"
+
 namespace kvmesh {
 
 struct nats_callbacks {
@@ -19,16 +21,47 @@ struct nats_callbacks {
     natsMsg_Destroy(msg);
     sub->handler(std::move(m));
   }
-  static void on_reconnected(natsConnection*, void* closure) {
-    static_cast<nats_bus*>(closure)->reconnects_.fetch_add(1);
+  static void on_disconnected(natsConnection*, void* closure) {
+    auto* bus = static_cast<nats_bus*>(closure);
+    if (!bus->closing_.load())
+      KVMESH_WARN(
+          "NATS connection to %s lost: reconnecting every %lld ms "
+          "(check that nats-server runs and is reachable)",
+          bus->opt_.url.c_str(),
+          static_cast<long long>(bus->opt_.reconnect_wait_ms));
   }
-  static void on_error(natsConnection*, natsSubscription*, natsStatus s,
+  static void on_closed(natsConnection*, void* closure) {
+    static_cast<nats_bus*>(closure)->closed_.store(true);
+  }
+  static void on_reconnected(natsConnection* nc, void* closure) {
+    const uint64_t n =
+        static_cast<nats_bus*>(closure)->reconnects_.fetch_add(1);
+    char url[256] = "";
+    if (natsConnection_GetConnectedUrl(nc, url, sizeof(url)) != NATS_OK)
+      url[0] = '\0';
+    KVMESH_INFO("NATS reconnected to %s (reconnect %llu)", url,
+                static_cast<unsigned long long>(n + 1));
+  }
+  // Counted always, logged at powers of two: a slow consumer can repeat
+  // thousands of times a second.
+  static void on_error(natsConnection*, natsSubscription* sub, natsStatus s,
                        void* closure) {
     auto* bus = static_cast<nats_bus*>(closure);
-    if (s == NATS_SLOW_CONSUMER)
-      bus->slow_consumers_.fetch_add(1);
+    const bool slow = s == NATS_SLOW_CONSUMER;
+    const uint64_t n =
+        (slow ? bus->slow_consumers_ : bus->errors_).fetch_add(1) + 1;
+    if ((n & (n - 1)) != 0) return;
+    const char* subject = sub ? natsSubscription_GetSubject(sub) : nullptr;
+    if (slow)
+      KVMESH_WARN(
+          "NATS slow consumer on %s: messages dropped (%llu times "
+          "so far; the process cannot keep up with its subjects)",
+          subject ? subject : "a subscription",
+          static_cast<unsigned long long>(n));
     else
-      bus->errors_.fetch_add(1);
+      KVMESH_WARN("NATS error on %s: %s (%llu so far)",
+                  subject ? subject : "the connection", natsStatus_GetText(s),
+                  static_cast<unsigned long long>(n));
   }
 };
 
@@ -85,6 +118,10 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
       (s = natsOptions_SetTimeout(o, opt.connect_timeout_ms)) != NATS_OK ||
       (s = natsOptions_SetReconnectedCB(o, nats_callbacks::on_reconnected,
                                         bus.get())) != NATS_OK ||
+      (s = natsOptions_SetDisconnectedCB(o, nats_callbacks::on_disconnected,
+                                         bus.get())) != NATS_OK ||
+      (s = natsOptions_SetClosedCB(o, nats_callbacks::on_closed,
+                                   bus.get())) != NATS_OK ||
       (s = natsOptions_SetErrorHandler(o, nats_callbacks::on_error,
                                        bus.get())) != NATS_OK)
     return bad("options");
@@ -96,12 +133,20 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
 
 nats_bus::~nats_bus() {
   if (!conn_) return;
+  closing_.store(true);
   // Drain: subscriptions stop and deliver what they hold, publishes flush;
   // then the connection closes. Subscriptions must outlive their delivery.
   if (natsConnection_DrainTimeout(conn_, opt_.drain_timeout_ms) == NATS_OK) {
     while (!natsConnection_IsClosed(conn_))
       nats_Sleep(10);
+  } else {
+    natsConnection_Close(conn_);
   }
+  // libnats runs the connection's callbacks on a thread of its own, the
+  // closed one last: until it has run, a disconnected or error callback
+  // may still be under way with this object as its closure.
+  for (int i = 0; i < 500 && !closed_.load(); ++i)
+    nats_Sleep(10);
   {
     std::lock_guard<std::mutex> guard(mu_);
     for (auto& [id, sub] : subs_)

@@ -111,6 +111,8 @@ class nats_bus {
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> slow_consumers_{0};
   std::atomic<uint64_t> errors_{0};
+  std::atomic<bool> closing_{false};  // our own close: no "lost" to log
+  std::atomic<bool> closed_{false};   // libnats' last callback has run
 };
 
 }  // namespace kvmesh

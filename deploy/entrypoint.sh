@@ -6,21 +6,24 @@
 # usage: kvmesh-entrypoint agent|router|index [MORE KVMESH FLAGS...]
 #        kvmesh-entrypoint ANYTHING ELSE...   (runs `kvmesh ANYTHING ELSE...`)
 #
+# kvmesh itself reads KVMESH_* variables (docs/config.md): KVMESH_NATS_URL,
+# KVMESH_NATS_PREFIX, KVMESH_METRICS_PORT, KVMESH_LOG_FORMAT, any
+# KVMESH_ROUTER_*, KVMESH_AGENT_*, KVMESH_INDEX_* key, and KVMESH_CONFIG, a
+# TOML file. This script adds only what differs per pod, from the pod:
+#
 # Environment (the ConfigMap kvmesh-config sets most of it):
-#   NATS_URL          NATS server URL(s), comma-separated        (required)
-#   MESH_PREFIX       subject prefix                             (kvmesh)
-#   METRICS_PORT      Prometheus port, passed as --metrics-port to the
-#                     commands that have that flag               (none)
+#   KVMESH_NATS_URL   NATS server URL(s), comma-separated (required, unless
+#                     KVMESH_CONFIG names a file with nats.url)
 #   router: POD_NAME  the router's --name (unique per pod)       (hostname)
 #           ROUTER_ARGS  more router flags, split on spaces
 #   index:  POD_NAME  StatefulSet pod name NAME-I: shard I      (hostname)
 #           INDEX_SHARDS  N, the StatefulSet's replicas          (required)
-#           INDEX_DB  RocksDB directory         (/var/lib/kvmesh/index)
+#           KVMESH_INDEX_DB  RocksDB directory  (/var/lib/kvmesh/index)
 #           INDEX_ARGS   more index flags
-#   agent:  WORKERS_PER_NODE  GPUs (WORKERs) of this node        (required)
-#           AGENT_ENGINE      --engine                           (sim)
-#           FIRST_WORKER_ID   this node's first worker id; when unset, the
-#                             line for NODE_NAME in WORKER_ID_MAP
+#   agent:  KVMESH_AGENT_WORKERS  GPUs (WORKERs) of this node    (required)
+#           KVMESH_AGENT_ENGINE   --engine                       (sim)
+#           KVMESH_AGENT_WORKER_ID  this node's first worker id; when
+#                             unset, the line for NODE_NAME in WORKER_ID_MAP
 #           NODE_NAME         the node the pod runs on (downward API)
 #           WORKER_ID_MAP     file of "NODE FIRST_ID [WORKERS]" lines
 #                             (/etc/kvmesh/worker-ids)
@@ -60,16 +63,15 @@ case $role in
   *) exec "$kvmesh" "$role" "$@" ;;
 esac
 
-[ -n "${NATS_URL:-}" ] ||
-  die "$role: NATS_URL is not set (the ConfigMap kvmesh-config sets it)"
-prefix=${MESH_PREFIX:-kvmesh}
+[ -n "${KVMESH_NATS_URL:-}" ] || [ -n "${KVMESH_CONFIG:-}" ] ||
+  die "$role: KVMESH_NATS_URL is not set (the ConfigMap kvmesh-config sets" \
+    "it; or KVMESH_CONFIG names a config file with nats.url)"
 pod=${POD_NAME:-$(hostname)}
 extra=
 
 case $role in
   router)
-    set -- router --nats "$NATS_URL" --prefix "$prefix" --name "$pod" \
-      "$@"
+    set -- router --name "$pod" "$@"
     extra=${ROUTER_ARGS:-}
     ;;
   index)
@@ -82,20 +84,21 @@ case $role in
     [ "$ordinal" -lt "$shards" ] ||
       die "index: pod $pod is shard $ordinal but INDEX_SHARDS is $shards:" \
         "the StatefulSet's replicas and INDEX_SHARDS must be equal"
-    set -- index --nats "$NATS_URL" --prefix "$prefix" \
-      --shard "$ordinal/$shards" --db "${INDEX_DB:-/var/lib/kvmesh/index}" \
-      "$@"
+    export KVMESH_INDEX_DB="${KVMESH_INDEX_DB:-/var/lib/kvmesh/index}"
+    set -- index --shard "$ordinal/$shards" "$@"
     extra=${INDEX_ARGS:-}
     ;;
   agent)
-    workers=${WORKERS_PER_NODE:-}
+    workers=${KVMESH_AGENT_WORKERS:-}
     is_positive "$workers" ||
-      die "agent: WORKERS_PER_NODE is '$workers', want the node's GPU count"
-    first=${FIRST_WORKER_ID:-}
+      die "agent: KVMESH_AGENT_WORKERS is '$workers', want the node's GPU" \
+        "count"
+    first=${KVMESH_AGENT_WORKER_ID:-}
     if [ -z "$first" ]; then
       map=${WORKER_ID_MAP:-/etc/kvmesh/worker-ids}
       node=${NODE_NAME:-}
-      [ -n "$node" ] || die "agent: neither FIRST_WORKER_ID nor NODE_NAME set"
+      [ -n "$node" ] ||
+        die "agent: neither KVMESH_AGENT_WORKER_ID nor NODE_NAME set"
       [ -r "$map" ] || die "agent: cannot read the worker id map $map"
       # One pass: this node's line, and every pair of ranges that overlap.
       found=$(awk -v node="$node" -v dflt="$workers" '
@@ -128,19 +131,12 @@ case $role in
       workers=${found#* }
     fi
     is_count "$first" || die "agent: first worker id '$first' is not a number"
-    set -- agent --nats "$NATS_URL" --prefix "$prefix" \
-      --engine "${AGENT_ENGINE:-sim}" --workers "$workers" \
-      --worker-id "$first" "$@"
+    export KVMESH_AGENT_ENGINE="${KVMESH_AGENT_ENGINE:-sim}"
+    set -- agent --workers "$workers" --worker-id "$first" "$@"
     extra=${AGENT_ARGS:-}
     ;;
 esac
 
-# --metrics-port only where the command has it: the endpoint lands process by
-# process (docs/metrics.md), and an unknown flag would stop the pod.
-if [ -n "${METRICS_PORT:-}" ] &&
-  "$kvmesh" "$role" --help 2>/dev/null | grep -q -- '--metrics-port'; then
-  set -- "$@" --metrics-port "$METRICS_PORT"
-fi
 # The *_ARGS variables are flag lists: split on spaces, no globbing.
 set -f
 # shellcheck disable=SC2086

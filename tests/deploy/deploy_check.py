@@ -561,9 +561,9 @@ def check_kvmesh_pod(o, tlabels, configmaps, where):
         bad(f"{w}: prometheus.io/port {port!r} is not its container port "
             f"named metrics {metrics_ports}")
     cfg = configmaps.get("kvmesh-config", {})
-    if cfg.get("METRICS_PORT") not in (None, port):
-        bad(f"{w}: METRICS_PORT {cfg.get('METRICS_PORT')} differs from "
-            f"prometheus.io/port {port}")
+    if cfg.get("KVMESH_METRICS_PORT") not in (None, port):
+        bad(f"{w}: KVMESH_METRICS_PORT {cfg.get('KVMESH_METRICS_PORT')} "
+            f"differs from prometheus.io/port {port}")
     for _, c in containers(o):
         if c.get("command") != ["kvmesh-entrypoint"] or \
                 (c.get("args") or [None])[0] != role:
@@ -734,40 +734,44 @@ def cmd_entrypoint(args):
         overlap = os.path.join(tmp, "overlap")
         with open(overlap, "w") as f:
             f.write("gpu-a 0\ngpu-b 7\n")
-        base = {"PATH": f"{tmp}:/usr/bin:/bin", "NATS_URL": "nats://n:4222"}
+        base = {"PATH": f"{tmp}:/usr/bin:/bin",
+                "KVMESH_NATS_URL": "nats://n:4222"}
+        # kvmesh reads KVMESH_* itself: the script adds only what differs
+        # per pod.
         cases = [
             ("index shard from the ordinal",
              ["index"], {"POD_NAME": "kvmesh-index-1", "INDEX_SHARDS": "2"},
-             0, "index --nats nats://n:4222 --prefix kvmesh --shard 1/2 "
-                "--db /var/lib/kvmesh/index"),
+             0, "index --shard 1/2\n"),
             ("index ordinal past INDEX_SHARDS",
              ["index"], {"POD_NAME": "kvmesh-index-2", "INDEX_SHARDS": "2"},
              2, "must be equal"),
             ("index without INDEX_SHARDS",
              ["index"], {"POD_NAME": "kvmesh-index-0"}, 2, "INDEX_SHARDS"),
-            ("router named after its pod, metrics port, extra flags",
-             ["router"], {"POD_NAME": "kvmesh-router-x1", "METRICS_PORT":
-                          "9464", "ROUTER_ARGS": "--durable --fanout 8"},
-             0, "router --nats nats://n:4222 --prefix kvmesh --name "
-                "kvmesh-router-x1 --metrics-port 9464 --durable --fanout 8"),
+            ("router named after its pod, extra flags",
+             ["router"], {"POD_NAME": "kvmesh-router-x1",
+                          "ROUTER_ARGS": "--durable --fanout 8"},
+             0, "router --name kvmesh-router-x1 --durable --fanout 8\n"),
             ("agent ids from the map, a line's own count",
              ["agent", "--heartbeat-ms", "500"],
-             {"WORKERS_PER_NODE": "8", "NODE_NAME": "gpu-b",
-              "WORKER_ID_MAP": idmap, "METRICS_PORT": "9464",
-              "AGENT_ARGS": "--gpu-blocks 64"},
-             0, "agent --nats nats://n:4222 --prefix kvmesh --engine sim "
-                "--workers 4 --worker-id 8 --heartbeat-ms 500 "
-                "--gpu-blocks 64"),
+             {"KVMESH_AGENT_WORKERS": "8", "NODE_NAME": "gpu-b",
+              "WORKER_ID_MAP": idmap, "AGENT_ARGS": "--gpu-blocks 64"},
+             0, "agent --workers 4 --worker-id 8 --heartbeat-ms 500 "
+                "--gpu-blocks 64\n"),
             ("agent on a node missing from the map",
-             ["agent"], {"WORKERS_PER_NODE": "8", "NODE_NAME": "gpu-z",
+             ["agent"], {"KVMESH_AGENT_WORKERS": "8", "NODE_NAME": "gpu-z",
                          "WORKER_ID_MAP": idmap}, 2, "has no line"),
             ("agent with overlapping ranges in the map",
-             ["agent"], {"WORKERS_PER_NODE": "8", "NODE_NAME": "gpu-a",
+             ["agent"], {"KVMESH_AGENT_WORKERS": "8", "NODE_NAME": "gpu-a",
                          "WORKER_ID_MAP": overlap}, 2, "share worker ids"),
             ("agent with a fixed first id",
-             ["agent"], {"WORKERS_PER_NODE": "4", "FIRST_WORKER_ID": "0"},
+             ["agent"], {"KVMESH_AGENT_WORKERS": "4",
+                         "KVMESH_AGENT_WORKER_ID": "0"},
              0, "--workers 4 --worker-id 0"),
-            ("no NATS_URL", ["router"], {"NATS_URL": ""}, 2, "NATS_URL"),
+            ("no KVMESH_NATS_URL", ["router"], {"KVMESH_NATS_URL": ""}, 2,
+             "KVMESH_NATS_URL"),
+            ("a config file instead of KVMESH_NATS_URL", ["router"],
+             {"KVMESH_NATS_URL": "", "KVMESH_CONFIG": "/etc/k.toml",
+              "POD_NAME": "r"}, 0, "router --name r\n"),
             ("other commands pass through",
              ["admin", "--nats", "x", "workers"], {}, 0,
              "admin --nats x workers"),
@@ -858,6 +862,20 @@ def cmd_smoke(args):
         start("nats-server", ["nats-server", "-a", "127.0.0.1", "-p",
                               str(port), "-js", "-sd",
                               os.path.join(tmp, "js")])
+        # kvmesh processes exit when no server answers: on a loaded machine
+        # nats-server takes a moment to listen.
+        import socket
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    print(f"smoke: nats-server does not listen on {port}: "
+                          f"{tail('nats-server')}")
+                    return 1
+                time.sleep(0.05)
         expect = {}  # prefix: (workers, routers, shards)
         # compose: the kvmesh services `up` starts.
         with open(os.path.join(deploy, "compose.yaml")) as f:
@@ -880,7 +898,7 @@ def cmd_smoke(args):
         expect["kvmesh"] = (workers, routers, shards)
         # systemd: the units with kvmesh.env, on their own prefix.
         env = read_env_file(os.path.join(deploy, "systemd", "kvmesh.env"))
-        env.update(NATS_URL=url, MESH_PREFIX="kvmesh-systemd")
+        env.update(KVMESH_NATS_URL=url, KVMESH_NATS_PREFIX="kvmesh-systemd")
         units = os.path.join(deploy, "systemd")
         state = os.path.join(tmp, "systemd")
         runs = [("kvmesh-agent.service", ""), ("kvmesh-router.service", "")]
@@ -891,34 +909,36 @@ def cmd_smoke(args):
             argv = [a.replace("/usr/local/bin/kvmesh", binary).replace(
                 "/var/lib/kvmesh", state)
                 for a in systemd_exec(os.path.join(units, unit), env, inst)]
-            start("systemd-" + unit.replace("@", "@" + inst), argv)
+            # EnvironmentFile: the process reads its KVMESH_* itself.
+            start("systemd-" + unit.replace("@", "@" + inst), argv, env)
             if "router" in unit:
                 routers.add(flag(argv, "--name"))
-        expect["kvmesh-systemd"] = (int(env["WORKERS_PER_NODE"]), routers,
+        expect["kvmesh-systemd"] = (int(env["KVMESH_AGENT_WORKERS"]), routers,
                                     int(env["INDEX_SHARDS"]))
         # Kubernetes: the dev overlay's ConfigMap through the entrypoint.
         objs = render(os.path.join(deploy, "kubernetes", "overlays", "dev"))
         config = next(o["data"] for o in objs if o["kind"] == "ConfigMap"
                       and o["metadata"]["name"] == "kvmesh-config")
         kenv = {k: str(v) for k, v in config.items()}
-        kenv.update(NATS_URL=url, MESH_PREFIX="kvmesh-k8s", KVMESH_BIN=binary)
+        kenv.update(KVMESH_NATS_URL=url, KVMESH_NATS_PREFIX="kvmesh-k8s",
+                    KVMESH_BIN=binary)
         entry = os.path.join(deploy, "entrypoint.sh")
         # Pods have a network each; here they share one, so each its own
-        # METRICS_PORT. role: port, for the scrapes below.
+        # KVMESH_METRICS_PORT. name: (role, port), for the scrapes below.
         scrape = {}
 
         def pod(name, role, env):
             scrape[name] = (role, free_port())
-            start(name, [entry, role],
-                  {**kenv, **env, "METRICS_PORT": str(scrape[name][1])})
+            start(name, [entry, role], {**kenv, **env, "KVMESH_METRICS_PORT":
+                                        str(scrape[name][1])})
 
         pod("k8s-router", "router", {"POD_NAME": "kvmesh-router-5d8c9-x2x4q"})
         for i in range(int(kenv["INDEX_SHARDS"])):
             pod(f"k8s-index-{i}", "index",
                 {"POD_NAME": f"kvmesh-index-{i}",
-                 "INDEX_DB": os.path.join(tmp, "k8s", f"index-{i}")})
+                 "KVMESH_INDEX_DB": os.path.join(tmp, "k8s", f"index-{i}")})
         pod("k8s-agent", "agent", {"NODE_NAME": "dev"})
-        expect["kvmesh-k8s"] = (int(kenv["WORKERS_PER_NODE"]),
+        expect["kvmesh-k8s"] = (int(kenv["KVMESH_AGENT_WORKERS"]),
                                 {"kvmesh-router-5d8c9-x2x4q"},
                                 int(kenv["INDEX_SHARDS"]))
 
