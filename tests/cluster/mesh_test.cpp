@@ -296,7 +296,10 @@ TEST_F(mesh_test, a_remote_router_s_burst_gets_every_decision) {
   });
   EXPECT_TRUE(eventually([&] { return *decided + *failed == n; }, 20000ms));
   EXPECT_EQ(decided->load(), n) << *failed << " failed";
-  caf::anon_send_exit(*front, caf::exit_reason::user_shutdown);
+  // Gone before the fixture closes the connection its inbox holds.
+  caf::scoped_actor waiter{*sys_};
+  waiter->send_exit(*front, caf::exit_reason::user_shutdown);
+  waiter->wait_for(*front);
 }
 
 TEST_F(mesh_test, admin_lists_workers_shards_and_prefix_holders) {
