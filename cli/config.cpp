@@ -225,36 +225,9 @@ std::string apply_texts(CLI::Option* o, const std::vector<std::string>& texts,
   }
 }
 
+// TOML basic strings take JSON's escapes, and must be UTF-8 as well.
 std::string toml_quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+  return "\"" + log::json_escape(s) + "\"";
 }
 
 // The shortest text that reads back as `v`; whole numbers in full (3600,
