@@ -77,7 +77,10 @@ typename Inspector::result_type inspect(Inspector& f, router_status& x) {
   return f(caf::meta::type_name("router_status"), x.name, x.decisions,
            x.reauctions, x.held, x.overloaded, x.live_workers, x.workers,
            x.auction_p50_us, x.auction_p99_us, x.nats_in, x.nats_out,
-           x.text_requests, x.block_mismatches);
+           x.text_requests, x.block_mismatches, x.reauctions_refused,
+           x.reauctions_unanswered, x.reauctions_no_bids,
+           x.reauctions_saturated, x.reauctions_no_live_worker, x.rounds,
+           x.bids, x.runner_up_awards);
 }
 
 template <class Inspector>
@@ -95,7 +98,7 @@ typename Inspector::result_type inspect(Inspector& f, call_for_bids& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, award_msg& x) {
   return f(caf::meta::type_name("award"), x.request, x.expected_queued,
-           x.worker);
+           x.worker, x.price);
 }
 
 template <class Inspector>
@@ -145,7 +148,8 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker, x.queued,
            x.reserved, x.waiting, x.running, x.gpu_blocks, x.host_blocks,
            x.disk_blocks, x.active, x.completed, x.draining, x.capacity,
-           x.speed, x.agent, x.gone, x.unhealthy, x.endpoint);
+           x.speed, x.agent, x.gone, x.unhealthy, x.endpoint, x.awards,
+           x.last_price, x.host_capacity, x.disk_capacity);
 }
 
 // -- interfaces ---------------------------------------------------------------

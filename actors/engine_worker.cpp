@@ -4,6 +4,7 @@
 #include "actors/engine_worker.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "core/log.hpp"
@@ -23,6 +24,10 @@ struct engine_worker_state {
   caf::timespan sweep{};
   uint64_t kv_batches = 0;
   uint64_t resyncs = 0;
+  // Awards accepted and the router's price of the last one: kept here, as
+  // engine_state knows requests, not auctions.
+  uint64_t awards = 0;
+  double last_price = std::numeric_limits<double>::quiet_NaN();
   bool was_healthy = true;
   uint32_t unseen_polls = 0;  // polls in a row the engine ran more
   bool warned_unseen = false;
@@ -64,6 +69,15 @@ void publish_changes(epointer self) {
                std::move(st.kv_out[i]));
     st.kv_out[i].clear();
   }
+}
+
+// The engine's state as a status, with what the actor counts itself.
+worker_status status_of(epointer self) {
+  auto& st = self->state;
+  worker_status s = st.eng->status();
+  s.awards = st.awards;
+  s.last_price = st.last_price;
+  return s;
 }
 
 // Logs each kind of event the mirror could not apply, the first time.
@@ -112,6 +126,10 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
         bid held;
         award_reply r =
             st.eng->award(a.request, a.expected_queued, now_ms(self), &held);
+        if (r.accepted) {
+          ++st.awards;
+          st.last_price = a.price;
+        }
         if (const worker_meters* m = st.meters.get()) {
           // engine_state's reasons; any other (the engine not answering)
           // is the engine's refusal.
@@ -133,7 +151,7 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
       [=](release_atom, const release_msg& r) {
         self->state.eng->release(r.request);
       },
-      [=](status_atom) -> worker_status { return self->state.eng->status(); },
+      [=](status_atom) -> worker_status { return status_of(self); },
       [=](put_atom, drain_atom, bool on) { self->state.eng->set_draining(on); },
       [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
         auto& st = self->state;
@@ -205,7 +223,7 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
       [=](get_atom, stats_atom) -> engine_worker_stats {
         auto& st = self->state;
         engine_worker_stats s;
-        s.status = st.eng->status();
+        s.status = status_of(self);
         s.metrics = st.eng->metrics();
         for (size_t i = 0; i < mirror_fault_count; ++i)
           s.mirror_faults[i] =

@@ -25,6 +25,12 @@ void ended(rpointer self) {
   }
 }
 
+// An auction runs again, for `why`.
+void again(router_state& st, router_state::cause why) {
+  ++st.reauctions;
+  ++st.reauctions_by[why];
+}
+
 void fail(rpointer self, auction_ptr a, ec code, const std::string& what) {
   a->promise.deliver(caf::make_error(code, what));
   ended(self);
@@ -65,7 +71,7 @@ void award_next(rpointer self, auction_ptr a) {
     // Every bidder refused or stayed silent: the silent ones are out now,
     // so a fresh round asks the rest while rounds are left.
     if (a->round < st.opt.max_auctions) {
-      ++st.reauctions;
+      again(st, router_state::unanswered);
       release_others(self, a, UINT32_MAX);
       call_for_bids_(self, a);
       return;
@@ -77,13 +83,16 @@ void award_next(rpointer self, auction_ptr a) {
     return;
   }
   const uint32_t idx = a->ranked[a->next];
-  if (a->next++ > 0)  // a runner-up: its award is now the pending one
+  if (a->next++ > 0) {  // a runner-up: its award is now the pending one
+    ++st.runner_up_awards;
     st.auction->award(a->request.id, a->bids[idx], a->prices[idx]);
+  }
   const uint32_t w = a->bids[idx].worker;
   self->request(
           st.bidders[st.members[w].bidder], st.opt.award_deadline,
           award_atom::value,
-          award_msg{a->request, st.auction->expected_queued(a->request.id), w})
+          award_msg{a->request, st.auction->expected_queued(a->request.id), w,
+                    a->prices[idx].price})
       .then(
           [=](const award_reply& reply) {
             auto& st = self->state;
@@ -116,7 +125,7 @@ void award_next(rpointer self, auction_ptr a) {
             // The bid no longer holds: auction again on fresh bids while
             // rounds are left, else try the runner-up.
             if (a->round < st.opt.max_auctions) {
-              ++st.reauctions;
+              again(st, router_state::refused);
               release_others(self, a, UINT32_MAX);
               call_for_bids_(self, a);
             } else {
@@ -138,7 +147,7 @@ void decide(rpointer self, auction_ptr a) {
     // Silence from every bidder is more often a hiccup (a busy host, a
     // reconnect) than a dead fleet: call again while rounds are left.
     if (a->round < st.opt.max_auctions) {
-      ++st.reauctions;
+      again(st, router_state::no_bids);
       call_for_bids_(self, a);
       return;
     }
@@ -157,6 +166,7 @@ void decide(rpointer self, auction_ptr a) {
     st.auction->settle(a->request.id);
     release_others(self, a, UINT32_MAX);
     if (st.held.size() < st.opt.max_held) {
+      again(st, router_state::saturated);  // on the next tick
       st.held.push_back(a);
       return;
     }
@@ -189,6 +199,7 @@ void send_bids(rpointer self, auction_ptr a,
     bidders_speed += st.opt.speeds[i];
   auto groups = by_bidder(st, candidates);
   a->outstanding = groups.size();
+  ++st.rounds;
   for (auto& [g, ws] : groups) {
     self->request(st.bidders[g], st.opt.bid_deadline, bid_atom::value,
                   call_for_bids{a->request, bidders_speed, ws})
@@ -201,6 +212,7 @@ void send_bids(rpointer self, auction_ptr a,
                 if (it == asked.end()) continue;
                 asked.erase(it);
                 a->bids.push_back(b);
+                ++self->state.bids;
               }
               if (--a->outstanding == 0) decide(self, a);
             },
@@ -265,6 +277,7 @@ void call_for_bids_(rpointer self, auction_ptr a) {
     // Heartbeats may only be late (a busy host): hold the request for the
     // next ticks while rounds are left.
     if (a->round < st.opt.max_auctions && st.held.size() < st.opt.max_held) {
+      again(st, router_state::no_live_worker);  // on the next tick
       st.held.push_back(a);
       return;
     }
@@ -383,6 +396,15 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         s.reauctions = st.reauctions;
         s.held = st.held.size() + st.waiting.size();
         s.overloaded = st.overloaded;
+        s.reauctions_refused = st.reauctions_by[router_state::refused];
+        s.reauctions_unanswered = st.reauctions_by[router_state::unanswered];
+        s.reauctions_no_bids = st.reauctions_by[router_state::no_bids];
+        s.reauctions_saturated = st.reauctions_by[router_state::saturated];
+        s.reauctions_no_live_worker =
+            st.reauctions_by[router_state::no_live_worker];
+        s.rounds = st.rounds;
+        s.bids = st.bids;
+        s.runner_up_awards = st.runner_up_awards;
         for (const auto& m : st.members) {
           s.workers += m.present;
           s.live_workers += m.present && m.live;

@@ -83,6 +83,15 @@ struct router_state {
   size_t inflight = 0;
   uint64_t decisions = 0;
   uint64_t reauctions = 0;
+  // Why auctions were run again (router_status's reauctions_*; they sum to
+  // reauctions): the awardee refused; the last awardee left was silent; no
+  // bid came; every price was past the ceiling; no live worker to ask.
+  enum cause { refused, unanswered, no_bids, saturated, no_live_worker };
+  static constexpr size_t cause_count = 5;
+  uint64_t reauctions_by[cause_count] = {};
+  uint64_t rounds = 0;  // calls for bids sent
+  uint64_t bids = 0;    // bids they got in time
+  uint64_t runner_up_awards = 0;
   uint64_t overloaded = 0;
   uint64_t picks = 0;  // bounded calls for bids so far: equal loads rotate
   // The last decisions' latencies (a ring), for status percentiles.

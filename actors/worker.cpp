@@ -153,6 +153,8 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
           return {false, ok.err().message, {}};
         }
         st.ledger->accept(r.id, read);
+        ++st.awards;
+        st.last_price = a.price;
         if (m) {
           count(worker_meters::accepted);
           m->prompt_blocks->inc(n);
@@ -181,6 +183,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         s.completed = st.completed;
         s.draining = st.draining;
         s.capacity = st.eng->cache().capacity(tier::gpu);
+        s.host_capacity = st.eng->cache().capacity(tier::host);
+        s.disk_capacity = st.eng->cache().capacity(tier::disk);
+        s.awards = st.awards;
+        s.last_price = st.last_price;
         s.speed = st.ledger->config().speed;
         return s;
       },

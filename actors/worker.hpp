@@ -1,6 +1,7 @@
 // The WORKER actor: one GPU's engine, cache tiers and read-work ledger.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -52,6 +53,8 @@ struct worker_state {
   caf::actor_clock::time_point origin;
   bool stepping = false;
   uint64_t completed = 0;
+  uint64_t awards = 0;  // accepted
+  double last_price = std::numeric_limits<double>::quiet_NaN();
   bool draining = false;
   std::vector<engine_event> events;
   listener_actor listener;

@@ -1136,6 +1136,11 @@ struct admin_flags {
   std::vector<std::pair<CLI::Option*, double price_config::*>> weight_opts;
 };
 
+// A price for JSON: null when there is none (NaN, which JSON lacks).
+json price_json(double price) {
+  return std::isnan(price) ? json(nullptr) : json(price);
+}
+
 const char* state_of(const worker_status& w) {
   return w.gone        ? "gone"
          : w.draining  ? "draining"
@@ -1159,7 +1164,11 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"active_blocks", w.active},
                         {"capacity_blocks", w.capacity},
                         {"speed", w.speed},
-                        {"endpoint", w.endpoint}});
+                        {"endpoint", w.endpoint},
+                        {"host_capacity_blocks", w.host_capacity},
+                        {"disk_capacity_blocks", w.disk_capacity},
+                        {"awards", w.awards},
+                        {"last_price", price_json(w.last_price)}});
       out = {{"workers", list}};
     } else if (v == "routers") {
       json list = json::array();
@@ -1175,7 +1184,17 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"auction_p99_us", x.auction_p99_us},
                         {"nats_in", x.nats_in},
                         {"nats_out", x.nats_out},
-                        {"text_requests", x.text_requests}});
+                        {"text_requests", x.text_requests},
+                        {"block_mismatches", x.block_mismatches},
+                        {"reauctions_by_cause",
+                         {{"refused", x.reauctions_refused},
+                          {"unanswered", x.reauctions_unanswered},
+                          {"no_bids", x.reauctions_no_bids},
+                          {"saturated", x.reauctions_saturated},
+                          {"no_live_worker", x.reauctions_no_live_worker}}},
+                        {"rounds", x.rounds},
+                        {"bids", x.bids},
+                        {"runner_up_awards", x.runner_up_awards}});
       out = {{"routers", list}};
     } else if (v == "shards") {
       json list = json::array();
@@ -1215,7 +1234,7 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
   if (v == "workers") {
     rows.push_back({"worker", "state", "agent", "gpu", "host", "disk", "queued",
                     "reserved", "active", "capacity", "waiting", "running",
-                    "completed", "speed", "endpoint"});
+                    "completed", "awards", "last_price", "speed", "endpoint"});
     for (const auto& w : r.workers)
       rows.push_back({std::to_string(w.worker), state_of(w), w.agent,
                       std::to_string(w.gpu_blocks),
@@ -1224,16 +1243,27 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                       fixed(w.reserved, 1), std::to_string(w.active),
                       std::to_string(w.capacity), std::to_string(w.waiting),
                       std::to_string(w.running), std::to_string(w.completed),
+                      std::to_string(w.awards),
+                      std::isnan(w.last_price) ? "-" : fixed(w.last_price, 1),
                       general(w.speed), w.endpoint});
   } else if (v == "routers") {
-    rows.push_back({"router", "decisions", "reauctions", "held", "overloaded",
+    // Re-auctions by cause after their total (kvmesh.capnp's RouterStatus).
+    rows.push_back({"router", "decisions", "reauctions", "refused",
+                    "unanswered", "no_bids", "saturated", "no_live",
+                    "bids/round", "runner_ups", "held", "overloaded",
                     "live_workers", "workers", "text_requests"});
     for (const auto& x : r.routers)
-      rows.push_back({x.name, std::to_string(x.decisions),
-                      std::to_string(x.reauctions), std::to_string(x.held),
-                      std::to_string(x.overloaded),
-                      std::to_string(x.live_workers), std::to_string(x.workers),
-                      std::to_string(x.text_requests)});
+      rows.push_back(
+          {x.name, std::to_string(x.decisions), std::to_string(x.reauctions),
+           std::to_string(x.reauctions_refused),
+           std::to_string(x.reauctions_unanswered),
+           std::to_string(x.reauctions_no_bids),
+           std::to_string(x.reauctions_saturated),
+           std::to_string(x.reauctions_no_live_worker),
+           x.rounds ? fixed(static_cast<double>(x.bids) / x.rounds, 1) : "-",
+           std::to_string(x.runner_up_awards), std::to_string(x.held),
+           std::to_string(x.overloaded), std::to_string(x.live_workers),
+           std::to_string(x.workers), std::to_string(x.text_requests)});
   } else if (v == "shards") {
     rows.push_back(
         {"shard", "blocks", "entries", "disk_bytes", "events", "errors"});

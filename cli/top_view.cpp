@@ -61,14 +61,6 @@ const char* state_of(const worker_status& w) {
                        : "live";
 }
 
-// Awards a worker has accepted so far. The status carries no award
-// counter; every accepted award is waiting, running or completed at the
-// worker, so their sum counts them (requests the engine turned away
-// aside). A restarted worker starts again from 0.
-uint64_t awards(const worker_status& w) {
-  return w.completed + w.waiting + w.running;
-}
-
 // Per second from two counter readings; "-" without a previous reading or
 // when the counter went back (its process restarted).
 std::string rate(uint64_t now, const uint64_t* before, double dt) {
@@ -85,7 +77,7 @@ std::string render_top(const std::string& title, const fleet_snapshot& now,
   std::map<std::string, uint64_t> decisions_before;
   if (prev) {
     for (const worker_status& w : prev->workers)
-      awards_before[w.worker] = awards(w);
+      awards_before[w.worker] = w.awards;
     for (const router_status& r : prev->routers)
       decisions_before[r.name] = r.decisions;
   }
@@ -114,14 +106,15 @@ std::string render_top(const std::string& title, const fleet_snapshot& now,
   if (now.workers.empty()) {
     out += "no workers\n";
   } else {
-    // occupancy: blocks of running requests in GPU memory; gpu: blocks
-    // cached there, of its capacity. The status carries no host or disk
-    // capacity, so those tiers show what they hold, and no price (routers
-    // price a worker per request; it is not kept), so there is no price
-    // column.
+    // occupancy: blocks of running requests in GPU memory, of its
+    // capacity; gpu, host, disk: blocks cached in each tier and the tier's
+    // fill ("-" for a tier of unknown size: a real engine's offloading).
+    // awards/s: accepted awards between the two snapshots; last_price: the
+    // router's price of the last one, in blocks.
     std::vector<row> rows{{"worker", "state", "agent", "queued", "reserved",
                            "active", "occupancy", "gpu", "gpu_fill", "host",
-                           "disk", "waiting", "running", "awards/s"}};
+                           "host_fill", "disk", "disk_fill", "waiting",
+                           "running", "awards", "awards/s", "last_price"}};
     std::vector<worker_status> ws = now.workers;
     std::sort(ws.begin(), ws.end(),
               [](const worker_status& a, const worker_status& b) {
@@ -135,11 +128,13 @@ std::string render_top(const std::string& title, const fleet_snapshot& now,
            std::to_string(w.active), percent(w.active, w.capacity),
            std::to_string(w.gpu_blocks) + "/" + std::to_string(w.capacity),
            percent(w.gpu_blocks, w.capacity), std::to_string(w.host_blocks),
-           std::to_string(w.disk_blocks), std::to_string(w.waiting),
-           std::to_string(w.running),
-           rate(awards(w),
-                before == awards_before.end() ? nullptr : &before->second,
-                dt)});
+           percent(w.host_blocks, w.host_capacity),
+           std::to_string(w.disk_blocks),
+           percent(w.disk_blocks, w.disk_capacity), std::to_string(w.waiting),
+           std::to_string(w.running), std::to_string(w.awards),
+           rate(w.awards,
+                before == awards_before.end() ? nullptr : &before->second, dt),
+           std::isnan(w.last_price) ? "-" : num("%.1f", w.last_price)});
     }
     out += columns(rows);
   }
@@ -148,9 +143,11 @@ std::string render_top(const std::string& title, const fleet_snapshot& now,
   if (now.routers.empty()) {
     out += "no routers\n";
   } else {
+    // bids/round: bids received per call for bids, since the router
+    // started; reauctions: all causes (`kvmesh admin routers` splits them).
     std::vector<row> rows{{"router", "decisions", "decisions/s",
-                           "auction_p50_us", "auction_p99_us", "reauctions",
-                           "held", "overloaded", "live_workers"}};
+                           "auction_p50_us", "auction_p99_us", "bids/round",
+                           "reauctions", "held", "overloaded", "live_workers"}};
     std::vector<router_status> rs = now.routers;
     std::sort(rs.begin(), rs.end(),
               [](const router_status& a, const router_status& b) {
@@ -164,6 +161,7 @@ std::string render_top(const std::string& title, const fleet_snapshot& now,
                 before == decisions_before.end() ? nullptr : &before->second,
                 dt),
            num("%.0f", r.auction_p50_us), num("%.0f", r.auction_p99_us),
+           r.rounds ? num("%.1f", static_cast<double>(r.bids) / r.rounds) : "-",
            std::to_string(r.reauctions), std::to_string(r.held),
            std::to_string(r.overloaded),
            std::to_string(r.live_workers) + "/" + std::to_string(r.workers)});

@@ -17,9 +17,11 @@ struct fleet_snapshot {
 };
 
 // The frame for `now`: a title line, a summary line, a line per worker
-// (state, queued work, occupancy, tier fill, awards per second) and a line
-// per router (decisions per second, auction latency). Rates are differences
-// from `prev`, the snapshot before (nullptr: none yet, shown as "-").
+// (state, queued work, occupancy, tier fill, awards accepted and per
+// second, the price of the last one) and a line per router (decisions per
+// second, auction latency, bids per round). Rates are differences of
+// counters from `prev`, the snapshot before (nullptr: none yet, shown as
+// "-").
 // Plain text: the caller clears the screen. The ADMIN knows the fleet from
 // heartbeats, so figures are as of each process's last beat and rates over
 // an interval shorter than the heartbeat jump between beats.

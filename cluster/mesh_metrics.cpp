@@ -3,6 +3,7 @@
 #include "cluster/mesh_metrics.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -75,12 +76,18 @@ struct worker_series {
   gauge* running = nullptr;
   gauge* draining = nullptr;
   gauge* speed = nullptr;
+  gauge* last_price = nullptr;
   counter* completed = nullptr;
 };
 
 struct router_series {
   counter* decisions = nullptr;
-  counter* reauctions = nullptr;
+  // By cause, in router_status's order: refused, unanswered, no_bids,
+  // saturated, no_live_worker.
+  counter* reauctions[5] = {};
+  counter* rounds = nullptr;
+  counter* bids = nullptr;
+  counter* runner_ups = nullptr;
   gauge* held = nullptr;
   gauge* workers[4] = {};  // live, draining, unhealthy, gone
 };
@@ -221,6 +228,7 @@ struct worker_families {
   family<counter>* hits;
   family<gauge>* draining;
   family<gauge>* speed;
+  family<gauge>* last_price;
   counter* kv[2];  // stored, removed: the agent's
 
   explicit worker_families(builder& b) {
@@ -260,6 +268,11 @@ struct worker_families {
                         "1 while the worker is drained, else 0.", w);
     speed = b.gauges("kvmesh_worker_speed",
                      "Prefill speed relative to the reference GPU.", w);
+    last_price = b.gauges(
+        "kvmesh_worker_last_price_blocks",
+        "The router's price, in cache blocks, of the last award the worker "
+        "accepted (NaN: none yet).",
+        w);
     auto* events = b.counters("kvmesh_agent_kv_events_total",
                               "KV events the agent's workers sent to the "
                               "index shards.",
@@ -295,6 +308,8 @@ struct worker_families {
     s.completed = b.at(completed, {i});
     s.draining = b.at(draining, {i});
     s.speed = b.at(speed, {i});
+    s.last_price = b.at(last_price, {i});
+    if (s.last_price) s.last_price->set(std::nan(""));
     const char* results[4] = {"accepted", "draining", "queue_grew",
                               "engine_refused"};
     for (size_t r = 0; r < 4; ++r)
@@ -332,6 +347,7 @@ std::function<void(caf::scoped_actor&, steady::time_point)> collect_workers(
           w.completed->set(static_cast<double>(s->completed));
           w.draining->set(s->draining ? 1 : 0);
           w.speed->set(s->speed);
+          w.last_price->set(s->last_price);
         }
       };
 }
@@ -426,10 +442,28 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
       b.at(b.histograms("kvmesh_router_bids_per_auction",
                         "Bids priced in the auction that decided each request.",
                         {1, 2, 4, 8, 16, 32, 64, 128, 256}));
-  p->router.reauctions = b.at(b.counters(
+  auto* reauctions = b.counters(
       "kvmesh_router_reauctions_total",
-      "Auctions run again for a request: its award refused or unanswered, "
-      "or no bid at all."));
+      "Auctions run again for a request, by cause: the awardee refused, the "
+      "last awardee left did not answer, no bid came, every price was past "
+      "the overload ceiling, no live worker.",
+      {"cause"});
+  const char* causes[5] = {"refused", "unanswered", "no_bids", "saturated",
+                           "no_live_worker"};
+  for (size_t i = 0; i < 5; ++i)
+    p->router.reauctions[i] = b.at(reauctions, {causes[i]});
+  p->router.rounds =
+      b.at(b.counters("kvmesh_router_rounds_total",
+                      "Calls for bids this router sent (auction rounds, first "
+                      "ones and re-auctions)."));
+  p->router.bids =
+      b.at(b.counters("kvmesh_router_bids_total",
+                      "Bids this router's calls for bids got within the bid "
+                      "deadline."));
+  p->router.runner_ups = b.at(b.counters(
+      "kvmesh_router_runner_up_awards_total",
+      "Awards to a runner-up of a round: the awardee before it did not "
+      "answer in time, or refused with no rounds left."));
   m->winner_price =
       b.at(b.histograms("kvmesh_router_winner_price_blocks",
                         "The winning bid's price in cache blocks.",
@@ -469,7 +503,15 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
     if (auto s = ask<router_status>(self, router, deadline, "the ROUTER",
                                     status_atom::value)) {
       p->router.decisions->set(static_cast<double>(s->decisions));
-      p->router.reauctions->set(static_cast<double>(s->reauctions));
+      const uint64_t by_cause[5] = {
+          s->reauctions_refused, s->reauctions_unanswered,
+          s->reauctions_no_bids, s->reauctions_saturated,
+          s->reauctions_no_live_worker};
+      for (size_t i = 0; i < 5; ++i)
+        p->router.reauctions[i]->set(static_cast<double>(by_cause[i]));
+      p->router.rounds->set(static_cast<double>(s->rounds));
+      p->router.bids->set(static_cast<double>(s->bids));
+      p->router.runner_ups->set(static_cast<double>(s->runner_up_awards));
       p->router.held->set(static_cast<double>(s->held));
     }
     if (auto ws = ask<std::vector<worker_status>>(

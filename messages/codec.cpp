@@ -135,6 +135,7 @@ void write(const award_msg& x, wire::Award::Builder b) {
   write(x.request, b.initRequest());
   b.setExpectedQueued(x.expected_queued);
   b.setWorker(x.worker);
+  b.setPrice(x.price);
 }
 
 void write(const award_reply& x, wire::AwardReply::Builder b) {
@@ -200,6 +201,10 @@ void write(const worker_status& x, wire::WorkerStatus::Builder b) {
   b.setGone(x.gone);
   b.setUnhealthy(x.unhealthy);
   b.setEndpoint(text(x.endpoint));
+  b.setAwards(x.awards);
+  b.setLastPrice(x.last_price);
+  b.setHostCapacity(x.host_capacity);
+  b.setDiskCapacity(x.disk_capacity);
 }
 
 void write(const router_status& x, wire::RouterStatus::Builder b) {
@@ -217,6 +222,14 @@ void write(const router_status& x, wire::RouterStatus::Builder b) {
   b.setNatsOut(x.nats_out);
   b.setTextRequests(x.text_requests);
   b.setBlockMismatches(x.block_mismatches);
+  b.setReauctionsRefused(x.reauctions_refused);
+  b.setReauctionsUnanswered(x.reauctions_unanswered);
+  b.setReauctionsNoBids(x.reauctions_no_bids);
+  b.setReauctionsSaturated(x.reauctions_saturated);
+  b.setReauctionsNoLiveWorker(x.reauctions_no_live_worker);
+  b.setRounds(x.rounds);
+  b.setBids(x.bids);
+  b.setRunnerUpAwards(x.runner_up_awards);
 }
 
 void write(const shard_status& x, wire::ShardStatus::Builder b) {
@@ -371,6 +384,7 @@ expected<award_msg> read(wire::Award::Reader r) {
   x.request = read(r.getRequest());
   x.expected_queued = r.getExpectedQueued();
   x.worker = r.getWorker();
+  x.price = r.getPrice();
   return x;
 }
 
@@ -462,6 +476,10 @@ worker_status read(wire::WorkerStatus::Reader r) {
   x.unhealthy = r.getUnhealthy();
   auto endpoint = r.getEndpoint();
   x.endpoint.assign(endpoint.begin(), endpoint.size());
+  x.awards = r.getAwards();
+  x.last_price = r.getLastPrice();
+  x.host_capacity = r.getHostCapacity();
+  x.disk_capacity = r.getDiskCapacity();
   return x;
 }
 
@@ -481,6 +499,14 @@ router_status read(wire::RouterStatus::Reader r) {
   x.nats_out = r.getNatsOut();
   x.text_requests = r.getTextRequests();
   x.block_mismatches = r.getBlockMismatches();
+  x.reauctions_refused = r.getReauctionsRefused();
+  x.reauctions_unanswered = r.getReauctionsUnanswered();
+  x.reauctions_no_bids = r.getReauctionsNoBids();
+  x.reauctions_saturated = r.getReauctionsSaturated();
+  x.reauctions_no_live_worker = r.getReauctionsNoLiveWorker();
+  x.rounds = r.getRounds();
+  x.bids = r.getBids();
+  x.runner_up_awards = r.getRunnerUpAwards();
   return x;
 }
 

@@ -104,6 +104,9 @@ struct Award {
   expectedQueued @2 :Float64 = -1.0;
   # The awardee among its agent's workers.
   worker @3 :UInt32;
+  # The awardee's price in cache blocks in the auction that chose it, as the
+  # router priced it (docs/pricing.md); NaN: not said (an older router).
+  price @4 :Float64 = nan;
 }
 
 # A worker's answer to an award.
@@ -156,6 +159,15 @@ struct WorkerStatus {
   unhealthy @16 :Bool;
   # Its OpenAI-compatible front, empty when it has none.
   endpoint @17 :Text;
+  # Awards it accepted since it started (a restart counts from 0 again).
+  awards @18 :UInt64;
+  # The price in cache blocks of the last award it accepted, as the router
+  # priced it; NaN: none yet, or its routers do not say (Award.price).
+  lastPrice @19 :Float64 = nan;
+  # Host and disk tier capacity in blocks; 0: no such tier, or unknown (a
+  # real engine's offloading tiers).
+  hostCapacity @20 :UInt64;
+  diskCapacity @21 :UInt64;
 }
 
 # What a router reports about itself.
@@ -177,6 +189,22 @@ struct RouterStatus {
   textRequests @12 :UInt64;
   # Route requests refused for a block size other than the router's.
   blockMismatches @13 :UInt64;
+  # Re-auctions (reauctions is their sum) by cause: the awardee refused;
+  # the last awardee left did not answer in time; no bidder answered the
+  # call; every price was past the overload ceiling (held, auctioned again
+  # on the next tick); no live worker to ask (held likewise).
+  reauctionsRefused @14 :UInt64;
+  reauctionsUnanswered @15 :UInt64;
+  reauctionsNoBids @16 :UInt64;
+  reauctionsSaturated @17 :UInt64;
+  reauctionsNoLiveWorker @18 :UInt64;
+  # Calls for bids sent (rounds, first ones included) and the bids they
+  # got: bids / rounds is the mean bids per auction round.
+  rounds @19 :UInt64;
+  bids @20 :UInt64;
+  # Awards sent to a runner-up of the same round: the awardee before it did
+  # not answer in time, or refused when no rounds were left.
+  runnerUpAwards @21 :UInt64;
 }
 
 # What an index shard reports about itself.

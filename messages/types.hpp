@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,12 @@ struct worker_status {
   // Its engine stopped answering: awards are refused, routers leave it out.
   bool unhealthy = false;
   std::string endpoint;  // its OpenAI-compatible front, "" if none
+  uint64_t awards = 0;   // awards accepted since it started
+  // The router's price of its last accepted award (blocks); NaN: none yet,
+  // or not said.
+  double last_price = std::numeric_limits<double>::quiet_NaN();
+  uint64_t host_capacity = 0;  // blocks; 0: no such tier, or unknown
+  uint64_t disk_capacity = 0;
 };
 
 // What a router reports about itself.
@@ -96,6 +103,16 @@ struct router_status {
   // Route requests taken as text, whose blocks are approximate.
   uint64_t text_requests = 0;
   uint64_t block_mismatches = 0;  // requests hashed with another block size
+  // Re-auctions by cause (kvmesh.capnp's RouterStatus); they sum to
+  // `reauctions`.
+  uint64_t reauctions_refused = 0;
+  uint64_t reauctions_unanswered = 0;
+  uint64_t reauctions_no_bids = 0;
+  uint64_t reauctions_saturated = 0;
+  uint64_t reauctions_no_live_worker = 0;
+  uint64_t rounds = 0;            // calls for bids sent
+  uint64_t bids = 0;              // bids those calls got
+  uint64_t runner_up_awards = 0;  // awards to a runner-up of a round
 };
 
 // One holder's match of a prefix, as an index shard knows it.
@@ -127,6 +144,8 @@ struct award_msg {
   route_request_msg request;
   double expected_queued = -1;
   uint32_t worker = 0;  // the awardee, among its agent's workers
+  // Its price in the auction that chose it (blocks); NaN: not said.
+  double price = std::numeric_limits<double>::quiet_NaN();
 };
 
 // One worker's batch of KV events, for the index shard of their chains.

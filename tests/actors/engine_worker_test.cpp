@@ -170,9 +170,18 @@ TEST_F(engine_worker_test, unhealthy_refuses_and_abandoned_awards_expire) {
   caf::anon_send(w, put_atom::value, engine_metrics{});
   run();
   EXPECT_FALSE(status(w).unhealthy);
-  a = ask<award_reply>(w, award_atom::value, award(2, 16));
+  auto priced = award(2, 16);
+  priced.price = 6.25;
+  a = ask<award_reply>(w, award_atom::value, priced);
   EXPECT_TRUE((**a)->accepted);
   EXPECT_GT(status(w).queued, 0.0);
+  // Only the accepted award counts, at the router's price; the stats for
+  // the front say the same.
+  EXPECT_EQ(status(w).awards, 1u);
+  EXPECT_EQ(status(w).last_price, 6.25);
+  auto stats = ask<engine_worker_stats>(w, get_atom::value, stats_atom::value);
+  ASSERT_TRUE(stats->has_value() && **stats);
+  EXPECT_EQ((**stats)->status.awards, 1u);
   advance(std::chrono::milliseconds(3100));  // past the 2 s TTL, swept
   EXPECT_DOUBLE_EQ(status(w).queued, 0.0);
 }

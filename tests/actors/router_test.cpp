@@ -178,6 +178,17 @@ TEST_F(router_test, a_refused_award_is_auctioned_again_then_goes_on) {
   EXPECT_EQ(d.auctions, 2u);      // one re-auction, then the runner-up
   EXPECT_EQ(*refuser.awards, 2);  // refused in both rounds
   EXPECT_EQ(*other.awards, 1);
+  // Counted by cause: one refusal auctioned again; the second, with no
+  // round left, goes to the runner-up. Two rounds of two bids.
+  const router_status s = status(r);
+  EXPECT_EQ(s.reauctions, 1u);
+  EXPECT_EQ(s.reauctions_refused, 1u);
+  EXPECT_EQ(s.reauctions_unanswered + s.reauctions_no_bids +
+                s.reauctions_saturated + s.reauctions_no_live_worker,
+            0u);
+  EXPECT_EQ(s.rounds, 2u);
+  EXPECT_EQ(s.bids, 4u);
+  EXPECT_EQ(s.runner_up_awards, 1u);
 }
 
 TEST_F(router_test, an_unhealthy_worker_is_left_out_and_the_front_named) {
@@ -205,6 +216,27 @@ TEST_F(router_test, an_unanswered_award_goes_to_the_runner_up) {
   advance(std::chrono::milliseconds(60));  // past the award deadline
   ASSERT_TRUE(d->has_value() && **d);
   EXPECT_EQ((**d)->worker, 1u);
+  const router_status s = status(r);
+  EXPECT_EQ(s.reauctions, 0u);
+  EXPECT_EQ(s.runner_up_awards, 1u);
+  EXPECT_EQ(s.rounds, 1u);
+  EXPECT_EQ(s.bids, 2u);
+}
+
+TEST_F(router_test, silence_from_every_awardee_is_auctioned_again) {
+  auto mute = bidder(0, 0);
+  mute.silent_awards = true;
+  auto r = spawn_router(mocks({mute}), 2);
+  auto d = ask<decision>(r, route_atom::value, request(1));
+  // Round 1's only awardee is silent past the award deadline: it is out,
+  // and round 2, the last, has nobody live to ask.
+  advance(std::chrono::milliseconds(60));
+  ASSERT_TRUE(d->has_value());
+  EXPECT_FALSE(**d);
+  const router_status s = status(r);
+  EXPECT_EQ(s.reauctions_unanswered, 1u);
+  EXPECT_EQ(s.reauctions, s.reauctions_unanswered);
+  EXPECT_EQ(s.rounds, 1u);
 }
 
 TEST_F(router_test, no_bids_at_all_is_an_error) {
@@ -220,9 +252,34 @@ TEST_F(router_test, no_bids_at_all_is_an_error) {
   ASSERT_FALSE(**d);
   EXPECT_NE(sys->render((**d).error()).find("no worker answered"),
             std::string::npos);
-  auto s = ask<router_status>(r, status_atom::value);
-  ASSERT_TRUE(s->has_value() && **s);
-  EXPECT_EQ((***s).reauctions, 7u);
+  const router_status s = status(r);
+  EXPECT_EQ(s.reauctions, 7u);
+  EXPECT_EQ(s.reauctions_no_bids, 7u);
+  EXPECT_EQ(s.rounds, 8u);
+  EXPECT_EQ(s.bids, 0u);
+}
+
+TEST_F(router_test, no_live_worker_holds_the_request_for_the_next_ticks) {
+  auto gone = bidder(0, 0);
+  gone.silent_status = true;
+  auto r = spawn_router(mocks({gone}), 3);
+  advance(std::chrono::milliseconds(4500));  // three beats missed
+  ASSERT_EQ(status(r).live_workers, 0u);
+  auto d = ask<decision>(r, route_atom::value, request(1));
+  EXPECT_FALSE(d->has_value());  // held
+  EXPECT_EQ(status(r).reauctions_no_live_worker, 1u);
+  // Held again on the next tick (round 2), turned away on the one after
+  // (round 3 is the last).
+  for (int i = 0; i < 5 && !d->has_value(); ++i)
+    advance(std::chrono::seconds(1));
+  ASSERT_TRUE(d->has_value());
+  ASSERT_FALSE(**d);
+  EXPECT_NE(sys->render((**d).error()).find("no live worker"),
+            std::string::npos);
+  const router_status s = status(r);
+  EXPECT_EQ(s.reauctions_no_live_worker, 2u);
+  EXPECT_EQ(s.reauctions, 2u);
+  EXPECT_EQ(s.rounds, 0u);  // no call for bids ever went out
 }
 
 TEST_F(router_test, a_weight_change_takes_effect_on_the_next_auction) {
@@ -276,6 +333,9 @@ TEST_F(router_test, a_saturated_fleet_holds_requests_then_says_overloaded) {
   auto s = status(r);
   EXPECT_EQ(s.held, 1u);
   EXPECT_EQ(s.overloaded, 1u);
+  // The held one will be auctioned again; the turned-away one will not.
+  EXPECT_EQ(s.reauctions_saturated, 1u);
+  EXPECT_EQ(s.reauctions, 1u);
   // The ceiling lifts; the next tick routes the held request.
   sys->spawn([=](caf::event_based_actor* self) {
     self->send(r, put_atom::value, weights_atom::value, price_config{});

@@ -1,5 +1,7 @@
 // Tests of actors/worker: bids, reservations, awards and the engine clock.
 #include "actors/worker.hpp"
+
+#include <cmath>
 #include <optional>
 
 #include "fixture.hpp"
@@ -124,6 +126,36 @@ TEST_F(worker_test, refuses_what_can_never_fit) {
   EXPECT_FALSE((**reply)->accepted);
   EXPECT_NE((**reply)->reason.find("KV blocks"), std::string::npos);
   EXPECT_DOUBLE_EQ(status(w).queued, 0.0);
+}
+
+TEST_F(worker_test, counts_accepted_awards_and_their_last_price) {
+  auto w = spawn(0, 0.5);
+  auto s = status(w);
+  EXPECT_EQ(s.awards, 0u);
+  EXPECT_TRUE(std::isnan(s.last_price));  // none yet
+  EXPECT_EQ(s.host_capacity, 64u);
+  EXPECT_EQ(s.disk_capacity, 0u);
+  bid_of(w, call_for_bids{request(1, 100), 1.0, {}});
+  auto first = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(2, 200), -1.0, 0, 12.5});
+  EXPECT_TRUE((**first)->accepted);
+  s = status(w);
+  EXPECT_EQ(s.awards, 1u);
+  EXPECT_EQ(s.last_price, 12.5);
+  // Refused (its queue grew since the bid): neither counted nor priced.
+  auto second = ask<award_reply>(w, award_atom::value,
+                                 award_msg{request(1, 100), -1.0, 0, 3.0});
+  EXPECT_FALSE((**second)->accepted);
+  s = status(w);
+  EXPECT_EQ(s.awards, 1u);
+  EXPECT_EQ(s.last_price, 12.5);
+  // An award from a router that does not say its price: none known.
+  auto third = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(3, 300), -1.0, 0});
+  EXPECT_TRUE((**third)->accepted);
+  s = status(w);
+  EXPECT_EQ(s.awards, 2u);
+  EXPECT_TRUE(std::isnan(s.last_price));
 }
 
 TEST_F(worker_test, bids_only_when_asked_by_id) {

@@ -115,7 +115,8 @@ prompt=$(seq -s, 1 40)
 workers_contract='
 want = {"id", "state", "gpu_blocks", "host_blocks", "disk_blocks",
         "queued_blocks", "active_blocks", "capacity_blocks", "speed",
-        "endpoint"}'
+        "endpoint", "host_capacity_blocks", "disk_capacity_blocks", "awards",
+        "last_price"}'
 
 # -- bad flags and unreachable servers (no mesh needed) -----------------------
 
@@ -211,7 +212,8 @@ assert len(ws) == 8, f\"{len(ws)} entries\"
 assert sorted(w[\"id\"] for w in ws) == list(range(8)), [w[\"id\"] for w in ws]
 for w in ws:
     assert set(w) == want, f\"fields {sorted(set(w) ^ want)}\"
-    assert w[\"state\"] == \"live\", w"
+    assert w[\"state\"] == \"live\", w
+    assert w[\"awards\"] == 0 and w[\"last_price\"] is None, w"
 
 # (b) route: a worker, JSON, and the same prompt to the same worker.
 mesh_route --tokens "$prompt"
@@ -248,11 +250,32 @@ else
   jcheck route_durable "assert d['worker'] == ${first:-99}, d['worker']"
 fi
 
+# (c) the three decisions so far, as the workers count them (heartbeats
+# lag: polled): awards accepted, and the price of the last one.
+if poll 5 admin --nats "$url" workers --json -- \
+  'assert sum(w["awards"] for w in d["workers"]) == 3'; then
+  jcheck admin_workers_awards "
+for w in d['workers']:
+    if w['awards']:
+        assert isinstance(w['last_price'], float) and w['last_price'] > 0, w
+    else:
+        assert w['last_price'] is None, w
+assert [w['awards'] for w in d['workers'] if w['id'] == ${first:-99}] == [3], d"
+else
+  fail admin_workers_awards "not 3 awards in all: $out $err"
+fi
+
 # (d) routers and shards.
 if poll 5 admin --nats "$url" routers --json -- \
-  'assert len(d["routers"]) == 2'; then
+  'assert (len(d["routers"]) == 2 and
+        sum(r["decisions"] for r in d["routers"]) == 3)'; then
   jcheck admin_routers "assert sorted(r['name'] for r in d['routers']) == \
-['router-0', 'router-1'], d"
+['router-0', 'router-1'], d
+for r in d['routers']:
+    assert r['reauctions'] == sum(r['reauctions_by_cause'].values()), r
+    assert r['rounds'] >= r['decisions'], r
+    assert r['bids'] >= r['decisions'], r
+assert sum(r['rounds'] for r in d['routers']) >= 3, d"
 else
   fail admin_routers "$out $err"
 fi
@@ -265,20 +288,63 @@ else
 fi
 
 # (k) kvmesh top: one frame, every worker and router on a line of its own,
-# the routers' decisions per second measured over the interval.
-run top --nats "$url" --once --interval-ms 300
+# with requests routed meanwhile (other prompts, so that the awards spread):
+# awards and decisions per second measured over the interval, the awards
+# so far and the last prices, the bids per round.
+(
+  i=0
+  while [ ! -e "$tmp/top.done" ]; do
+    "$bin" route --nats "$url" --block-tokens 16 \
+      --tokens "$(seq -s, $((i * 100 + 5000)) $((i * 100 + 5039)))" \
+      >/dev/null 2>&1 || true
+    i=$((i + 1))
+  done
+) &
+routing=$!
+pids+=("$routing")
+run top --nats "$url" --once --interval-ms 1500
+touch "$tmp/top.done"
+wait "$routing" || true
+# Cells by the header's names (no cell holds a space).
+cat >"$tmp/top_check.py" <<'PY'
+import sys
+tables, header = {}, None
+for line in sys.stdin.read().splitlines():
+    w = line.split()
+    if not w:
+        header = None
+    elif w[0] in ("worker", "router"):
+        header = w
+        tables[w[0]] = []
+    elif header:
+        assert len(w) == len(header), (header, w)
+        tables[header[0]].append(dict(zip(header, w)))
+ws, rs = tables.get("worker", []), tables.get("router", [])
+assert sorted(int(w["worker"]) for w in ws) == list(range(8)), ws
+for w in ws:
+    assert w["state"] == "live" and w["agent"].startswith("agent-"), w
+    float(w["awards/s"]), float(w["queued"])  # measured: not "-"
+    assert w["occupancy"].endswith("%") and w["gpu_fill"].endswith("%"), w
+    if int(w["awards"]):
+        assert float(w["last_price"]) > 0, w
+    else:
+        assert w["last_price"] == "-", w
+assert sum(int(w["awards"]) for w in ws) > 3, "no awards since (c)"
+assert sum(float(w["awards/s"]) for w in ws) > 0, "no awards/s"
+assert sorted(r["router"] for r in rs) == ["router-0", "router-1"], rs
+for r in rs:
+    float(r["decisions/s"]), float(r["auction_p99_us"])
+assert sum(float(r["decisions/s"]) for r in rs) > 0, "no decisions/s"
+assert all(float(r["bids/round"]) >= 1 for r in rs if r["decisions"] != "0"), rs
+PY
 if [ "$rc" -ne 0 ]; then
   fail top_once "exit $rc: $out $err"
+elif ! msg=$(python3 "$tmp/top_check.py" <<<"$out" 2>&1); then
+  fail top_once "$(tail -n 1 <<<"$msg"): $out"
+elif ! grep -q "^8 workers (8 live" <<<"$out"; then
+  fail top_once "no summary: $out"
 else
-  missing=""
-  for i in 0 1 2 3 4 5 6 7; do
-    grep -Eq "^$i +live +agent-[0-9]+ " <<<"$out" || missing+=" worker $i"
-  done
-  for r in router-0 router-1; do
-    grep -Eq "^$r +[0-9]+ +[0-9]+\.[0-9] " <<<"$out" || missing+=" $r"
-  done
-  grep -q "^8 workers (8 live" <<<"$out" || missing+=" summary"
-  if [ -z "$missing" ]; then ok top_once; else fail top_once "no$missing: $out"; fi
+  ok top_once
 fi
 
 # (e) weights: set on every router, so any of them answers the new value.

@@ -3,13 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace kvmesh::cli {
 namespace {
 
-worker_status worker(uint32_t id, uint64_t completed) {
+worker_status worker(uint32_t id, uint64_t awards) {
   worker_status w;
   w.worker = id;
   w.queued = 12.5;
@@ -17,10 +19,13 @@ worker_status worker(uint32_t id, uint64_t completed) {
   w.capacity = 1024;
   w.gpu_blocks = 512;
   w.host_blocks = 2000;
-  w.disk_blocks = 7;
+  w.host_capacity = 8000;
+  w.disk_blocks = 7;  // no disk capacity: a tier of unknown size
   w.waiting = 1;
   w.running = 2;
-  w.completed = completed;
+  w.completed = 3;
+  w.awards = awards;
+  w.last_price = 41.5;
   w.agent = "agent-0";
   return w;
 }
@@ -30,17 +35,41 @@ router_status router(const std::string& name, uint64_t decisions) {
   r.name = name;
   r.decisions = decisions;
   r.auction_p99_us = 850;
+  r.rounds = 40;
+  r.bids = 130;
   r.live_workers = 2;
   r.workers = 2;
   return r;
 }
 
-// The line of the frame that starts with `first`, "" when none does.
-std::string line_of(const std::string& frame, const std::string& first) {
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;)
+    out.push_back(w);
+  return out;
+}
+
+// The cell of column `column` in the row whose first cell is `first`, of
+// the table whose header starts with `table` ("worker", "router"); "?"
+// when there is none. Cells hold no spaces, so words line up with the
+// header's.
+std::string cell(const std::string& frame, const std::string& table,
+                 const std::string& first, const std::string& column) {
   std::istringstream in(frame);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(first, 0) == 0) return line;
-  return "";
+  std::vector<std::string> header;
+  for (std::string line; std::getline(in, line);) {
+    auto w = words(line);
+    if (w.empty()) continue;
+    if (w[0] == table) {
+      header = w;
+      continue;
+    }
+    if (header.empty() || header[0] != table || w[0] != first) continue;
+    for (size_t i = 0; i < header.size() && i < w.size(); ++i)
+      if (header[i] == column) return w[i];
+  }
+  return "?";
 }
 
 TEST(top_view, rates_come_from_the_previous_snapshot) {
@@ -49,37 +78,51 @@ TEST(top_view, rates_come_from_the_previous_snapshot) {
   fleet_snapshot now{
       12, {worker(1, 70), worker(0, 100)}, {router("router-0", 1300)}, ""};
   now.workers[0].draining = true;
+  now.workers[0].last_price = 7.5;
   const std::string frame = render_top("kvmesh top", now, &before);
-  // Worker 1: 20 more completed, as many waiting and running: 10 awards/s.
-  const std::string w1 = line_of(frame, "1 ");
-  EXPECT_NE(w1.find("draining"), std::string::npos) << frame;
-  EXPECT_NE(w1.find("512/1024"), std::string::npos) << w1;
-  EXPECT_NE(w1.find("25%"), std::string::npos) << w1;  // occupancy
-  EXPECT_NE(w1.find("50%"), std::string::npos) << w1;  // gpu fill
-  EXPECT_NE(w1.find("12.5"), std::string::npos) << w1;
-  EXPECT_EQ(w1.substr(w1.size() - 4), "10.0") << w1;
-  const std::string w0 = line_of(frame, "0 ");
-  EXPECT_EQ(w0.substr(w0.size() - 3), "0.0") << w0;
+  auto w = [&](const char* id, const char* column) {
+    return cell(frame, "worker", id, column);
+  };
+  // Worker 1: 20 more awards accepted in 2 s.
+  EXPECT_EQ(w("1", "state"), "draining") << frame;
+  EXPECT_EQ(w("1", "gpu"), "512/1024") << frame;
+  EXPECT_EQ(w("1", "occupancy"), "25%") << frame;
+  EXPECT_EQ(w("1", "gpu_fill"), "50%") << frame;
+  EXPECT_EQ(w("1", "host_fill"), "25%") << frame;
+  EXPECT_EQ(w("1", "disk_fill"), "-") << frame;
+  EXPECT_EQ(w("1", "queued"), "12.5") << frame;
+  EXPECT_EQ(w("1", "awards"), "70") << frame;
+  EXPECT_EQ(w("1", "awards/s"), "10.0") << frame;
+  EXPECT_EQ(w("1", "last_price"), "7.5") << frame;
+  EXPECT_EQ(w("0", "awards/s"), "0.0") << frame;
+  EXPECT_EQ(w("0", "last_price"), "41.5") << frame;
   // Worker 0 comes first: sorted by id.
   EXPECT_LT(frame.find("\n0 "), frame.find("\n1 "));
-  const std::string r0 = line_of(frame, "router-0");
-  EXPECT_NE(r0.find(" 150.0 "), std::string::npos) << r0;  // 300 in 2 s
-  EXPECT_NE(r0.find(" 850 "), std::string::npos) << r0;
+  auto r = [&](const char* column) {
+    return cell(frame, "router", "router-0", column);
+  };
+  EXPECT_EQ(r("decisions/s"), "150.0") << frame;  // 300 in 2 s
+  EXPECT_EQ(r("auction_p99_us"), "850") << frame;
+  EXPECT_EQ(r("bids/round"), "3.2") << frame;  // 130 bids in 40 rounds
   EXPECT_NE(frame.find("2 workers (1 live, 1 draining, 0 gone)"),
             std::string::npos)
       << frame;
 }
 
-TEST(top_view, first_frame_and_restarts_show_no_rate) {
+TEST(top_view, first_frame_restarts_and_no_award_show_no_value) {
   fleet_snapshot before{10, {worker(0, 100)}, {router("router-0", 1000)}, ""};
   fleet_snapshot now{11, {worker(0, 5)}, {router("router-0", 1)}, ""};
+  now.workers[0].last_price = std::numeric_limits<double>::quiet_NaN();
+  now.routers[0].rounds = 0;
   const std::string first = render_top("t", now, nullptr);
-  EXPECT_EQ(line_of(first, "0 ").back(), '-') << first;
+  EXPECT_EQ(cell(first, "worker", "0", "awards/s"), "-") << first;
+  EXPECT_EQ(cell(first, "worker", "0", "last_price"), "-") << first;
+  EXPECT_EQ(cell(first, "router", "router-0", "bids/round"), "-") << first;
   EXPECT_NE(first.find("rates: next frame"), std::string::npos);
   // Counters that went back: a restarted process, not a negative rate.
   const std::string frame = render_top("t", now, &before);
-  EXPECT_EQ(line_of(frame, "0 ").back(), '-') << frame;
-  EXPECT_NE(line_of(frame, "router-0").find(" - "), std::string::npos) << frame;
+  EXPECT_EQ(cell(frame, "worker", "0", "awards/s"), "-") << frame;
+  EXPECT_EQ(cell(frame, "router", "router-0", "decisions/s"), "-") << frame;
 }
 
 TEST(top_view, an_empty_fleet_and_errors_are_said) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -209,10 +210,15 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
            shards && !shards->shards.empty();
   }));
   const uint32_t blocks = 8;
+  // The price each worker last won at, from the decisions.
+  std::map<uint32_t, double> last_price;
   for (uint64_t id = 1; id <= 5; ++id) {
     auto d = route_once(client, subjects{}, request(id, blocks), 5000ms);
     ASSERT_TRUE(d) << d.err().message;
+    for (const price_breakdown& p : d->prices)
+      if (p.worker == d->worker) last_price[d->worker] = p.price;
   }
+  ASSERT_FALSE(last_price.empty());
   // Answered without a worker: no prompt blocks, and a payload that is not
   // a RouteRequest.
   route_request_msg empty;
@@ -240,7 +246,19 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
   EXPECT_LE(r["kvmesh_router_bids_per_auction_sum"], 10);
   EXPECT_EQ(r["kvmesh_router_winner_price_blocks_count"], 5);
   EXPECT_GT(r["kvmesh_router_winner_term_blocks_total{term=\"space\"}"], 0);
-  EXPECT_EQ(r["kvmesh_router_reauctions_total"], 0);
+  for (const char* cause :
+       {"refused", "unanswered", "no_bids", "saturated", "no_live_worker"})
+    EXPECT_EQ(r.count("kvmesh_router_reauctions_total{cause=\"" +
+                      std::string(cause) + "\"}"),
+              1u)
+        << cause;
+  EXPECT_EQ(sum_of(r, "kvmesh_router_reauctions_total"), 0);
+  // One round per decided request (the malformed ones never got one), and
+  // as many bids as the deciding rounds priced.
+  EXPECT_EQ(r["kvmesh_router_rounds_total"], 5);
+  EXPECT_EQ(r["kvmesh_router_bids_total"],
+            r["kvmesh_router_bids_per_auction_sum"]);
+  EXPECT_EQ(r["kvmesh_router_runner_up_awards_total"], 0);
   EXPECT_EQ(r["kvmesh_router_held_requests"], 0);
   EXPECT_EQ(r["kvmesh_router_workers{state=\"live\"}"], 2);
   EXPECT_EQ(r["kvmesh_router_workers{state=\"gone\"}"], 0);
@@ -269,6 +287,13 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
     EXPECT_EQ(a.count("kvmesh_worker_queued_blocks{" + id + "}"), 1u);
     EXPECT_EQ(a.count("kvmesh_worker_requests{" + id + ",state=\"running\"}"),
               1u);
+    // The price the router awarded it at last, exactly; NaN if it won none.
+    const double price = a["kvmesh_worker_last_price_blocks{" + id + "}"];
+    const auto want = last_price.find(static_cast<uint32_t>(*w - '0'));
+    if (want == last_price.end())
+      EXPECT_TRUE(std::isnan(price)) << w << ": " << price;
+    else
+      EXPECT_EQ(price, want->second) << w;
   }
   // Requests finish (time scale 20), their blocks reach the index.
   EXPECT_TRUE(eventually([&] {

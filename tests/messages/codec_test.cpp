@@ -45,7 +45,7 @@ auto fields(const bid& x) {
                   x.c_disk);
 }
 auto fields(const award_msg& x) {
-  return std::tie(x.request, x.expected_queued, x.worker);
+  return std::tie(x.request, x.expected_queued, x.worker, x.price);
 }
 auto fields(const award_reply& x) {
   return std::tie(x.accepted, x.reason, x.endpoint);
@@ -68,12 +68,16 @@ auto fields(const worker_status& x) {
   return std::tie(x.worker, x.queued, x.reserved, x.waiting, x.running,
                   x.gpu_blocks, x.host_blocks, x.disk_blocks, x.active,
                   x.completed, x.draining, x.capacity, x.speed, x.agent, x.gone,
-                  x.unhealthy, x.endpoint);
+                  x.unhealthy, x.endpoint, x.awards, x.last_price,
+                  x.host_capacity, x.disk_capacity);
 }
 auto fields(const router_status& x) {
-  return std::tie(x.name, x.decisions, x.reauctions, x.held, x.overloaded,
-                  x.live_workers, x.workers, x.auction_p50_us, x.auction_p99_us,
-                  x.nats_in, x.nats_out, x.text_requests, x.block_mismatches);
+  return std::tie(
+      x.name, x.decisions, x.reauctions, x.held, x.overloaded, x.live_workers,
+      x.workers, x.auction_p50_us, x.auction_p99_us, x.nats_in, x.nats_out,
+      x.text_requests, x.block_mismatches, x.reauctions_refused,
+      x.reauctions_unanswered, x.reauctions_no_bids, x.reauctions_saturated,
+      x.reauctions_no_live_worker, x.rounds, x.bids, x.runner_up_awards);
 }
 auto fields(const shard_status& x) {
   return std::tie(x.shard, x.blocks, x.entries, x.disk_bytes, x.events,
@@ -305,7 +309,11 @@ worker_status sample_worker(uint32_t worker) {
                        "agent-n\xC5\x93ud-" + std::to_string(worker),
                        true,
                        true,
-                       "http://[::1]:" + std::to_string(8000 + worker)};
+                       "http://[::1]:" + std::to_string(8000 + worker),
+                       (1ull << 40) + 6,
+                       -3.125,
+                       (1ull << 41) + 7,
+                       (1ull << 42) + 8};
 }
 
 router_status sample_router(uint64_t decisions) {
@@ -321,7 +329,15 @@ router_status sample_router(uint64_t decisions) {
                        (1ull << 44) + 7,
                        (1ull << 45) + 9,
                        (1ull << 46) + 11,
-                       (1ull << 47) + 13};
+                       (1ull << 47) + 13,
+                       (1ull << 48) + 15,
+                       17,
+                       19,
+                       23,
+                       29,
+                       (1ull << 49) + 31,
+                       (1ull << 50) + 37,
+                       41};
 }
 
 shard_status sample_shard(uint32_t shard) {
@@ -342,7 +358,7 @@ samples() {
       sample_request(0xFEDCBA9876543210ull),
       call_for_bids{sample_request(5), 3.5, {3, 4000000000u, 9}},
       sample_bid(7),
-      award_msg{sample_request(6), 17.25, 4000000001u},
+      award_msg{sample_request(6), 17.25, 4000000001u, 42.0625},
       award_reply{true, "queue grew: 12.5 > 10 (d\xC3\xA9j\xC3\xA0 vu)",
                   "http://gpu-7.example:8001"},
       decision{(1ull << 50) + 1,
@@ -636,6 +652,25 @@ TEST(codec, decisions_and_heartbeats_of_older_producers_have_no_front) {
   EXPECT_EQ(status->gpu_blocks, 9u);
   EXPECT_FALSE(status->unhealthy);  // an older agent's workers are healthy
   EXPECT_EQ(status->endpoint, "");
+  // Nor awards, price or host and disk capacity: zero, and NaN for "none".
+  EXPECT_EQ(status->awards, 0u);
+  EXPECT_TRUE(std::isnan(status->last_price));
+  EXPECT_EQ(status->host_capacity, 0u);
+  EXPECT_EQ(status->disk_capacity, 0u);
+}
+
+TEST(codec, awards_of_older_routers_carry_no_price) {
+  capnp::MallocMessageBuilder m;
+  auto a = m.initRoot<evolution::AwardPast>();
+  a.setVersion(1);
+  a.initRequest().setId(8);
+  a.setExpectedQueued(3.5);
+  a.setWorker(6);
+  auto got = decode<award_msg>(flat(m));
+  ASSERT_TRUE(got) << got.err().message;
+  EXPECT_EQ(got->request.id, 8u);
+  EXPECT_EQ(got->worker, 6u);
+  EXPECT_TRUE(std::isnan(got->price));
 }
 
 // -- malformed input ---------------------------------------------------------

@@ -68,3 +68,20 @@ struct WorkerStatusPast {
   agent @14 :Text;
   gone @15 :Bool;
 }
+
+# An Award from before it carried the awardee's price (@4), with a
+# RouteRequest of the same layout as messages/kvmesh.capnp's.
+struct AwardPast {
+  version @0 :UInt16;
+  request @1 :RouteRequestPast;
+  expectedQueued @2 :Float64 = -1.0;
+  worker @3 :UInt32;
+}
+
+struct RouteRequestPast {
+  version @0 :UInt16;
+  id @1 :UInt64;
+  blocks @2 :List(UInt64);
+  inputTokens @3 :UInt32;
+  outputTokens @4 :UInt32;
+}
