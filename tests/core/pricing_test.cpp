@@ -186,5 +186,56 @@ TEST(pricing, saturation_ceiling_in_request_sizes) {
   EXPECT_TRUE(saturated(cfg, n, 501));
 }
 
+// The worked example of docs/pricing.md, number for number: change both
+// together.
+TEST(pricing, the_worked_example_of_the_docs) {
+  bid a = idle(0);  // warm, busy queue
+  a.gpu = 8;
+  a.queued = 30;
+  a.active = 100;
+  a.active_overlap = 8;
+  bid b = idle(1);  // cold, no queue, decoding
+  b.active = 110;
+  bid c = idle(2);  // host hit, slow
+  c.host = 6;
+  c.queued = 4;
+  c.reserved = 1.5;
+  c.active = 90;
+  c.speed = 0.5;
+  size_t w = 0;
+  auto p = price(unit(), {a, b, c}, &w);
+  EXPECT_EQ(w, 2u);  // C
+  EXPECT_DOUBLE_EQ(p[0].credit_gpu, 2.0);
+  EXPECT_DOUBLE_EQ(p[0].read, 38.0);
+  EXPECT_DOUBLE_EQ(p[0].space, 104.0);
+  EXPECT_DOUBLE_EQ(p[0].price, 142.0);
+  EXPECT_DOUBLE_EQ(p[1].read, 10.0);
+  EXPECT_DOUBLE_EQ(p[1].space, 122.0);
+  EXPECT_DOUBLE_EQ(p[1].price, 132.0);
+  EXPECT_DOUBLE_EQ(p[2].credit_host, 4.5);
+  EXPECT_DOUBLE_EQ(p[2].read, 11.0);
+  EXPECT_DOUBLE_EQ(p[2].space, 102.0);
+  EXPECT_DOUBLE_EQ(p[2].price, 124.0);
+  EXPECT_DOUBLE_EQ(p[0].delta, 10.0);  // against B, the baseline
+  EXPECT_DOUBLE_EQ(p[1].delta, 0.0);
+  EXPECT_DOUBLE_EQ(p[2].delta, -8.0);
+  // Without its host hit C loses to B; with k = 0 A is still behind both.
+  bid cold_c = c;
+  cold_c.host = 0;
+  EXPECT_DOUBLE_EQ(price(unit(), {a, b, cold_c})[2].price, 133.0);
+  price_config no_decay = unit();
+  no_decay.k = 0;
+  EXPECT_DOUBLE_EQ(price(no_decay, {a, b, c})[0].price, 136.0);
+  // C nearly full: overflow 7. A ceiling of 10 per block: saturated.
+  bid full_c = c;
+  full_c.active = 995;
+  auto f = price(unit(), {a, b, full_c});
+  EXPECT_DOUBLE_EQ(f[2].overflow, 7.0);
+  EXPECT_DOUBLE_EQ(f[2].price, 1036.0);
+  price_config ceiling = unit();
+  ceiling.overload_ceiling = 10;
+  EXPECT_TRUE(saturated(ceiling, n, p[2].price));
+}
+
 }  // namespace
 }  // namespace kvmesh
