@@ -1536,8 +1536,9 @@ void add_top(CLI::App& app, std::function<int()>& run) {
   auto* cmd = app.add_subcommand(
       "top",
       "a live view of a running mesh, refreshed in place: per worker its "
-      "state, queued work, occupancy, tier fill and awards per second; per "
-      "router its decisions per second and auction latency");
+      "state, queued work, occupancy, tier fill, awards per second and the "
+      "price of its last award; per router its decisions per second, "
+      "auction latency and bids per round");
   add_bus_flags(*cmd, f->bus);
   cmd->add_option("--interval-ms", f->interval_ms, "time between frames")
       ->check(positive)
