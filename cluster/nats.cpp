@@ -249,13 +249,31 @@ std::string connect_failure(natsStatus s, const nats_options& opt) {
     return "TLS was asked (nats.tls, nats.tls_* or a tls:// URL) but the "
            "server does not offer it" +
            said;
-  if (s == NATS_SSL_ERROR || detail.find("SSL") != std::string::npos ||
-      detail.find("certificate") != std::string::npos)
+  const bool tls_asked = opt.tls || !opt.tls_ca_file.empty() ||
+                         !opt.tls_cert_file.empty() ||
+                         opt.url.find("tls://") != std::string::npos;
+  const bool handshake = s == NATS_SSL_ERROR ||
+                         detail.find("SSL") != std::string::npos ||
+                         detail.find("certificate") != std::string::npos;
+  // libnats tries TLS by itself when the server requires it, and fails on
+  // a certificate no system CA signed.
+  if (handshake && !tls_asked)
+    return "the server requires TLS, and this connection has no CA to "
+           "verify it with" +
+           said +
+           ": set nats.tls = true and nats.tls_ca to the CA that signed "
+           "the server's certificate";
+  if (handshake)
     return std::string("TLS handshake failed") + said +
            ": is nats.tls_ca the CA that signed the server's certificate, "
            "and does the certificate name the host of the URL? (a server "
            "that verifies clients also wants nats.tls_cert and "
            "nats.tls_key)";
+  for (const auto& [key, path] :
+       {std::make_pair("nats.creds", &opt.creds_file),
+        std::make_pair("nats.nkey_seed", &opt.nkey_seed_file)})
+    if (!path->empty() && detail.find(*path) != std::string::npos)
+      return std::string(key) + " " + *path + " cannot be used" + said;
   return std::string("cannot connect: ") + natsStatus_GetText(s) + said;
 }
 
