@@ -1451,8 +1451,9 @@ std::string top_title(const top_flags& f) {
   std::tm tm{};
   if (localtime_r(&t, &tm))
     std::strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
-  return "kvmesh top  " + url_list(f.bus.nats) + "  prefix " + f.bus.prefix +
-         "  " + clock + "  every " + std::to_string(f.interval_ms) + " ms" +
+  return "kvmesh top  " + redact_url(url_list(f.bus.nats)) + "  prefix " +
+         f.bus.prefix + "  " + clock + "  every " +
+         std::to_string(f.interval_ms) + " ms" +
          (f.once ? "" : ", Ctrl-C quits");
 }
 
