@@ -78,8 +78,9 @@ struct bench_options {
   size_t fanout = 64;
   std::string nats;  // empty: start our own nats-server
   std::string nats_server = "nats-server";
-  std::string data_dir;  // empty: a temporary directory, removed at exit
-  std::string prefix;    // empty: kvmesh-bench-<pid>
+  nats_options security;  // credentials and TLS for --nats's server
+  std::string data_dir;   // empty: a temporary directory, removed at exit
+  std::string prefix;     // empty: kvmesh-bench-<pid>
   uint32_t heartbeat_ms = 1000;
   double timeout_s = 0;  // 0: a default fitting the run
   std::string json_path;
@@ -447,7 +448,7 @@ std::string wait_ready(nats_bus& bus, const subjects& subj,
       "mesh ready in %.1f s: %u workers on %u "
       "agent(s), %u router(s), %u index shard(s) on %s",
       seconds(steady::now() - t0), o.cfg.workers, o.agents, o.cfg.routers,
-      o.shards, m.url.c_str());
+      o.shards, redact_url(m.url).c_str());
   return {};
 }
 
@@ -1202,11 +1203,20 @@ int run_bench(bench_options o) {
     if (auto why = start_nats(m, o); !why.empty()) return failure(why);
   } else {
     m.url = o.nats;
+    // The children connect to that server with our credentials, read
+    // from these variables beneath their own flags.
+    if (auto st = check_security(o.security); !st)
+      return failure(st.err().message);
+    export_nats_security(o.security);
   }
+  // Our own nats-server has no authorization and no TLS: the children
+  // must not try what KVMESH_NATS_* of our environment may say.
+  const nats_options security = o.nats.empty() ? nats_options{} : o.security;
+  if (o.nats.empty()) export_nats_security(security);
   if (auto why = start_mesh(m, o, o.prefix); !why.empty()) return failure(why);
 
   beat_log beats;  // declared first: it outlives the bus and its callbacks
-  nats_options no;
+  nats_options no = security;
   no.url = m.url;
   no.name = "kvmesh-bench";
   auto bus = nats_bus::connect(no);
@@ -1353,7 +1363,7 @@ int run_bench(bench_options o) {
   baseline_report b;
   b.payload = payload;
   b.fanout = std::min<size_t>(o.cfg.workers, o.fanout);
-  nats_options bo;
+  nats_options bo = security;
   bo.url = m.url;
   bo.name = "kvmesh-bench";
   if (auto why = watch(m, 0); !why.empty()) return failure(why);
@@ -1361,11 +1371,11 @@ int run_bench(bench_options o) {
   if (auto why = watch(m, 0); !why.empty()) return failure(why);
   b.sg = scatter_gather_latency(bo, b.fanout, b.payload, b.payload,
                                 o.baseline_samples);
-  print_baseline(b, h, m.url, o.baseline_samples);
+  print_baseline(b, h, redact_url(m.url), o.baseline_samples);
 
   if (!o.report_path.empty()) {
     report.title = "kvmesh bench";
-    report.scenario = config_json(o, m.url, o.prefix);
+    report.scenario = config_json(o, redact_url(m.url), o.prefix);
     report.results = {result};
     report.queued_note =
         "Read work queued at each worker (blocks) as of its last "
@@ -1384,7 +1394,7 @@ int run_bench(bench_options o) {
     doc["overhead"] = overhead_json(h);
     doc["cpu"] = cpu;
     doc["baseline"] = baseline_json(b);
-    doc["config"] = config_json(o, m.url, o.prefix);
+    doc["config"] = config_json(o, redact_url(m.url), o.prefix);
     std::ofstream out(o.json_path);
     out << doc.dump(1) << "\n";
     if (!out) return failure(o.json_path + ": cannot write the JSON file");
@@ -1442,6 +1452,7 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--nats-server", o->nats_server,
                   "the nats-server program to start")
       ->capture_default_str();
+  add_nats_security(*cmd, o->security);
   cmd->add_option("--prefix", o->prefix,
                   "subject prefix of the mesh (default kvmesh-bench-<pid>, "
                   "apart from any other mesh on the server)");

@@ -72,6 +72,7 @@ const CLI::Validator credit =
 struct bus_flags {
   std::string nats;
   std::string prefix = "kvmesh";
+  nats_options security;  // credentials and TLS (url unused)
 };
 
 void add_bus_flags(CLI::App& cmd, bus_flags& b) {
@@ -82,6 +83,7 @@ void add_bus_flags(CLI::App& cmd, bus_flags& b) {
   cmd.add_option("--prefix", b.prefix,
                  "subject prefix: meshes sharing a NATS server differ in it")
       ->capture_default_str();
+  add_nats_security(cmd, b.security);
 }
 
 // --metrics-port and --metrics-address, on every process of the mesh.
@@ -195,13 +197,15 @@ std::string url_list(const std::string& text) {
   return out;
 }
 
-expected<std::unique_ptr<nats_bus>> connect_bus(const std::string& nats,
+expected<std::unique_ptr<nats_bus>> connect_bus(const bus_flags& b,
                                                 const std::string& name) {
-  nats_options o;
-  o.url = url_list(nats);
+  nats_options o = b.security;
+  o.url = url_list(b.nats);
   o.name = name;
   auto bus = nats_bus::connect(o);
-  if (!bus)
+  // A refused credential or TLS says what to change; only an unreachable
+  // server needs the hint about where the URL comes from.
+  if (!bus && bus.err().code == ec::io_error)
     return make_error(bus.err().code,
                       bus.err().message +
                           " (is nats-server running there? the URL comes "
@@ -268,6 +272,7 @@ mesh_options make_mesh_options(const std::string& prefix,
 std::string check_bus_flags(const bus_flags& b) {
   if (auto urls = split_urls(b.nats); !urls) return urls.err().message;
   if (auto st = check_prefix(b.prefix); !st) return st.err().message;
+  if (auto st = check_security(b.security); !st) return st.err().message;
   return {};
 }
 
@@ -468,8 +473,8 @@ int run_engine_agent(agent_flags& f) {
   register_types(sys_cfg);
   tune_for_latency(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  const std::string url = url_list(f.bus.nats);
-  auto bus = connect_bus(f.bus.nats, f.name);
+  const std::string url = redact_url(url_list(f.bus.nats));
+  auto bus = connect_bus(f.bus, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
   auto server = start_metrics(f.metrics, pm.get());
   if (!server)
@@ -542,8 +547,8 @@ int run_agent(agent_flags f) {
   register_types(sys_cfg);
   tune_for_latency(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  const std::string url = url_list(f.bus.nats);
-  auto bus = connect_bus(f.bus.nats, f.name);
+  const std::string url = redact_url(url_list(f.bus.nats));
+  auto bus = connect_bus(f.bus, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
   auto server = start_metrics(f.metrics, pm.get());
   if (!server)
@@ -762,8 +767,8 @@ int run_router(router_flags f) {
   register_types(sys_cfg);
   tune_for_latency(sys_cfg);
   caf::actor_system sys{sys_cfg};
-  const std::string url = url_list(f.bus.nats);
-  auto bus = connect_bus(f.bus.nats, f.name);
+  const std::string url = redact_url(url_list(f.bus.nats));
+  auto bus = connect_bus(f.bus, f.name);
   if (!bus) return run_error(cmd, bus.err().message);
   auto server = start_metrics(f.metrics, pm.get());
   if (!server)
@@ -897,8 +902,8 @@ int run_index(const index_flags& f) {
   tune_for_latency(sys_cfg);
   caf::actor_system sys{sys_cfg};
   const std::string name = "index-" + std::to_string(shard->first);
-  const std::string url = url_list(f.bus.nats);
-  auto bus = connect_bus(f.bus.nats, name);
+  const std::string url = redact_url(url_list(f.bus.nats));
+  auto bus = connect_bus(f.bus, name);
   if (!bus) return run_error(cmd, bus.err().message);
   auto server = start_metrics(f.metrics, pm.get());
   if (!server)
@@ -1064,7 +1069,7 @@ int run_route(const route_flags& f) {
     r.blocks = std::move(*chain);
     r.input_tokens = static_cast<uint32_t>(tokens->size());
   }
-  auto bus = connect_bus(f.bus.nats, "kvmesh-route");
+  auto bus = connect_bus(f.bus, "kvmesh-route");
   if (!bus) return run_error(cmd, bus.err().message);
   subjects subj;
   subj.prefix = f.bus.prefix;
@@ -1319,7 +1324,7 @@ int run_admin(const admin_flags& f) {
     req.worker = f.worker;
     req.on = f.verb == "drain";
   }
-  auto bus = connect_bus(f.bus.nats, "kvmesh-admin");
+  auto bus = connect_bus(f.bus, "kvmesh-admin");
   if (!bus) return run_error(cmd, bus.err().message);
   subjects subj;
   subj.prefix = f.bus.prefix;
@@ -1476,8 +1481,9 @@ std::string top_title(const top_flags& f) {
   std::tm tm{};
   if (localtime_r(&t, &tm))
     std::strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
-  return "kvmesh top  " + url_list(f.bus.nats) + "  prefix " + f.bus.prefix +
-         "  " + clock + "  every " + std::to_string(f.interval_ms) + " ms" +
+  return "kvmesh top  " + redact_url(url_list(f.bus.nats)) + "  prefix " +
+         f.bus.prefix + "  " + clock + "  every " +
+         std::to_string(f.interval_ms) + " ms" +
          (f.once ? "" : ", Ctrl-C quits");
 }
 
@@ -1488,7 +1494,7 @@ int run_top(const top_flags& f) {
   // Ctrl-C ends the wait between frames (sigtimedwait), not the process
   // half-way through drawing one.
   const sigset_t stop = block_signals({SIGINT, SIGTERM});
-  auto bus = connect_bus(f.bus.nats, "kvmesh-top");
+  auto bus = connect_bus(f.bus, "kvmesh-top");
   if (!bus) return run_error(cmd, bus.err().message);
   subjects subj;
   subj.prefix = f.bus.prefix;

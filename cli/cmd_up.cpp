@@ -44,6 +44,7 @@ struct up_options {
   // The mesh on NATS (without --embedded).
   std::string nats;  // empty: start our own nats-server
   std::string nats_server = "nats-server";
+  nats_options security;  // credentials and TLS for --nats's server
   std::string prefix = "kvmesh";
   uint32_t agents = 1;
   uint32_t heartbeat_ms = 1000;
@@ -286,8 +287,18 @@ int run_up_mesh(const up_options& o) {
     }
     url = "nats://127.0.0.1:" + std::to_string(*port);
     std::printf("nats-server %s pid %d\n", url.c_str(), *pid);
+    // Ours has no authorization and no TLS: the children must not try
+    // what KVMESH_NATS_* of our environment may say.
+    export_nats_security(nats_options{});
   } else {
-    std::printf("nats-server %s (not ours)\n", url.c_str());
+    std::printf("nats-server %s (not ours)\n", redact_url(url).c_str());
+    // The children connect with our credentials, read from these
+    // variables beneath their own flags (never on their command lines).
+    if (auto st = check_security(o.security); !st) {
+      stop_all();
+      return fail(st.err().message);
+    }
+    export_nats_security(o.security);
   }
   std::fflush(stdout);
 
@@ -359,8 +370,8 @@ int run_up_mesh(const up_options& o) {
   KVMESH_INFO(
       "%u workers on %u agent(s), %u router(s), %u index "
       "shard(s) on %s (data %s%s); Ctrl-C stops",
-      cfg.workers, o.agents, cfg.routers, o.shards, url.c_str(), dir.c_str(),
-      temp.path.empty() ? "" : ", removed at exit");
+      cfg.workers, o.agents, cfg.routers, o.shards, redact_url(url).c_str(),
+      dir.c_str(), temp.path.empty() ? "" : ", removed at exit");
 
   // Until a signal, or until a child ends: none should on its own.
   bool failed = false;
@@ -446,6 +457,8 @@ void add_up(CLI::App& app, std::function<int()>& run) {
       cmd->add_flag("--durable", o->durable,
                     "routers take the durable JetStream queue too (the "
                     "nats-server up starts has JetStream on)")};
+  // Of the mesh mode too: a config file serving both modes may hold them.
+  add_nats_security(*cmd, o->security);
   cmd->callback([o, &run] { run = [o] { return run_up(*o); }; });
 }
 

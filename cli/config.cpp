@@ -18,7 +18,9 @@
 #include <set>
 #include <sstream>
 
+#include "cluster/nats.hpp"
 #include "core/log.hpp"
+#include "core/secret.hpp"
 
 namespace kvmesh::cli {
 
@@ -51,6 +53,31 @@ constexpr shared_key shared_keys[] = {
      "start a nats-server of their own when it is empty"},
     {"--prefix", "nats.prefix",
      "subject prefix: meshes sharing a NATS server differ in it"},
+    {"--nats-user", "nats.user",
+     "NATS user name (with nats.password); one way of authenticating of "
+     "four: user and password, token, nkey, creds"},
+    {"--nats-password", "nats.password",
+     "NATS password of nats.user; secret: better in the file or "
+     "KVMESH_NATS_PASSWORD than on a command line"},
+    {"--nats-token", "nats.token", "NATS authentication token; secret"},
+    {"--nats-nkey", "nats.nkey",
+     "NATS user nkey: the public key (U...) the server lists; with "
+     "nats.nkey_seed"},
+    {"--nats-nkey-seed", "nats.nkey_seed",
+     "file holding the seed (SU...) of nats.nkey, which signs the server's "
+     "challenge"},
+    {"--nats-creds", "nats.creds",
+     "NATS credentials file: a user JWT and its seed (nsc, nats CLI)"},
+    {"--nats-tls", "nats.tls",
+     "connect to NATS over TLS (also implied by nats.tls_ca, nats.tls_cert "
+     "or a tls:// URL)"},
+    {"--nats-tls-ca", "nats.tls_ca",
+     "PEM file of the CA that signed the NATS server's certificate"},
+    {"--nats-tls-cert", "nats.tls_cert",
+     "PEM file of this client's certificate, for servers that verify "
+     "clients (with nats.tls_key)"},
+    {"--nats-tls-key", "nats.tls_key",
+     "PEM file of the private key of nats.tls_cert"},
     {"--metrics-port", "metrics.port",
      "serve Prometheus metrics on this port at /metrics (docs/metrics.md; "
      "0: none); read by agent, router and index"},
@@ -61,6 +88,18 @@ constexpr shared_key shared_keys[] = {
     {"--log-format", "log.format",
      "text (one line per event for people and journals) or json (one "
      "object per line: ts, level, proc, msg)"}};
+
+// Keys whose values are secrets: shown as "***", never printed.
+bool is_secret(const std::string& key) {
+  return key == "nats.password" || key == "nats.token";
+}
+
+// A value as messages and `config show` may print it.
+std::string shown_value(const std::string& key, const std::string& text) {
+  if (is_secret(key)) return text.empty() ? text : "\"***\"";
+  if (key == "nats.url") return redact_url(text);
+  return text;
+}
 
 const command_conf* conf_of(const CLI::App& cmd) {
   const CLI::App* parent = cmd.get_parent();
@@ -366,7 +405,8 @@ std::vector<std::pair<size_t, std::string>> check_values(
       const std::string why = apply_texts(o, v.texts, true);
       if (why.empty()) continue;
       errors.emplace_back(v.line, path + ":" + std::to_string(v.line) + ": " +
-                                      key + " = " + v.shown + ": " + why);
+                                      key + " = " + shown_value(key, v.shown) +
+                                      ": " + why);
       break;
     }
   }
@@ -434,17 +474,18 @@ void apply_config(CLI::App& cmd, const command_conf& c,
     if (const char* v = nonempty_env(env)) {
       const std::string why = apply_texts(o, {v}, false);
       if (!why.empty())
-        throw config_error(prefix + env + "=" + v + ": " + why + " (fix " +
-                           env + ", or give " + o->get_name() + ")");
+        throw config_error(prefix + env + "=" + shown_value(*key, v) + ": " +
+                           why + " (fix " + env + ", or give " + o->get_name() +
+                           ")");
       configured().insert(o);
       continue;
     }
     if (auto it = fv.find(*key); it != fv.end()) {
       const std::string why = apply_texts(o, it->second.texts, true);
       if (!why.empty())
-        throw config_error(prefix + path + ":" +
-                           std::to_string(it->second.line) + ": " + *key +
-                           " = " + it->second.shown + ": " + why);
+        throw config_error(
+            prefix + path + ":" + std::to_string(it->second.line) + ": " +
+            *key + " = " + shown_value(*key, it->second.shown) + ": " + why);
       configured().insert(o);
     }
   }
@@ -745,7 +786,8 @@ std::map<std::string, effective> resolve(const config_flags& f) {
       for (CLI::Option* o : s->bindings[k.key]) {
         const std::string why = apply_texts(o, {v}, false);
         if (!why.empty())
-          throw config_error(prefix + k.env + "=" + v + ": " + why);
+          throw config_error(prefix + k.env + "=" + shown_value(k.key, v) +
+                             ": " + why);
       }
       e = {toml_value(k, {v}), k.env, true};
     } else if (auto it = fv.find(k.key); it != fv.end()) {
@@ -787,7 +829,9 @@ int run_show(const config_flags& f) {
       section = s;
       std::printf("\n[%s]\n", s.c_str());
     }
-    const effective& e = values[k.key];
+    effective e = values[k.key];
+    if (k.kind == value_kind::text && !e.text.empty() && e.text != "\"\"")
+      e.text = shown_value(k.key, e.text);
     const std::string name = k.key.substr(s.size() + 1);
     std::printf("# %s (%s, %s)\n", k.help.c_str(), flags_of(k).c_str(),
                 k.env.c_str());
@@ -842,6 +886,60 @@ int run_docs() {
 }
 
 }  // namespace
+
+void add_nats_security(CLI::App& cmd, nats_options& o) {
+  const auto help = [](const char* flag) {
+    for (const auto& s : shared_keys)
+      if (std::strcmp(s.flag, flag) == 0) return std::string(s.help);
+    return std::string();
+  };
+  // Under a heading of their own: most meshes need none of them.
+  const std::string group = "NATS credentials and TLS (docs/reliability.md)";
+  cmd.add_option("--nats-user", o.user, help("--nats-user"));
+  cmd.add_option("--nats-password", o.password, help("--nats-password"));
+  cmd.add_option("--nats-token", o.token, help("--nats-token"));
+  cmd.add_option("--nats-nkey", o.nkey, help("--nats-nkey"));
+  cmd.add_option("--nats-nkey-seed", o.nkey_seed_file, help("--nats-nkey-seed"))
+      ->check(CLI::ExistingFile);
+  cmd.add_option("--nats-creds", o.creds_file, help("--nats-creds"))
+      ->check(CLI::ExistingFile);
+  cmd.add_flag("--nats-tls", o.tls, help("--nats-tls"));
+  cmd.add_option("--nats-tls-ca", o.tls_ca_file, help("--nats-tls-ca"))
+      ->check(CLI::ExistingFile);
+  cmd.add_option("--nats-tls-cert", o.tls_cert_file, help("--nats-tls-cert"))
+      ->check(CLI::ExistingFile);
+  cmd.add_option("--nats-tls-key", o.tls_key_file, help("--nats-tls-key"))
+      ->check(CLI::ExistingFile);
+  for (const auto& s : shared_keys)
+    if (std::strncmp(s.flag, "--nats-", 7) == 0)
+      if (CLI::Option* opt = cmd.get_option_no_throw(s.flag)) opt->group(group);
+}
+
+void export_nats_security(const nats_options& o) {
+  const std::pair<const char*, std::string> vars[] = {
+      {"nats.user", o.user},
+      {"nats.password", o.password},
+      {"nats.token", o.token},
+      {"nats.nkey", o.nkey},
+      {"nats.nkey_seed",
+       o.nkey_seed_file.empty() ? std::string() : absolute(o.nkey_seed_file)},
+      {"nats.creds",
+       o.creds_file.empty() ? std::string() : absolute(o.creds_file)},
+      {"nats.tls", o.tls ? "true" : ""},
+      {"nats.tls_ca",
+       o.tls_ca_file.empty() ? std::string() : absolute(o.tls_ca_file)},
+      {"nats.tls_cert",
+       o.tls_cert_file.empty() ? std::string() : absolute(o.tls_cert_file)},
+      {"nats.tls_key",
+       o.tls_key_file.empty() ? std::string() : absolute(o.tls_key_file)}};
+  for (const auto& [key, value] : vars) {
+    const std::string env = env_of(key);
+    if (value.empty())
+      ::unsetenv(env.c_str());
+    else
+      ::setenv(env.c_str(), value.c_str(), 1);
+  }
+}
 
 void add_config(CLI::App& app, std::function<int()>& run) {
   auto f = std::make_shared<config_flags>();

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster/nats.hpp"
 #include "core/error.hpp"
 
 namespace kvmesh::cli {
@@ -105,6 +106,18 @@ bool from_command_line(const CLI::Option* opt);
 
 // Every key with its default, env name and help, in file order.
 std::vector<key_spec> config_keys();
+
+// The NATS credential and TLS flags (--nats-user, --nats-password,
+// --nats-token, --nats-nkey, --nats-nkey-seed, --nats-creds, --nats-tls,
+// --nats-tls-ca, --nats-tls-cert, --nats-tls-key: keys nats.user ...
+// nats.tls_key) of a command that connects, bound to `o`'s fields.
+void add_nats_security(CLI::App& cmd, nats_options& o);
+
+// Sets (or clears) the KVMESH_NATS_* variables of those keys to `o`'s
+// values, files as absolute paths, for the processes this one starts (up,
+// bench): they read them beneath their own flags, and no secret lands on a
+// command line where ps would show it.
+void export_nats_security(const nats_options& o);
 
 // `kvmesh config check FILE | show [--config FILE] | docs`.
 void add_config(CLI::App& app, std::function<int()>& run);

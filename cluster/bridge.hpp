@@ -122,7 +122,7 @@ void answer_batched(Self* self, nats_bus& bus, batcher& out,
                     const std::string& reply, const bytes& payload) {
   if (reply.empty()) return;
   if (reply.rfind(inbox::subject_prefix, 0) != 0) {
-    (void)bus.publish(reply, payload);
+    (void)bus.publish_reply(reply, payload);  // only to inboxes
     return;
   }
   if (out.add(reply, {}, payload)) self->send(self, flush_atom::value);

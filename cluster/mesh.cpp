@@ -61,8 +61,9 @@ std::string verb_of(const std::string& subject) {
   return p == std::string::npos ? subject : subject.substr(p + 1);
 }
 
+// Refused (and counted by the bus) unless `reply` is an inbox.
 void answer(nats_bus& bus, const std::string& reply, const bytes& payload) {
-  if (!reply.empty()) (void)bus.publish(reply, payload);
+  if (!reply.empty()) (void)bus.publish_reply(reply, payload);
 }
 
 // A worker is gone once its heartbeat is older than this: half a beat
@@ -962,6 +963,21 @@ struct node_base {
     subs.push_back(*id);
     return ok;
   }
+  // For subjects no one batches to (the ADMIN's verbs): a batch there is
+  // dropped whole, so that a batch on an allowed subject cannot carry a
+  // verb the sender's NATS permissions refuse (weights.set inside
+  // admin.weights.batch).
+  status listen_single(const std::string& subject, const std::string& queue,
+                       caf::actor to) {
+    auto id = bus->subscribe(subject, queue, [to](nats_message m) {
+      if (is_batch(m.subject)) return;
+      caf::anon_send(to, nats_atom::value, std::move(m.subject),
+                     std::move(m.reply), std::move(m.payload));
+    });
+    if (!id) return id.err();
+    subs.push_back(*id);
+    return ok;
+  }
   void stop() {
     for (uint64_t id : subs)
       (void)bus->unsubscribe(id);
@@ -1118,12 +1134,16 @@ expected<std::unique_ptr<router_node>> router_node::start(
            {s.route_json(), "routers", front},
            {s.router(opt.name, "weights.get"), "", front},
            {s.router(opt.name, "weights.set"), "", front},
-           {s.prefix + ".admin.>", "admin", admin_ep},
        }) {
     if (auto st = p->listen(subject, queue, to); !st) {
       p->stop();
       return st.err();
     }
+  }
+  if (auto st = p->listen_single(s.prefix + ".admin.>", "admin", admin_ep);
+      !st) {
+    p->stop();
+    return st.err();
   }
   if (opt.durable) {
     auto qo = durable_queue(s);
@@ -1221,7 +1241,9 @@ expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
   auto w = std::make_shared<waiter>();
   std::random_device rd;
   const uint64_t token = (uint64_t{rd()} << 32) ^ rd();
-  const std::string inbox = "_INBOX.kvmesh.route." + std::to_string(token);
+  // Not under _INBOX.kvmesh., the mesh's own inboxes, which a client's
+  // credential may not read (deploy/nats/auth.conf).
+  const std::string inbox = "_INBOX.route." + std::to_string(token);
   auto sub = bus.subscribe(inbox, "", [w](nats_message m) {
     std::lock_guard<std::mutex> g(w->mu);
     if (!w->reply) w->reply = std::move(m.payload);  // the first one counts

@@ -129,6 +129,8 @@ struct process_metrics::impl {
   counter* nats_reconnects = nullptr;
   counter* nats_slow = nullptr;
   counter* nats_errors = nullptr;
+  counter* nats_denied = nullptr;
+  counter* nats_refused_replies = nullptr;
   counter* nats_in = nullptr;
   counter* nats_out = nullptr;
   counter* decode[msg_kind_count + 1] = {};  // the last: json
@@ -163,6 +165,14 @@ struct process_metrics::impl {
     nats_errors = b.at(
         b.counters("kvmesh_nats_errors_total",
                    "Asynchronous errors libnats reported on the connection."));
+    nats_denied = b.at(b.counters(
+        "kvmesh_nats_permission_denials_total",
+        "Publishes and subscriptions nats-server refused this process's "
+        "credential (Permissions Violation)."));
+    nats_refused_replies = b.at(b.counters(
+        "kvmesh_nats_refused_replies_total",
+        "Answers not sent because the request's reply subject was not an "
+        "inbox (_INBOX.>)."));
     auto* msgs = b.counters("kvmesh_nats_messages_total",
                             "Messages received (in) and sent (out) on the "
                             "NATS connection.",
@@ -190,6 +200,8 @@ struct process_metrics::impl {
       nats_reconnects->set(static_cast<double>(bus->reconnects()));
       nats_slow->set(static_cast<double>(bus->slow_consumers()));
       nats_errors->set(static_cast<double>(bus->errors()));
+      nats_denied->set(static_cast<double>(bus->permission_denials()));
+      nats_refused_replies->set(static_cast<double>(bus->refused_replies()));
       const auto t = bus->stats();
       nats_in->set(static_cast<double>(t.in_msgs));
       nats_out->set(static_cast<double>(t.out_msgs));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/secret.hpp"
 
 struct __natsConnection;
 struct __natsSubscription;
@@ -48,7 +49,31 @@ struct nats_options {
   // Connect to the servers of a list in random order (spreads clients over
   // a cluster) or in the order given.
   bool randomize = true;
+
+  // Credentials: at most one way of the four (user and password, token,
+  // nkey and its seed file, creds file); none when the server has no
+  // authorization. Never logged.
+  std::string user;
+  std::string password;
+  std::string token;
+  // A user nkey: the public key ("U...", what the server lists) and the
+  // file holding its seed ("SU...", which signs the server's challenge).
+  std::string nkey;
+  std::string nkey_seed_file;
+  std::string creds_file;  // a user JWT and its seed (nsc, nats CLI)
+  // TLS: required when `tls` is set or any file is given (a tls:// URL
+  // asks for it too). The CA verifies the server; the certificate and key
+  // are this client's, for servers that verify clients.
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
+
+// What is wrong with the credential and TLS settings (both halves of a pair,
+// one way of authenticating, readable files), naming the config keys; ok
+// when they can be tried on a server.
+status check_security(const nats_options& opt);
 
 class nats_bus {
  public:
@@ -70,6 +95,13 @@ class nats_bus {
   expected<uint64_t> subscribe(const std::string& subject,
                                const std::string& queue, nats_handler h);
   status unsubscribe(uint64_t id);
+  // Answers a message on its reply subject, only when that is an inbox
+  // (_INBOX.>): the asker chooses the reply subject, and a process that
+  // answered anywhere would publish, with its own permissions, where the
+  // asker may not (a client's "reply" on an agent's drain subject). Any
+  // other subject is refused: counted (refused_replies), logged, an error.
+  status publish_reply(const std::string& reply,
+                       const std::vector<uint8_t>& payload);
   // Sends and waits for one reply.
   expected<std::vector<uint8_t>> request(const std::string& subject,
                                          const std::vector<uint8_t>& payload,
@@ -91,6 +123,10 @@ class nats_bus {
   uint64_t reconnects() const { return reconnects_.load(); }
   uint64_t slow_consumers() const { return slow_consumers_.load(); }
   uint64_t errors() const { return errors_.load(); }
+  // Publishes and subscriptions nats-server refused this connection's
+  // credential (Permissions Violation): counted, logged with the subject.
+  uint64_t permission_denials() const { return denials_.load(); }
+  uint64_t refused_replies() const { return refused_replies_.load(); }
 
  private:
   struct subscription {
@@ -98,8 +134,19 @@ class nats_bus {
     __natsSubscription* sub = nullptr;
   };
 
+  // A request awaiting its reply on the bus's response inbox, or a
+  // permission violation naming its subject or inbox.
+  struct pending_request;
+
   nats_bus() = default;
   error fail(const std::string& what, int nats_status);
+  // The wildcard subscription on this bus's response inbox, made on the
+  // first request.
+  status open_responses();
+  void on_response(const std::string& subject, bool no_responders,
+                   std::vector<uint8_t> payload);
+  // Fails the requests a violation names; whether there was one.
+  bool on_denied(const std::string& text);
 
   friend struct nats_callbacks;  // libnats' C callbacks, in nats.cpp
 
@@ -111,6 +158,15 @@ class nats_bus {
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> slow_consumers_{0};
   std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> denials_{0};
+  std::atomic<uint64_t> refused_replies_{0};
+  std::string shown_url_;  // opt_.url without passwords
+  // Requests in flight, by the last token of their reply subject.
+  std::mutex req_mu_;  // guards the request fields below
+  __natsSubscription* responses_ = nullptr;
+  std::string response_prefix_;  // "_INBOX.<nuid>."
+  std::map<uint64_t, std::shared_ptr<pending_request>> requests_;
+  uint64_t next_request_ = 1;
   std::atomic<bool> closing_{false};  // our own close: no "lost" to log
   std::atomic<bool> closed_{false};   // libnats' last callback has run
 };

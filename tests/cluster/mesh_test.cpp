@@ -526,6 +526,34 @@ TEST_F(mesh_test, malformed_payloads_are_counted_and_answered) {
 namespace kvmesh::test {
 namespace {
 
+// A client chooses its reply subject: a router that answered anywhere would
+// publish, with its own NATS permissions, where the client may not (a
+// Decision on an agent's drain subject). Answers go only to inboxes.
+TEST_F(mesh_test, a_reply_subject_outside_the_inboxes_is_refused) {
+  start_mesh();
+  auto& watcher = bus();
+  std::atomic<int> heard{0};
+  const std::string drain = subjects{}.agent("node-a", "drain");
+  ASSERT_TRUE(watcher.subscribe(drain, "", [&](nats_message) { ++heard; }));
+  ASSERT_TRUE(watcher.flush(2000ms));
+  auto& c = bus();
+  auto refused = [&] {
+    uint64_t n = 0;
+    for (auto& b : buses_)
+      n += b->refused_replies();
+    return n;
+  };
+  ASSERT_EQ(refused(), 0u);
+  ASSERT_TRUE(c.publish(subjects{}.route(), encode(request(77, 7, 4)), drain));
+  // The router decides, then refuses to answer there: counted, and the
+  // drain subject never hears it (the router either publishes or counts).
+  ASSERT_TRUE(eventually([&] { return refused() == 1; }));
+  EXPECT_EQ(heard.load(), 0);
+  // An inbox still gets its decision.
+  auto d = route_once(c, subjects{}, request(78, 7, 4), 2000ms);
+  EXPECT_TRUE(d) << d.err().message;
+}
+
 TEST_F(mesh_test, durable_requests_survive_a_router_killed_mid_load) {
   use_jetstream();
   start_mesh(true);

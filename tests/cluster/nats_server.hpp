@@ -29,6 +29,15 @@ class nats_server {
   nats_server(int port, std::string jetstream_dir) {
     launch(port, std::move(jetstream_dir));
   }
+  // With the configuration in file `config` (authorization, TLS...); the
+  // port and loopback address given here override the file's.
+  struct config_file {
+    std::string path;
+  };
+  explicit nats_server(config_file config) {
+    config_ = std::move(config.path);
+    launch(0, {});
+  }
   ~nats_server() { stop(); }
 
   void stop() {
@@ -82,6 +91,9 @@ class nats_server {
       freopen("/dev/null", "w", stdout);
       freopen("/dev/null", "w", stderr);
       const std::string p = std::to_string(port_);
+      if (!config_.empty())
+        execlp("nats-server", "nats-server", "-c", config_.c_str(), "-a",
+               "127.0.0.1", "-p", p.c_str(), static_cast<char*>(nullptr));
       if (jetstream_dir.empty())
         execlp("nats-server", "nats-server", "-a", "127.0.0.1", "-p", p.c_str(),
                static_cast<char*>(nullptr));
@@ -98,6 +110,7 @@ class nats_server {
 
   int port_ = 0;
   pid_t pid_ = -1;
+  std::string config_;
 };
 
 // A fresh directory under the system temp dir (mkdtemp), removed with

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "nats_server.hpp"
 
@@ -161,6 +163,131 @@ TEST(nats_connect, no_server_is_an_error_naming_the_url) {
   EXPECT_NE(b.err().message.find(o.url), std::string::npos) << b.err().message;
   o.url = "not a url at all";
   EXPECT_FALSE(nats_bus::connect(o));
+}
+
+// -- credentials, permissions, secrets ----------------------------------------
+
+TEST(nats_security, redact_url_hides_passwords_and_tokens) {
+  EXPECT_EQ(redact_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+  EXPECT_EQ(redact_url("nats://u:secret@h:4222"), "nats://u:***@h:4222");
+  EXPECT_EQ(redact_url("tls://tok@h"), "tls://***@h");
+  EXPECT_EQ(redact_url("nats://a:x@h1,nats://h2,b:y@h3"),
+            "nats://a:***@h1,nats://h2,b:***@h3");
+}
+
+TEST(nats_security, check_security_names_what_is_wrong) {
+  nats_options o;
+  EXPECT_TRUE(check_security(o));
+  o.user = "u";
+  o.password = "p";
+  EXPECT_TRUE(check_security(o));
+  const auto says = [](const nats_options& x, const std::string& what) {
+    auto st = check_security(x);
+    if (st) return std::string("accepted");
+    return st.err().message.find(what) != std::string::npos ? std::string()
+                                                            : st.err().message;
+  };
+  o.token = "t";
+  EXPECT_EQ(says(o, "one way of authenticating"), "");
+  o = {};
+  o.password = "p";
+  EXPECT_EQ(says(o, "nats.password is set without nats.user"), "");
+  o = {};
+  o.nkey = "UABC";
+  EXPECT_EQ(says(o, "nats.nkey is set without nats.nkey_seed"), "");
+  o = {};
+  o.tls_key_file = "/etc/hostname";
+  EXPECT_EQ(says(o, "nats.tls_key is set without nats.tls_cert"), "");
+  o = {};
+  o.tls_ca_file = "/nonexistent/ca.pem";
+  EXPECT_EQ(says(o, "nats.tls_ca: cannot read /nonexistent/ca.pem"), "");
+}
+
+// A server whose user `u` may publish only under ok. and hear inboxes.
+class nats_permissions : public ::testing::Test {
+ protected:
+  static std::string write_config(const std::string& dir) {
+    const std::string path = dir + "/server.conf";
+    std::ofstream(path) << R"(authorization {
+  users = [ { user: u, password: good,
+              permissions: { publish: { allow: ["ok.>", "_INBOX.>"] },
+                             subscribe: { allow: ["ok.>", "_INBOX.>"] } } } ]
+})";
+    return path;
+  }
+  void SetUp() override { ASSERT_TRUE(server.running()) << "no nats-server"; }
+  expected<std::unique_ptr<nats_bus>> connect(const std::string& password) {
+    nats_options o;
+    o.url = server.url();
+    o.user = "u";
+    o.password = password;
+    return nats_bus::connect(o);
+  }
+  temp_dir dir;
+  nats_server server{nats_server::config_file{write_config(dir.path())}};
+};
+
+TEST_F(nats_permissions, a_wrong_password_is_refused_clearly) {
+  auto b = connect("bad");
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.err().message.find("authentication failed"), std::string::npos)
+      << b.err().message;
+  EXPECT_EQ(b.err().message.find("bad"), std::string::npos)
+      << "the password is shown: " << b.err().message;
+}
+
+TEST_F(nats_permissions, a_refused_request_fails_with_the_reason) {
+  auto b = connect("good");
+  ASSERT_TRUE(b) << b.err().message;
+  // A timeout long enough that only the refusal can end the call with
+  // "permission denied" (a timeout would say "Timeout").
+  auto r = (*b)->request("kvmesh.admin.drain", {1}, std::chrono::seconds(60));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.err().message.find("permission denied"), std::string::npos)
+      << r.err().message;
+  EXPECT_NE(r.err().message.find("kvmesh.admin.drain"), std::string::npos)
+      << r.err().message;
+  EXPECT_GE((*b)->permission_denials(), 1u);
+}
+
+TEST_F(nats_permissions, an_allowed_request_still_gets_its_reply) {
+  auto b = connect("good");
+  ASSERT_TRUE(b) << b.err().message;
+  nats_bus* bus = b->get();
+  ASSERT_TRUE((*b)->subscribe("ok.echo", "", [bus](nats_message m) {
+    (void)bus->publish_reply(m.reply, m.payload);
+  }));
+  ASSERT_TRUE((*b)->flush(std::chrono::seconds(2)));
+  auto r = (*b)->request("ok.echo", {7, 8}, std::chrono::seconds(5));
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_EQ(*r, (std::vector<uint8_t>{7, 8}));
+  EXPECT_EQ((*b)->permission_denials(), 0u);
+}
+
+TEST_F(nats_permissions, a_refused_publish_is_counted) {
+  auto b = connect("good");
+  ASSERT_TRUE(b) << b.err().message;
+  ASSERT_TRUE((*b)->publish("kvmesh.admin.drain", {1}));  // refused later
+  ASSERT_TRUE((*b)->flush(std::chrono::seconds(2)));
+  for (int i = 0; i < 100 && (*b)->permission_denials() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ((*b)->permission_denials(), 1u);
+}
+
+TEST_F(nats_test, replies_go_only_to_inboxes) {
+  auto b = connect();
+  ASSERT_TRUE(b);
+  inbox in;
+  ASSERT_TRUE(b->subscribe("kvmesh.agent.a.drain", "", in.handler()));
+  ASSERT_TRUE(b->subscribe("_INBOX.x.1", "", in.handler()));
+  ASSERT_TRUE(b->flush(std::chrono::seconds(2)));
+  EXPECT_FALSE(b->publish_reply("kvmesh.agent.a.drain", {1}));
+  EXPECT_EQ(b->refused_replies(), 1u);
+  ASSERT_TRUE(b->publish_reply("_INBOX.x.1", {2}));
+  ASSERT_TRUE(in.wait_for(1));
+  std::lock_guard<std::mutex> g(in.mu);
+  ASSERT_EQ(in.got.size(), 1u);  // the refused one never went out
+  EXPECT_EQ(in.got[0].subject, "_INBOX.x.1");
 }
 
 }  // namespace

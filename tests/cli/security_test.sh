@@ -1,0 +1,451 @@
+#!/bin/bash
+# NATS credentials, TLS and subject permissions on real nats-servers: a mesh
+# whose every process has its role's user from deploy/nats/auth.conf, what
+# each role is refused, wrong credentials, token (through `kvmesh up` to its
+# children), nkey, creds, and TLS with certificates made here by openssl.
+# usage: security_test.sh KVMESH_BINARY SOURCE_ROOT
+set -euo pipefail
+bin=$1
+root=$(cd "$2" && pwd)
+fails=0
+tmp=$(mktemp -d)
+pids=() # every process this script starts, stopped at exit
+
+cleanup() {
+  local p left end=$((SECONDS + 8))
+  for p in "${pids[@]}"; do
+    kill "$p" 2>/dev/null || true
+  done
+  while true; do
+    left=""
+    for p in "${pids[@]}"; do
+      if ps -o stat= -p "$p" 2>/dev/null | grep -qv Z; then left+=" $p"; fi
+    done
+    if [ -z "$left" ] || [ "$SECONDS" -ge "$end" ]; then break; fi
+    sleep 0.1
+  done
+  for p in $left; do
+    kill -9 "$p" 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ok() { echo "ok   $1"; }
+fail() {
+  local why=${2:-}
+  [ "${#why}" -le 1500 ] || why="${why:0:1500}..."
+  echo "FAIL $1${why:+: $why}"
+  fails=$((fails + 1))
+}
+
+# run ARGS...: runs kvmesh; stdout in $out, stderr in $err, exit code in $rc.
+run() {
+  rc=0
+  out=$("$bin" "$@" 2>"$tmp/err") || rc=$?
+  err=$(cat "$tmp/err")
+}
+
+# jtest PYTHON: whether PYTHON holds with `d` the JSON in $out.
+jtest() {
+  python3 -c "import json, sys
+d = json.loads(sys.stdin.read())
+$1" <<<"$out" >/dev/null 2>&1
+}
+
+# poll SECONDS ARGS... -- PYTHON: runs kvmesh ARGS every 0.2 s until it
+# exits 0 with JSON satisfying PYTHON; 1 when SECONDS pass first.
+poll() {
+  local secs=$1
+  shift
+  local args=()
+  while [ "$1" != -- ]; do
+    args+=("$1")
+    shift
+  done
+  local code=$2 end=$((SECONDS + secs))
+  while true; do
+    run "${args[@]}"
+    if [ "$rc" -eq 0 ] && jtest "$code"; then return 0; fi
+    [ "$SECONDS" -lt "$end" ] || return 1
+    sleep 0.2
+  done
+}
+
+# expect NAME RC PATTERN: the last run exited RC (any non-zero for "fail")
+# and its stderr matches PATTERN (grep -E).
+expect() {
+  local name=$1 want=$2 pattern=$3
+  if [ "$want" = fail ] && [ "$rc" -eq 0 ]; then
+    fail "$name" "exit 0, want an error: $out"
+  elif [ "$want" != fail ] && [ "$rc" -ne "$want" ]; then
+    fail "$name" "exit $rc, want $want: $err"
+  elif ! grep -qE -- "$pattern" <<<"$err"; then
+    fail "$name" "stderr does not say /$pattern/: $err"
+  else
+    ok "$name"
+  fi
+}
+
+free_port() {
+  python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# serve NAME CONFIG: starts nats-server -c CONFIG (which listens on $port)
+# and waits until it accepts connections.
+serve() {
+  nats-server -c "$2" -l "$tmp/$1.log" &
+  pids+=($!)
+  local end=$((SECONDS + 10))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    if [ "$SECONDS" -ge "$end" ]; then
+      echo "FAIL nats-server $1 did not start: $(tail -5 "$tmp/$1.log")"
+      exit 1
+    fi
+    sleep 0.1
+  done
+}
+
+prompt=$(seq -s, 1 64)
+
+# -- the mesh with a user per role (deploy/nats/auth.conf) --------------------
+
+for role in CLIENT AGENT ROUTER INDEX ADMIN MONITOR; do
+  export "KVMESH_${role}_PASSWORD=pw-$role-$RANDOM$RANDOM"
+done
+cp "$root/deploy/nats/auth.conf" "$tmp/auth.conf"
+port=$(free_port)
+url=nats://127.0.0.1:$port
+cat >"$tmp/auth-server.conf" <<EOF
+listen: 127.0.0.1:$port
+jetstream { store_dir: "$tmp/js" }
+include ./auth.conf
+EOF
+if ! nats-server -c "$tmp/auth-server.conf" -t >"$tmp/conf-check" 2>&1; then
+  fail auth_conf_valid "$(cat "$tmp/conf-check")"
+  exit 1
+fi
+ok auth_conf_valid
+serve auth "$tmp/auth-server.conf"
+
+# as ROLE ARGS...: kvmesh ARGS on the mesh with ROLE's user and password,
+# given as KVMESH_* variables (never on the command line).
+as() {
+  local role=$1
+  shift
+  local pw_var="KVMESH_${role^^}_PASSWORD"
+  local cmd=$1
+  shift
+  KVMESH_NATS_USER=$role KVMESH_NATS_PASSWORD=${!pw_var} \
+    run "$cmd" --nats "$url" "$@"
+}
+
+common=(--nats "$url" --heartbeat-ms 200)
+# The index shard through flags, the agent through variables, the router
+# through a config file: each way a credential may come.
+"$bin" index "${common[@]}" --nats-user index \
+  --nats-password "$KVMESH_INDEX_PASSWORD" --shard 0/1 --db "$tmp/db" \
+  2>"$tmp/index.err" &
+pids+=($!)
+KVMESH_NATS_USER=agent KVMESH_NATS_PASSWORD=$KVMESH_AGENT_PASSWORD \
+  "$bin" agent "${common[@]}" --engine sim --workers 2 --worker-id 0 \
+  --block-tokens 16 2>"$tmp/agent.err" &
+pids+=($!)
+cat >"$tmp/router.toml" <<EOF
+[nats]
+user = "router"
+password = "$KVMESH_ROUTER_PASSWORD"
+EOF
+router_port=$(free_port)
+"$bin" router "${common[@]}" --config "$tmp/router.toml" --name router-0 \
+  --block-tokens 16 --durable --metrics-port "$router_port" \
+  --metrics-address 127.0.0.1 2>"$tmp/router.err" &
+pids+=($!)
+end=$((SECONDS + 20))
+while true; do
+  as admin admin workers --json
+  if [ "$rc" -eq 0 ] &&
+    jtest 'assert sum(w["state"] == "live" for w in d["workers"]) == 2'; then
+    break
+  fi
+  if [ "$SECONDS" -ge "$end" ]; then
+    fail mesh_up "workers not live: $out $err $(cat "$tmp"/*.err)"
+    exit 1
+  fi
+  sleep 0.2
+done
+ok mesh_up_with_a_user_per_role
+
+run admin workers --nats "$url"
+expect no_credential_refused 1 "authentication failed"
+
+as client route --block-tokens 16 --tokens "$prompt" --json
+if [ "$rc" -eq 0 ] && jtest 'assert d["worker"] in (0, 1)'; then
+  ok client_routes
+else
+  fail client_routes "exit $rc: $out $err"
+fi
+as client route --block-tokens 16 --tokens "$prompt" --json --durable
+if [ "$rc" -eq 0 ] && jtest 'assert d["worker"] in (0, 1)'; then
+  ok client_routes_durable
+else
+  fail client_routes_durable "exit $rc: $out $err"
+fi
+
+# The client may not act as an admin: refused at once with the reason (not
+# a timeout), and nothing changed as the admin sees it.
+as client admin drain 0 --timeout-ms 30000
+expect client_cannot_drain 1 "permission denied.*kvmesh\.admin\.drain"
+as client admin weights set --beta 0.5 --timeout-ms 30000
+# (set reads the weights first: the read is what is refused)
+expect client_cannot_set_weights 1 \
+  "permission denied.*kvmesh\.admin\.weights\."
+as client admin workers
+expect client_cannot_list_workers 1 "permission denied"
+as admin admin workers --json
+if [ "$rc" -eq 0 ] &&
+  jtest 'assert [w["state"] for w in d["workers"]] == ["live", "live"]'; then
+  ok client_drain_changed_nothing
+else
+  fail client_drain_changed_nothing "exit $rc: $out $err"
+fi
+as admin admin weights --json
+if [ "$rc" -eq 0 ] && jtest 'assert d["weights"]["beta"] != 0.5'; then
+  ok client_weights_changed_nothing
+else
+  fail client_weights_changed_nothing "exit $rc: $out $err"
+fi
+
+# An agent's user bids and reports; it neither routes nor administers.
+as agent route --block-tokens 16 --tokens "$prompt"
+expect agent_cannot_route 1 "permission denied"
+as agent admin drain 0
+expect agent_cannot_drain 1 "permission denied"
+as router admin drain 0
+expect router_cannot_send_admin_verbs 1 "permission denied"
+
+# The monitor looks and changes nothing.
+as monitor admin weights --json
+if [ "$rc" -eq 0 ] && jtest 'assert "beta" in d["weights"]'; then
+  ok monitor_reads_weights
+else
+  fail monitor_reads_weights "exit $rc: $out $err"
+fi
+as monitor admin undrain 1
+expect monitor_cannot_undrain 1 "permission denied.*kvmesh\.admin\.undrain"
+
+# Only the admin changes things.
+as admin admin drain 1
+if [ "$rc" -ne 0 ]; then fail admin_drains "exit $rc: $err"; fi
+# The router learns the state from the agent's next heartbeat.
+end=$((SECONDS + 10))
+while true; do
+  as admin admin workers --json
+  if jtest 'assert [w["state"] for w in d["workers"] if w["id"] == 1] == ["draining"]'; then
+    ok admin_drains
+    break
+  fi
+  if [ "$SECONDS" -ge "$end" ]; then
+    fail admin_drains "worker 1 not draining: $out $err"
+    break
+  fi
+  sleep 0.2
+done
+as admin admin undrain 1
+as admin admin weights set --beta 0.04
+if [ "$rc" -eq 0 ]; then ok admin_sets_weights; else
+  fail admin_sets_weights "exit $rc: $err"
+fi
+
+# Wrong password: refused with a clear error, the password never shown.
+KVMESH_NATS_USER=client KVMESH_NATS_PASSWORD=not-the-password \
+  run route --nats "$url" --block-tokens 16 --tokens "$prompt"
+expect wrong_password_refused 1 "authentication failed"
+if grep -q "not-the-password" <<<"$out$err"; then
+  fail wrong_password_not_shown "$err"
+else
+  ok wrong_password_not_shown
+fi
+run admin workers --nats "nats://client:not-the-password@127.0.0.1:$port"
+if [ "$rc" -eq 1 ] && grep -q "authentication failed" <<<"$err" &&
+  ! grep -q "not-the-password" <<<"$err"; then
+  ok url_password_refused_and_masked
+else
+  fail url_password_refused_and_masked "exit $rc: $err"
+fi
+
+# `config show` masks secrets: the file's password and a variable's token.
+KVMESH_NATS_TOKEN=tok-secret run config show --config "$tmp/router.toml"
+if [ "$rc" -eq 0 ] && grep -q '^password = "\*\*\*"' <<<"$out" &&
+  grep -q '^token = "\*\*\*"' <<<"$out" &&
+  ! grep -q -e "$KVMESH_ROUTER_PASSWORD" -e tok-secret <<<"$out"; then
+  ok config_show_masks_secrets
+else
+  fail config_show_masks_secrets "exit $rc: $(grep -e password -e token <<<"$out")"
+fi
+
+# Conflicting or incomplete settings: usage errors naming the keys.
+KVMESH_NATS_USER=client KVMESH_NATS_TOKEN=t \
+  KVMESH_NATS_PASSWORD=x run admin workers --nats "$url"
+expect two_ways_of_authenticating 2 "one way of authenticating"
+run admin workers --nats "$url" --nats-password x
+expect password_without_user 2 "nats.password is set without nats.user"
+run admin workers --nats "$url" --nats-tls-cert "$tmp/router.toml"
+expect cert_without_key 2 "nats.tls_cert is set without nats.tls_key"
+run admin workers --nats "$url" --nats-tls-ca "$tmp/none.pem"
+expect missing_ca_file 2 "nats-tls-ca"
+
+# The mesh ran without a permission violation: auth.conf allows every
+# subject its roles use (the router's counter says 0 too).
+if grep -i "permission denied" "$tmp"/{index,agent,router}.err; then
+  fail mesh_never_refused "$(grep -ih "permission" "$tmp"/*.err | head -5)"
+else
+  ok mesh_never_refused
+fi
+metrics=$(python3 -c "import urllib.request
+print(urllib.request.urlopen('http://127.0.0.1:$router_port/metrics').read().decode())")
+if grep -q "^kvmesh_nats_permission_denials_total 0$" <<<"$metrics"; then
+  ok permission_denials_metric
+else
+  fail permission_denials_metric "$(grep nats_ <<<"$metrics")"
+fi
+
+# -- token, through `kvmesh up` to its children -------------------------------
+
+port=$(free_port)
+cat >"$tmp/token-server.conf" <<EOF
+listen: 127.0.0.1:$port
+authorization { token: "tok-$RANDOM$RANDOM" }
+EOF
+token=$(sed -n 's/.*token: "\(.*\)".*/\1/p' "$tmp/token-server.conf")
+serve token "$tmp/token-server.conf"
+KVMESH_NATS_TOKEN=$token "$bin" up --nats "nats://127.0.0.1:$port" \
+  --workers 2 --routers 1 --heartbeat-ms 200 --prefix tok \
+  >"$tmp/up.out" 2>"$tmp/up.err" &
+pids+=($!)
+end=$((SECONDS + 20))
+while true; do
+  KVMESH_NATS_TOKEN=$token run admin workers --json --prefix tok \
+    --nats "nats://127.0.0.1:$port"
+  if [ "$rc" -eq 0 ] && jtest 'assert len(d["workers"]) == 2'; then
+    ok token_through_up
+    break
+  fi
+  if [ "$SECONDS" -ge "$end" ]; then
+    fail token_through_up "exit $rc: $err; up: $(tail -5 "$tmp/up.err")"
+    break
+  fi
+  sleep 0.2
+done
+KVMESH_NATS_TOKEN=wrong run admin workers --nats "nats://127.0.0.1:$port"
+expect wrong_token_refused 1 "authentication failed"
+
+# -- nkey: a user key made by openssl, encoded as nk would --------------------
+
+# nkey DIR: writes DIR/seed (SU...) and prints the public key (U...).
+nkey() {
+  openssl genpkey -algorithm ed25519 -out "$1/ed.pem" 2>/dev/null
+  python3 - "$1" <<'EOF'
+import base64, binascii, subprocess, sys
+d = sys.argv[1]
+def raw(*args):
+    return subprocess.run(["openssl", "pkey", "-in", d + "/ed.pem", *args,
+                           "-outform", "DER"], check=True,
+                          capture_output=True).stdout[-32:]
+def encode(b):  # base32 of the bytes and their CRC-16 (XMODEM), unpadded
+    crc = binascii.crc_hqx(b, 0)
+    return base64.b32encode(b + bytes([crc & 0xFF, crc >> 8])).decode().rstrip("=")
+user, seed = 20 << 3, 18 << 3
+with open(d + "/seed", "w") as f:
+    f.write(encode(bytes([seed | user >> 5, (user & 31) << 3]) + raw()) + "\n")
+print(encode(bytes([user]) + raw("-pubout")))
+EOF
+}
+mkdir -p "$tmp/nk1" "$tmp/nk2"
+pub=$(nkey "$tmp/nk1")
+other=$(nkey "$tmp/nk2")
+port=$(free_port)
+cat >"$tmp/nkey-server.conf" <<EOF
+listen: 127.0.0.1:$port
+authorization { users = [ { nkey: $pub } ] }
+EOF
+serve nkey "$tmp/nkey-server.conf"
+nk=(--nats "nats://127.0.0.1:$port" --prefix nk)
+"$bin" router "${nk[@]}" --nats-nkey "$pub" --nats-nkey-seed "$tmp/nk1/seed" \
+  --name nk-router --block-tokens 16 --heartbeat-ms 200 2>"$tmp/nk.err" &
+pids+=($!)
+if poll 15 admin routers --json "${nk[@]}" --nats-nkey "$pub" \
+  --nats-nkey-seed "$tmp/nk1/seed" -- \
+  'assert [r["name"] for r in d["routers"]] == ["nk-router"]'; then
+  ok nkey_connects
+else
+  fail nkey_connects "exit $rc: $err $(cat "$tmp/nk.err")"
+fi
+run admin routers "${nk[@]}" --nats-nkey "$pub" --nats-nkey-seed "$tmp/nk2/seed"
+expect nkey_wrong_seed_refused 1 "authentication failed"
+run admin routers "${nk[@]}" --nats-nkey "$other" --nats-nkey-seed "$tmp/nk2/seed"
+expect nkey_unknown_key_refused 1 "authentication failed"
+
+# -- creds: a file libnats cannot read is an error naming the key -------------
+
+printf 'not a creds file\n' >"$tmp/bad.creds"
+run admin routers "${nk[@]}" --nats-creds "$tmp/bad.creds"
+expect bad_creds_file 1 "nats.creds .*bad.creds cannot be used"
+
+# -- TLS required: certificates made here -------------------------------------
+
+mk_cert() { # NAME CA_NAME SUBJECT [SAN]: NAME.pem and NAME.key signed by CA
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$tmp/$1.key" \
+    -subj "/CN=$3" -out "$tmp/$1.csr" 2>/dev/null
+  printf 'subjectAltName=%s\n' "${4:-DNS:$3}" >"$tmp/$1.ext"
+  openssl x509 -req -in "$tmp/$1.csr" -CA "$tmp/$2.pem" -CAkey "$tmp/$2.key" \
+    -CAcreateserial -days 2 -extfile "$tmp/$1.ext" -out "$tmp/$1.pem" \
+    2>/dev/null
+}
+for ca in ca other-ca; do
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/$ca.key" \
+    -subj "/CN=kvmesh test $ca" -days 2 -out "$tmp/$ca.pem" 2>/dev/null
+done
+mk_cert server ca localhost "DNS:localhost,IP:127.0.0.1"
+mk_cert client ca kvmesh-client
+port=$(free_port)
+cat >"$tmp/tls-server.conf" <<EOF
+listen: 127.0.0.1:$port
+tls {
+  cert_file: "$tmp/server.pem"
+  key_file: "$tmp/server.key"
+  ca_file: "$tmp/ca.pem"
+  verify: true
+}
+EOF
+serve tls "$tmp/tls-server.conf"
+tls=(--nats "nats://127.0.0.1:$port" --prefix tls)
+mine=(--nats-tls-ca "$tmp/ca.pem" --nats-tls-cert "$tmp/client.pem"
+  --nats-tls-key "$tmp/client.key")
+"$bin" router "${tls[@]}" "${mine[@]}" --name tls-router --block-tokens 16 \
+  --heartbeat-ms 200 2>"$tmp/tls.err" &
+pids+=($!)
+if poll 15 admin routers --json "${tls[@]}" "${mine[@]}" -- \
+  'assert [r["name"] for r in d["routers"]] == ["tls-router"]'; then
+  ok tls_with_ca_and_client_certificate
+else
+  fail tls_with_ca_and_client_certificate "exit $rc: $err $(cat "$tmp/tls.err")"
+fi
+run admin routers "${tls[@]}"
+expect plain_refused_by_tls_server 1 "requires TLS"
+run admin routers "${tls[@]}" --nats-tls-ca "$tmp/other-ca.pem" \
+  --nats-tls-cert "$tmp/client.pem" --nats-tls-key "$tmp/client.key"
+expect unknown_ca_refused 1 "TLS handshake failed"
+run admin routers "${tls[@]}" --nats-tls-ca "$tmp/ca.pem"
+expect tls_without_client_certificate 1 "TLS|cannot connect"
+
+if [ "$fails" -gt 0 ]; then
+  echo "$fails check(s) failed"
+  exit 1
+fi
+echo "all security checks passed"
