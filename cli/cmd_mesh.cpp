@@ -108,16 +108,16 @@ void add_metrics_flags(CLI::App& cmd, metrics_flags& m) {
 void add_limit_flags(CLI::App& cmd, wire_limits& l) {
   cmd.add_option("--max-payload-bytes", l.max_payload_bytes,
                  "refuse NATS payloads larger than this before decoding")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd.add_option("--max-request-blocks", l.max_request_blocks,
                  "refuse route requests of more blocks than this")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd.add_option("--max-call-workers", l.max_call_workers,
                  "refuse calls for bids (and releases) naming more workers "
                  "than this")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
 }
 

@@ -704,8 +704,10 @@ expected<T> decode(const uint8_t* data, size_t size) {
   if (size == 0) return fail("empty payload");
   if (data == nullptr) return fail("no payload data");
   // Checked before the copy: the copy is the cost a large payload imposes.
-  if (auto s = check_wire_limit(wire_limit::payload_bytes, size, "payload"); !s)
-    return fail(s.err().message + " bytes");
+  if (auto s =
+          check_wire_limit(wire_limit::payload_bytes, size, "payload bytes");
+      !s)
+    return fail(s.err().message);
   if (size % word_bytes != 0)
     return fail("payload of " + std::to_string(size) +
                 " bytes is not a whole number of 8-byte words");

@@ -42,10 +42,10 @@ bool read_uint(const nlohmann::json& obj, const char* field, uint64_t max,
 expected<route_request_msg> parse_route_json(std::string_view text,
                                              uint32_t block_tokens) {
   if (block_tokens == 0) return fail("block size must be at least 1 token");
-  if (auto s =
-          check_wire_limit(wire_limit::payload_bytes, text.size(), "payload");
+  if (auto s = check_wire_limit(wire_limit::payload_bytes, text.size(),
+                                "payload bytes");
       !s)
-    return fail(s.err().message + " bytes");
+    return fail(s.err().message);
   // Deep nesting would recurse in the parser's tree and in error messages.
   if (!json_depth_within(text))
     return fail("nesting deeper than " + std::to_string(max_json_depth) +

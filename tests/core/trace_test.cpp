@@ -110,7 +110,9 @@ TEST(trace, deep_nesting_is_refused_not_a_stack_overflow) {
   EXPECT_EQ(r.err().message, "t:9: nesting deeper than 64 levels");
   // A structured value where an integer belongs is named by its type.
   auto s = parse_trace_line(
-      R"({"timestamp": 0, "input_length": 1, "hash_ids": [[[1]]]})", "t:10");
+      R"({"timestamp": 0, "input_length": 1, "output_length": 1, )"
+      R"("hash_ids": [[[1]]]})",
+      "t:10");
   ASSERT_FALSE(s);
   EXPECT_NE(s.err().message.find("id: an array"), std::string::npos)
       << s.err().message;

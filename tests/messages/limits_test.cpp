@@ -49,7 +49,7 @@ TEST(limits, payload_bytes_are_checked_before_decoding) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.err().code, ec::parse_error);
   EXPECT_TRUE(names(r.err(), "limits.max_payload_bytes")) << r.err().message;
-  EXPECT_NE(r.err().message.find("RouteRequest: payload: " +
+  EXPECT_NE(r.err().message.find("RouteRequest: payload bytes: " +
                                  std::to_string(big.size()) + " exceeds"),
             std::string::npos)
       << r.err().message;
