@@ -31,6 +31,7 @@
 #include "core/block_hash.hpp"
 #include "core/log.hpp"
 #include "messages/json.hpp"
+#include "messages/limits.hpp"
 
 namespace kvmesh::cli {
 
@@ -100,6 +101,25 @@ void add_metrics_flags(CLI::App& cmd, metrics_flags& m) {
       ->capture_default_str();
   cmd.add_option("--metrics-address", m.address,
                  "the address the metrics endpoint listens on")
+      ->capture_default_str();
+}
+
+// --max-payload-bytes, --max-request-blocks, --max-call-workers: the size
+// limits on what a process of the mesh takes from the wire
+// (messages/limits.hpp, docs/reliability.md), one [limits] key each.
+void add_limit_flags(CLI::App& cmd, wire_limits& l) {
+  cmd.add_option("--max-payload-bytes", l.max_payload_bytes,
+                 "refuse NATS payloads larger than this before decoding")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-request-blocks", l.max_request_blocks,
+                 "refuse route requests of more blocks than this")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-call-workers", l.max_call_workers,
+                 "refuse calls for bids (and releases) naming more workers "
+                 "than this")
+      ->check(positive)
       ->capture_default_str();
 }
 
@@ -382,6 +402,7 @@ void print_columns(const table& rows) {
 struct agent_flags {
   bus_flags bus;
   metrics_flags metrics;
+  wire_limits limits;
   std::string engine;
   std::string name;
   uint32_t workers = 0;
@@ -503,6 +524,7 @@ int run_engine_agent(agent_flags& f) {
 
 int run_agent(agent_flags f) {
   const char* cmd = "agent";
+  set_wire_limits(f.limits);
   if (auto why = check_bus_flags(f.bus); !why.empty())
     return usage_error(cmd, why);
   if (f.engine == "vllm" || f.engine == "sglang") return run_engine_agent(f);
@@ -583,6 +605,7 @@ void add_agent(CLI::App& app, std::function<int()>& run) {
       "its OpenAI API fronted); until SIGINT/SIGTERM");
   add_bus_flags(*cmd, f->bus);
   add_metrics_flags(*cmd, f->metrics);
+  add_limit_flags(*cmd, f->limits);
   cmd->add_option("--engine", f->engine, "the GPUs' engine: sim, vllm, sglang")
       ->required();
   f->workers_opt =
@@ -707,6 +730,7 @@ struct router_flags {
   std::string name;
   bool durable = false;
   metrics_flags metrics;
+  wire_limits limits;
   uint32_t heartbeat_ms = 1000;
   uint32_t missed_beats = 3;
   router_options router;  // pricing, fan-out, auctions, seed
@@ -741,6 +765,7 @@ void add_price_flags(CLI::App& cmd, price_config& p) {
 
 int run_router(router_flags f) {
   const char* cmd = "router";
+  set_wire_limits(f.limits);
   if (auto why = check_bus_flags(f.bus); !why.empty())
     return usage_error(cmd, why);
   if (f.name.empty()) f.name = "router-" + std::to_string(getpid());
@@ -804,6 +829,7 @@ void add_router(CLI::App& app, std::function<int()>& run) {
                 "also take requests from the durable JetStream queue "
                 "(needs nats-server -js)");
   add_metrics_flags(*cmd, f->metrics);
+  add_limit_flags(*cmd, f->limits);
   cmd->add_option("--heartbeat-ms", f->heartbeat_ms,
                   "push this router's status this often; workers' beats are "
                   "expected as often")
@@ -848,6 +874,7 @@ namespace {
 struct index_flags {
   bus_flags bus;
   metrics_flags metrics;
+  wire_limits limits;
   std::string shard;
   std::string db;
   uint32_t heartbeat_ms = 1000;
@@ -879,6 +906,7 @@ expected<std::pair<uint32_t, uint32_t>> parse_shard(const std::string& text) {
 
 int run_index(const index_flags& f) {
   const char* cmd = "index";
+  set_wire_limits(f.limits);
   if (auto why = check_bus_flags(f.bus); !why.empty())
     return usage_error(cmd, why);
   auto shard = parse_shard(f.shard);
@@ -930,6 +958,7 @@ void add_index(CLI::App& app, std::function<int()>& run) {
       "and kept in RocksDB, queried by routers; until SIGINT/SIGTERM");
   add_bus_flags(*cmd, f->bus);
   add_metrics_flags(*cmd, f->metrics);
+  add_limit_flags(*cmd, f->limits);
   cmd->add_option("--shard", f->shard,
                   "I/N: this is shard I (from 0) of an index of N shards")
       ->required();

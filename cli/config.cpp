@@ -87,7 +87,16 @@ constexpr shared_key shared_keys[] = {
      "show events of this level and more severe: error, warn, info, debug"},
     {"--log-format", "log.format",
      "text (one line per event for people and journals) or json (one "
-     "object per line: ts, level, proc, msg)"}};
+     "object per line: ts, level, proc, msg)"},
+    {"--max-payload-bytes", "limits.max_payload_bytes",
+     "refuse NATS payloads larger than this before decoding (counted per "
+     "message kind as a decode error); read by agent, router and index"},
+    {"--max-request-blocks", "limits.max_request_blocks",
+     "refuse route requests of more blocks than this, binary or JSON (the "
+     "client is answered with the error); read by agent, router and index"},
+    {"--max-call-workers", "limits.max_call_workers",
+     "refuse calls for bids and releases naming more workers than this (the "
+     "router is answered with the error); read by agent, router and index"}};
 
 // Keys whose values are secrets: shown as "***", never printed.
 bool is_secret(const std::string& key) {

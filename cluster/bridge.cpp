@@ -6,6 +6,7 @@
 #include <random>
 #include <string_view>
 
+#include "messages/batch.hpp"
 #include "messages/codec.hpp"
 
 namespace kvmesh {
@@ -24,12 +25,10 @@ std::string describe(const caf::error& e) {
 
 namespace {
 
-constexpr std::string_view batch_token = ".batch";
+constexpr std::string_view batch_token = batch_suffix;
 
 std::string_view parent_of(std::string_view subject) {
-  const size_t dot = subject.rfind('.');
-  return dot == std::string_view::npos ? std::string_view{}
-                                       : subject.substr(0, dot);
+  return subject_parent(subject);
 }
 
 }  // namespace
@@ -85,9 +84,7 @@ size_t batcher::flush(nats_bus& bus) {
 }
 
 bool is_batch(const std::string& subject) {
-  return subject.size() > batch_token.size() &&
-         std::string_view(subject).substr(subject.size() -
-                                          batch_token.size()) == batch_token;
+  return is_batch_subject(subject);
 }
 
 std::vector<nats_message> unbatch(nats_message m) {
@@ -96,16 +93,12 @@ std::vector<nats_message> unbatch(nats_message m) {
     out.push_back(std::move(m));
     return out;
   }
-  auto b = decode<batch_msg>(m.payload);
-  if (!b) return out;  // counted by decode
-  const std::string_view parent = parent_of(m.subject);
-  out.reserve(b->items.size());
-  for (auto& i : b->items) {
-    // Items stay below the batch's parent and do not nest.
-    if (parent_of(i.subject) != parent || is_batch(i.subject)) continue;
+  // Items stay below the batch's parent and do not nest (messages/batch).
+  auto items = unbatch_items(m.subject, m.payload.data(), m.payload.size());
+  out.reserve(items.size());
+  for (auto& i : items)
     out.push_back(nats_message{std::move(i.subject), std::move(i.reply),
                                std::move(i.payload)});
-  }
   return out;
 }
 

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_guard.hpp"
+
 namespace kvmesh {
 
 namespace {
@@ -25,12 +27,12 @@ bool read_uint(const nlohmann::json& obj, const char* field, uint64_t max,
   }
   if (!it->is_number_integer() || (it->is_number_integer() && *it < 0)) {
     err = field_error(where, field,
-                      "must be a non-negative integer, got " + it->dump());
+                      "must be a non-negative integer, got " + json_shown(*it));
     return false;
   }
   const uint64_t v = it->get<uint64_t>();
   if (v > max) {
-    err = field_error(where, field, "is too large: " + it->dump());
+    err = field_error(where, field, "is too large: " + json_shown(*it));
     return false;
   }
   out = v;
@@ -41,6 +43,11 @@ bool read_uint(const nlohmann::json& obj, const char* field, uint64_t max,
 
 expected<trace_request> parse_trace_line(std::string_view line,
                                          const std::string& where) {
+  // Deep nesting would recurse in the parser's tree and in error messages.
+  if (!json_depth_within(line))
+    return make_error(ec::parse_error, where + ": nesting deeper than " +
+                                           std::to_string(max_json_depth) +
+                                           " levels");
   auto obj = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
   if (obj.is_discarded())
     return make_error(ec::parse_error, where + ": not valid JSON");
@@ -66,8 +73,9 @@ expected<trace_request> parse_trace_line(std::string_view line,
   r.blocks.reserve(it->size());
   for (const auto& id : *it) {
     if (!id.is_number_integer() || id < 0)
-      return field_error(where, "hash_ids",
-                         "holds a non-integer or negative id: " + id.dump());
+      return field_error(
+          where, "hash_ids",
+          "holds a non-integer or negative id: " + json_shown(id));
     r.blocks.push_back(id.get<uint64_t>());
   }
   return r;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/block_hash.hpp"
+#include "core/json_guard.hpp"
 
 namespace kvmesh {
 
@@ -49,6 +50,10 @@ expected<openai_request> parse_openai_request(std::string_view body, bool chat,
   if (block_tokens == 0)
     return make_error(ec::invalid_argument,
                       "block size must be at least 1 token");
+  // Deep nesting would blow a small body up into a large parsed tree.
+  if (!json_depth_within(body))
+    return bad("nesting deeper than " + std::to_string(max_json_depth) +
+               " levels");
   auto obj = json::parse(body.begin(), body.end(), nullptr, false);
   if (obj.is_discarded() || !obj.is_object())
     return bad("the body is not a JSON object");

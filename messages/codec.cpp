@@ -13,6 +13,7 @@
 #include <string>
 
 #include "messages/kvmesh.capnp.h"
+#include "messages/limits.hpp"
 
 namespace kvmesh {
 
@@ -338,10 +339,16 @@ void write(const admin_reply& x, wire::AdminReply::Builder b) {
 // Each pointer field is read once: Cap'n Proto counts every read against the
 // traversal limit.
 
-route_request_msg read(wire::RouteRequest::Reader r) {
+expected<route_request_msg> read(wire::RouteRequest::Reader r) {
   route_request_msg x;
   x.id = r.getId();
   auto blocks = r.getBlocks();
+  // Within the payload limit a list of blocks can still hold 2^17 of them;
+  // every block costs each bidder and the index a lookup.
+  if (auto s =
+          check_wire_limit(wire_limit::request_blocks, blocks.size(), "blocks");
+      !s)
+    return s.err();
   x.blocks.reserve(blocks.size());
   for (auto h : blocks)
     x.blocks.push_back(h);
@@ -355,9 +362,17 @@ expected<call_for_bids> read(wire::CallForBids::Reader r) {
   // A default request would be auctioned as request 0 with no blocks.
   if (!r.hasRequest()) return parse_failure("no request");
   call_for_bids x;
-  x.request = read(r.getRequest());
+  auto request = read(r.getRequest());
+  if (!request) return request.err();
+  x.request = std::move(*request);
   x.bidders_speed = r.getBiddersSpeed();
-  read_list(x.workers, r.getWorkers());
+  auto workers = r.getWorkers();
+  // Each named worker is asked for a bid: the count is the agent's work.
+  if (auto s =
+          check_wire_limit(wire_limit::call_workers, workers.size(), "workers");
+      !s)
+    return s.err();
+  read_list(x.workers, workers);
   return x;
 }
 
@@ -381,7 +396,9 @@ bid read(wire::Bid::Reader r) {
 expected<award_msg> read(wire::Award::Reader r) {
   if (!r.hasRequest()) return parse_failure("no request");
   award_msg x;
-  x.request = read(r.getRequest());
+  auto request = read(r.getRequest());
+  if (!request) return request.err();
+  x.request = std::move(*request);
   x.expected_queued = r.getExpectedQueued();
   x.worker = r.getWorker();
   x.price = r.getPrice();
@@ -588,10 +605,15 @@ batch_msg read(wire::Batch::Reader r) {
   return x;
 }
 
-release_msg read(wire::Release::Reader r) {
+expected<release_msg> read(wire::Release::Reader r) {
   release_msg x;
   x.request = r.getRequest();
-  read_list(x.workers, r.getWorkers());
+  auto workers = r.getWorkers();
+  if (auto s =
+          check_wire_limit(wire_limit::call_workers, workers.size(), "workers");
+      !s)
+    return s.err();
+  read_list(x.workers, workers);
   return x;
 }
 
@@ -707,6 +729,11 @@ expected<T> decode(const uint8_t* data, size_t size) {
   constexpr size_t word_bytes = sizeof(capnp::word);
   if (size == 0) return fail("empty payload");
   if (data == nullptr) return fail("no payload data");
+  // Checked before the copy: the copy is the cost a large payload imposes.
+  if (auto s =
+          check_wire_limit(wire_limit::payload_bytes, size, "payload bytes");
+      !s)
+    return fail(s.err().message);
   if (size % word_bytes != 0)
     return fail("payload of " + std::to_string(size) +
                 " bytes is not a whole number of 8-byte words");

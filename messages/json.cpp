@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/block_hash.hpp"
+#include "core/json_guard.hpp"
+#include "messages/limits.hpp"
 
 namespace kvmesh {
 
@@ -28,7 +30,7 @@ bool read_uint(const nlohmann::json& obj, const char* field, uint64_t max,
   if (!it->is_number_unsigned() || it->get<uint64_t>() > max) {
     err = fail(std::string("field '") + field +
                "' must be an integer from 0 to " + std::to_string(max) +
-               ", got " + it->dump());
+               ", got " + json_shown(*it));
     return false;
   }
   out = it->get<uint64_t>();
@@ -40,6 +42,14 @@ bool read_uint(const nlohmann::json& obj, const char* field, uint64_t max,
 expected<route_request_msg> parse_route_json(std::string_view text,
                                              uint32_t block_tokens) {
   if (block_tokens == 0) return fail("block size must be at least 1 token");
+  if (auto s = check_wire_limit(wire_limit::payload_bytes, text.size(),
+                                "payload bytes");
+      !s)
+    return fail(s.err().message);
+  // Deep nesting would recurse in the parser's tree and in error messages.
+  if (!json_depth_within(text))
+    return fail("nesting deeper than " + std::to_string(max_json_depth) +
+                " levels");
   auto obj = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
   if (obj.is_discarded()) return fail("not valid JSON");
   if (!obj.is_object()) return fail("not a JSON object");
@@ -60,6 +70,19 @@ expected<route_request_msg> parse_route_json(std::string_view text,
   if ((tokens != obj.end()) + (blocks != obj.end()) + (prompt != obj.end()) !=
       1)
     return fail("exactly one of 'tokens', 'blocks' and 'text' is required");
+  // Each form's block count is known before hashing: refused before work.
+  const uint64_t bytes_per_block =
+      uint64_t{block_tokens} * text_bytes_per_token;
+  uint64_t count = 0;
+  if (prompt != obj.end() && prompt->is_string())
+    count = prompt->get_ref<const std::string&>().size() / bytes_per_block;
+  else if (tokens != obj.end() && tokens->is_array())
+    count = tokens->size() / block_tokens;
+  else if (blocks != obj.end() && blocks->is_array())
+    count = blocks->size();
+  if (auto s = check_wire_limit(wire_limit::request_blocks, count, "blocks");
+      !s)
+    return fail(s.err().message);
   if (prompt != obj.end()) {
     if (!prompt->is_string()) return fail("field 'text' must be a string");
     const auto& s = prompt->get_ref<const std::string&>();
@@ -83,7 +106,7 @@ expected<route_request_msg> parse_route_json(std::string_view text,
     for (const auto& t : *tokens) {
       if (!t.is_number_unsigned() || t.get<uint64_t>() > u32)
         return fail("field 'tokens' holds a value that is not a token id: " +
-                    t.dump());
+                    json_shown(t));
       ids.push_back(t.get<uint32_t>());
     }
     std::string salt;
@@ -107,7 +130,7 @@ expected<route_request_msg> parse_route_json(std::string_view text,
     for (const auto& b : *blocks) {
       if (!b.is_number_unsigned())
         return fail("field 'blocks' holds a value that is not a hash: " +
-                    b.dump());
+                    json_shown(b));
       r.blocks.push_back(b.get<uint64_t>());
     }
     const uint64_t implied = uint64_t{block_tokens} * r.blocks.size();

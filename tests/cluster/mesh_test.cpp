@@ -16,6 +16,7 @@
 #include "core/sim.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
+#include "messages/limits.hpp"
 #include "nats_cluster.hpp"
 #include "nats_server.hpp"
 
@@ -518,6 +519,60 @@ TEST_F(mesh_test, malformed_payloads_are_counted_and_answered) {
   auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
   ASSERT_TRUE(w);
   EXPECT_EQ(w->workers.size(), 8u);
+}
+
+// Requests over a size limit (messages/limits.hpp) are answered with an
+// error naming the limit, and counted; never dropped in silence. The
+// limits are process-wide, and this process hosts the whole mesh.
+TEST_F(mesh_test, requests_over_a_limit_are_answered_naming_it) {
+  start_mesh();
+  auto& c = bus();
+  struct restore {
+    ~restore() { set_wire_limits(wire_limits{}); }
+  } restore_defaults;
+  set_wire_limits({4096, 8, 4});
+  const auto blocks_before = wire_limit_refusals(wire_limit::request_blocks);
+  auto reply = c.request(subjects{}.route(), encode(request(1, 1, 9)), 2000ms);
+  ASSERT_TRUE(reply) << reply.err().message;
+  auto d = decode<decision>(*reply);
+  ASSERT_TRUE(d);
+  EXPECT_NE(d->error.find("limits.max_request_blocks = 8"), std::string::npos)
+      << d->error;
+  const std::string json = R"({"id": 2, "blocks": [1,2,3,4,5,6,7,8,9]})";
+  auto jr = c.request(subjects{}.route_json(), bytes(json.begin(), json.end()),
+                      2000ms);
+  ASSERT_TRUE(jr);
+  const std::string text(jr->begin(), jr->end());
+  EXPECT_NE(text.find("limits.max_request_blocks"), std::string::npos) << text;
+  EXPECT_EQ(wire_limit_refusals(wire_limit::request_blocks), blocks_before + 2);
+  // A request within the limit is still routed.
+  auto ok = c.request(subjects{}.route(), encode(request(3, 1, 8)), 2000ms);
+  ASSERT_TRUE(ok);
+  auto od = decode<decision>(*ok);
+  ASSERT_TRUE(od);
+  EXPECT_TRUE(od->error.empty()) << od->error;
+  // Too large a payload, before decoding.
+  const auto bytes_before = wire_limit_refusals(wire_limit::payload_bytes);
+  auto big = c.request(subjects{}.route(), bytes(8192, 0), 2000ms);
+  ASSERT_TRUE(big);
+  auto bd = decode<decision>(*big);
+  ASSERT_TRUE(bd);
+  EXPECT_NE(bd->error.find("limits.max_payload_bytes = 4096"),
+            std::string::npos)
+      << bd->error;
+  EXPECT_EQ(wire_limit_refusals(wire_limit::payload_bytes), bytes_before + 1);
+  // A call for bids naming too many workers: the agent answers why.
+  const auto workers_before = wire_limit_refusals(wire_limit::call_workers);
+  auto b = c.request(
+      subjects{}.agent("node-a", "bid"),
+      encode(call_for_bids{request(4, 1, 2), 1, {0, 0, 0, 0, 0}}), 2000ms);
+  ASSERT_TRUE(b);
+  auto bl = decode<bid_list>(*b);
+  ASSERT_TRUE(bl);
+  EXPECT_TRUE(bl->bids.empty());
+  EXPECT_NE(bl->error.find("limits.max_call_workers = 4"), std::string::npos)
+      << bl->error;
+  EXPECT_EQ(wire_limit_refusals(wire_limit::call_workers), workers_before + 1);
 }
 
 }  // namespace

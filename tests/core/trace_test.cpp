@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 namespace kvmesh {
 namespace {
@@ -94,6 +95,27 @@ TEST(trace, loads_the_sample_trace) {
   EXPECT_EQ(t->size(), 20u);
   for (const auto& r : *t)
     EXPECT_EQ(r.blocks.size(), (r.input_tokens + 511) / 512);
+}
+
+// A line of deeply nested arrays is refused by depth before parsing: the
+// parsed tree and the error's rendering of it would recurse that deep.
+TEST(trace, deep_nesting_is_refused_not_a_stack_overflow) {
+  const size_t n = 400000;
+  const std::string deep = R"({"timestamp": 0, "input_length": 1, )"
+                           R"("hash_ids": [)" +
+                           std::string(n, '[') + std::string(n, ']') + "]}";
+  auto r = parse_trace_line(deep, "t:9");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err().code, ec::parse_error);
+  EXPECT_EQ(r.err().message, "t:9: nesting deeper than 64 levels");
+  // A structured value where an integer belongs is named by its type.
+  auto s = parse_trace_line(
+      R"({"timestamp": 0, "input_length": 1, "output_length": 1, )"
+      R"("hash_ids": [[[1]]]})",
+      "t:10");
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.err().message.find("id: an array"), std::string::npos)
+      << s.err().message;
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/block_hash.hpp"
 
 namespace kvmesh {
@@ -67,6 +69,23 @@ TEST(openai, bodies_without_a_prompt_are_errors) {
     auto r = parse_openai_request(body, chat, 4);
     EXPECT_FALSE(r) << body;
   }
+}
+
+// A body of deeply nested arrays is refused by depth before parsing: 1 MB
+// of brackets would otherwise become a tree of some 100 MB.
+TEST(openai, deep_nesting_is_refused) {
+  const size_t n = 400000;
+  const std::string deep =
+      R"({"prompt": [)" + std::string(n, '[') + std::string(n, ']') + "]}";
+  auto r = parse_openai_request(deep, false, 4);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.err().message.find("nesting deeper than 64 levels"),
+            std::string::npos)
+      << r.err().message;
+  // Brackets inside strings do not count.
+  auto s = parse_openai_request(
+      R"({"prompt": ")" + std::string(1000, '[') + R"("})", false, 4);
+  ASSERT_TRUE(s) << s.err().message;
 }
 
 }  // namespace

@@ -128,5 +128,46 @@ TEST(json, a_decision_with_an_error_carries_only_the_request_and_why) {
   EXPECT_EQ(j["error"].get<std::string>(), d.error);
 }
 
+// Found by tests/fuzz/route_json_fuzz's long inputs: 800 KB of nested
+// arrays (under NATS' 1 MB payload limit) where a token id goes overflowed
+// the stack while the error message rendered them. Now refused by depth
+// before parsing, and counted.
+TEST(json, deep_nesting_is_refused_not_a_stack_overflow) {
+  const size_t n = 400000;
+  const std::string deep = R"({"id": 1, "tokens": [)" + std::string(n, '[') +
+                           std::string(n, ']') + "]}";
+  const uint64_t before = json_decode_errors();
+  auto r = parse_route_json(deep, 16);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.err().message.find("nesting deeper than 64 levels"),
+            std::string::npos)
+      << r.err().message;
+  EXPECT_EQ(json_decode_errors(), before + 1);
+  // 64 levels still parse (and are refused for what they hold).
+  const std::string ok = R"({"id": 1, "tokens": [)" + std::string(62, '[') +
+                         std::string(62, ']') + "]}";
+  auto s = parse_route_json(ok, 16);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.err().message.find("not a token id: an array"), std::string::npos)
+      << s.err().message;
+}
+
+// An error shows a bad value cut short, at a character boundary: the
+// router answers with it as JSON, whose writer refuses broken UTF-8.
+TEST(json, long_bad_values_are_cut_at_a_character) {
+  std::string value;
+  for (int i = 0; i < 100; ++i)
+    value += "\xc3\xa9";  // é
+  auto r = parse_route_json(R"({"id": 1, "tokens": [")" + value + R"("]})", 16);
+  ASSERT_FALSE(r);
+  EXPECT_LT(r.err().message.size(), 200u);
+  decision d;
+  d.request = 1;
+  d.error = r.err().message;
+  auto back = nlohmann::json::parse(decision_json(d), nullptr, false);
+  ASSERT_FALSE(back.is_discarded());
+  EXPECT_EQ(back["error"], d.error);
+}
+
 }  // namespace
 }  // namespace kvmesh

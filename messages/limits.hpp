@@ -1,0 +1,43 @@
+// Size limits on what kvmesh takes from the wire, process-wide: payload
+// bytes before decoding, blocks per route request, workers per call for
+// bids. Exceeding one is an error naming the limit, counted per limit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace kvmesh {
+
+struct wire_limits {
+  // NATS' own default max_payload: a server configured for more still
+  // cannot make a kvmesh process copy and decode more.
+  uint64_t max_payload_bytes = uint64_t{1} << 20;
+  // A 1M-token prompt in 16-token blocks; every block costs a lookup in
+  // each bidder's cache and in the index, so this bounds an auction's work.
+  uint64_t max_request_blocks = uint64_t{1} << 16;
+  // A node agent hosts a few GPUs; a call naming more workers (or one many
+  // times) would make it ask its workers that many times.
+  uint64_t max_call_workers = 1024;
+};
+
+enum class wire_limit : uint8_t { payload_bytes, request_blocks, call_workers };
+inline constexpr size_t wire_limit_count = 3;
+
+// The limit's config key: "limits.max_payload_bytes", ...
+const char* to_string(wire_limit l);
+
+// The limits in force; set once at start from the config (flags).
+wire_limits current_wire_limits();
+void set_wire_limits(const wire_limits& l);
+
+// Inputs refused for exceeding the limit since the process started.
+uint64_t wire_limit_refusals(wire_limit l);
+
+// Checks `got` against the limit: an error "WHAT: GOT exceeds
+// limits.KEY = MAX" (ec::invalid_argument), counted, when it is over.
+status check_wire_limit(wire_limit l, uint64_t got, const std::string& what);
+
+}  // namespace kvmesh
