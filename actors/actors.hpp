@@ -114,14 +114,14 @@ typename Inspector::result_type inspect(Inspector& f, bid_list& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, award_reply& x) {
   return f(caf::meta::type_name("award_reply"), x.accepted, x.reason,
-           x.endpoint);
+           x.endpoint, x.count);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, bid& x) {
   return f(caf::meta::type_name("bid"), x.worker, x.gpu, x.host, x.disk,
            x.queued, x.reserved, x.active, x.active_overlap, x.capacity,
-           x.speed, x.c_host, x.c_disk);
+           x.speed, x.c_host, x.c_disk, x.accepted);
 }
 
 template <class Inspector>

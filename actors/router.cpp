@@ -96,7 +96,10 @@ void award_next(rpointer self, auction_ptr a) {
       .then(
           [=](const award_reply& reply) {
             auto& st = self->state;
-            st.auction->settle(a->request.id);
+            if (reply.accepted)
+              st.auction->confirmed(a->request.id, reply.count);
+            else
+              st.auction->settle(a->request.id);
             // A draining worker, or one whose engine stopped answering,
             // stays out until a heartbeat says otherwise.
             if (!reply.accepted && reply.reason == "draining")

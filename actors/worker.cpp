@@ -163,7 +163,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
           m->hit_blocks[2]->inc(held.disk);
         }
         maybe_step(self);
-        return {true, {}, {}};
+        return {true, {}, {}, st.ledger->accepted()};
       },
       [=](release_atom, const release_msg& r) {
         self->state.ledger->release(r.request);

@@ -11,13 +11,15 @@ auctioneer::auctioneer(size_t workers, uint32_t block_tokens,
     : price_(price),
       block_tokens_(block_tokens > 0 ? block_tokens : 1),
       rng_(seed),
-      pending_(workers, 0) {}
+      pending_(workers, 0),
+      recent_(workers * recent_per_worker) {}
 
 size_t auctioneer::decide(uint64_t request, uint32_t n, bid* bids, size_t count,
                           price_breakdown* prices) {
   for (size_t i = 0; i < count; ++i)
     if (bids[i].worker < pending_.size())
-      bids[i].queued += pending_[bids[i].worker];
+      bids[i].queued += pending_[bids[i].worker] +
+                        confirmed_since(bids[i].worker, bids[i].accepted);
   const size_t w = price_bids(price_, n, expected_output_blocks(), bids, count,
                               prices, rng_);
   if (w != no_winner) award(request, bids[w], prices[w]);
@@ -40,6 +42,38 @@ void auctioneer::settle(uint64_t request) {
   double& p = pending_[it->second.worker];
   p = std::max(0.0, p - it->second.read);
   awards_.erase(it);
+}
+
+void auctioneer::confirmed(uint64_t request, uint64_t count) {
+  auto it = awards_.find(request);
+  if (it == awards_.end()) return;
+  const uint32_t w = it->second.worker;
+  const double read = it->second.read;
+  settle(request);
+  if (count == unknown_accepted || count == 0) return;
+  recent_award* ring = &recent_[size_t{w} * recent_per_worker];
+  // Overwrite the oldest (smallest count) slot.
+  size_t oldest = 0;
+  for (size_t i = 1; i < recent_per_worker; ++i)
+    if (ring[i].count < ring[oldest].count) oldest = i;
+  ring[oldest] = recent_award{count, read};
+}
+
+double auctioneer::confirmed_since(uint32_t worker, uint64_t accepted) {
+  if (accepted == unknown_accepted) return 0;
+  recent_award* ring = &recent_[size_t{worker} * recent_per_worker];
+  double extra = 0;
+  for (size_t i = 0; i < recent_per_worker; ++i) {
+    recent_award& r = ring[i];
+    if (r.count <= accepted) continue;
+    // Far ahead of the bid: the worker restarted and counts from 0 again.
+    if (r.count > accepted + 4 * recent_per_worker) {
+      r = recent_award{};
+      continue;
+    }
+    extra += r.read;
+  }
+  return extra;
 }
 
 void auctioneer::finished(uint32_t output_tokens) {

@@ -31,16 +31,24 @@ class auctioneer {
   // Records that `request` is now awarded to `b` (the runner-up, after the
   // first choice stayed silent), replacing its previous pending award.
   void award(uint64_t request, const bid& b, const price_breakdown& p);
-  // The awardee answered (confirmed or refused): the award is no longer
-  // pending.
+  // The awardee refused or stayed silent: the award is no longer pending.
   void settle(uint64_t request);
+  // The awardee accepted; `count` is its count of accepted requests with
+  // this one (award_reply::count). Bids it sent before accepting do not
+  // show this work in their queue yet: decide() adds it to those (bids
+  // whose bid::accepted is below `count`), so that auctions whose bids
+  // crossed the acceptance do not price the worker as lighter than it is.
+  void confirmed(uint64_t request, uint64_t count);
   // A request ended after `output_tokens` tokens.
   void finished(uint32_t output_tokens);
 
   uint32_t expected_output_blocks() const;
   // Makes room for bidders' ids below `workers` (a worker joined).
   void grow(size_t workers) {
-    if (workers > pending_.size()) pending_.resize(workers, 0);
+    if (workers > pending_.size()) {
+      pending_.resize(workers, 0);
+      recent_.resize(workers * recent_per_worker);
+    }
   }
   double pending(uint32_t worker) const { return pending_[worker]; }
   // The queue the awardee of `request` was priced with (its bid's queue
@@ -57,10 +65,21 @@ class auctioneer {
     double expected_queued = 0;
   };
 
+  // A confirmed award of this router, remembered for bids that predate it.
+  struct recent_award {
+    uint64_t count = 0;  // 0: empty slot
+    double read = 0;
+  };
+  // Awards confirmed while one auction's bids are in flight are a handful;
+  // older ones are in every bid's queue by now.
+  static constexpr size_t recent_per_worker = 16;
+  double confirmed_since(uint32_t worker, uint64_t accepted);
+
   price_config price_;
   uint32_t block_tokens_;
   uint64_t rng_;
   std::vector<double> pending_;
+  std::vector<recent_award> recent_;  // recent_per_worker per worker, a ring
   std::unordered_map<uint64_t, open_award> awards_;
   double mean_output_ = 0;
   uint64_t finished_ = 0;

@@ -491,8 +491,8 @@ class kvmesh_policy final : public router_policy {
   double expected_queued(uint64_t request) const override {
     return auction_.expected_queued(request);
   }
-  void confirmed(uint64_t request, uint32_t) override {
-    auction_.settle(request);
+  void confirmed(uint64_t request, uint32_t, uint64_t count) override {
+    auction_.confirmed(request, count);
   }
   void finished(uint64_t, uint32_t, uint32_t out) override {
     auction_.finished(out);

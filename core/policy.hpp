@@ -81,8 +81,10 @@ class router_policy {
   virtual ~router_policy() = default;
   // Picks a worker for the request.
   virtual uint32_t route(const route_request& r, const fleet_view& v) = 0;
-  // The winner confirmed an award (kvmesh's auctions only).
-  virtual void confirmed(uint64_t /*request*/, uint32_t /*worker*/) {}
+  // The winner confirmed an award (kvmesh's auctions only); `count` is its
+  // count of accepted requests with this one (award_reply::count).
+  virtual void confirmed(uint64_t /*request*/, uint32_t /*worker*/,
+                         uint64_t /*count*/) {}
   // The winner refused the award (its state moved since the bid); the
   // router auctions the request again.
   virtual void refused(uint64_t /*request*/, uint32_t /*worker*/) {}

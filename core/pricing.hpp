@@ -11,6 +11,9 @@
 namespace kvmesh {
 
 // What a worker reports for one request, from its own exact state.
+// A bid's or award reply's `accepted` when the worker does not count.
+inline constexpr uint64_t unknown_accepted = UINT64_MAX;
+
 struct bid {
   uint32_t worker = 0;          // the bidder
   uint32_t gpu = 0;             // matched prefix blocks per tier (m_g, m_h,
@@ -27,6 +30,10 @@ struct bid {
   // router's configured c_host / c_disk apply.
   double c_host = std::numeric_limits<double>::quiet_NaN();
   double c_disk = std::numeric_limits<double>::quiet_NaN();
+  // How many requests the worker had accepted when it bid (its ledger's
+  // count), or unknown_accepted. A router's award confirmed after the bid
+  // is not in `queued` yet; this tells which (core/auction).
+  uint64_t accepted = unknown_accepted;
 };
 
 // Every weight of the price, in one place; all can change at run time.

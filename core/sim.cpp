@@ -230,7 +230,8 @@ class simulation final : public bid_source {
     ws.ledger->accept(
         idx, ws.ledger->read_cost(
                  make_bid(ws.eng->cache(), *ws.ledger, t.blocks.data(), n), n));
-    routers_[records_[idx].router]->confirmed(idx, winner);
+    routers_[records_[idx].router]->confirmed(idx, winner,
+                                              ws.ledger->accepted());
     submit(idx, winner);
   }
 

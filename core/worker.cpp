@@ -91,6 +91,7 @@ bool worker_ledger::should_refuse(uint64_t request,
 
 void worker_ledger::accept(uint64_t request, double read) {
   release(request);
+  ++accepted_;
   if (read < 0) read = 0;
   auto [it, inserted] = queue_.emplace(request, read);
   if (!inserted) {
@@ -132,6 +133,7 @@ bid make_bid(const tiered_cache& cache, const worker_ledger& ledger,
   b.speed = ledger.config().speed;
   b.c_host = ledger.config().c_host;
   b.c_disk = ledger.config().c_disk;
+  b.accepted = ledger.accepted();
   return b;
 }
 

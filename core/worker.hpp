@@ -71,6 +71,8 @@ class worker_ledger {
   void done(uint64_t request);
 
   double queued() const { return queued_; }
+  // Requests accepted so far (each accept()): the order of acceptances.
+  uint64_t accepted() const { return accepted_; }
   double reserved() const { return reserved_; }
   size_t queued_requests() const { return queue_.size(); }
   size_t reservations() const { return reservations_.size(); }
@@ -92,6 +94,7 @@ class worker_ledger {
   std::vector<reservation> reservations_;
   double queued_ = 0;
   double reserved_ = 0;
+  uint64_t accepted_ = 0;
 };
 
 // The read work a bidder holds for an open auction: its share of the

@@ -65,7 +65,7 @@ award_reply engine_state::award(const route_request_msg& r,
     q.prompt_tokens = r.input_tokens;
     q.output_tokens = r.output_tokens;
   }
-  return {true, {}, cfg_.endpoint};
+  return {true, {}, cfg_.endpoint, ledger_.accepted()};
 }
 
 void engine_state::arrive(const front_request& r, double now_ms) {

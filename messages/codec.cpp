@@ -130,6 +130,7 @@ void write(const bid& x, wire::Bid::Builder b) {
   b.setSpeed(x.speed);
   b.setCHost(x.c_host);
   b.setCDisk(x.c_disk);
+  b.setAccepted(x.accepted);
 }
 
 void write(const award_msg& x, wire::Award::Builder b) {
@@ -143,6 +144,7 @@ void write(const award_reply& x, wire::AwardReply::Builder b) {
   b.setAccepted(x.accepted);
   b.setReason(text(x.reason));
   b.setEndpoint(text(x.endpoint));
+  b.setCount(x.count);
 }
 
 void write(const decision& x, wire::Decision::Builder b) {
@@ -390,6 +392,7 @@ bid read(wire::Bid::Reader r) {
   x.speed = r.getSpeed();
   x.c_host = r.getCHost();
   x.c_disk = r.getCDisk();
+  x.accepted = r.getAccepted();
   return x;
 }
 
@@ -412,6 +415,7 @@ award_reply read(wire::AwardReply::Reader r) {
   x.reason.assign(reason.begin(), reason.size());
   auto endpoint = r.getEndpoint();
   x.endpoint.assign(endpoint.begin(), endpoint.size());
+  x.count = r.getCount();
   return x;
 }
 

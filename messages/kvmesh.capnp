@@ -94,6 +94,9 @@ struct Bid {
   # NaN when the worker does not measure them: the router's own apply.
   cHost @11 :Float64 = nan;
   cDisk @12 :Float64 = nan;
+  # Requests the worker had accepted when it bid; the default (2^64 - 1):
+  # it does not count.
+  accepted @13 :UInt64 = 18446744073709551615;
 }
 
 # An award: the request and the queue the router priced the winner with (its
@@ -116,6 +119,9 @@ struct AwardReply {
   reason @2 :Text;
   # An accepting worker's front (see Decision.endpoint).
   endpoint @3 :Text;
+  # Accepted: the worker's count of accepted requests, this one included
+  # (Bid.accepted's clock); the default: it does not count.
+  count @4 :UInt64 = 18446744073709551615;
 }
 
 # A block appeared in or left a tier. `root` is the first block of its chain:

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/pricing.hpp"
@@ -38,9 +39,20 @@ inline constexpr const char* unhealthy_reason = "engine not answering";
 
 // A worker's answer to an award.
 struct award_reply {
+  award_reply() = default;
+  award_reply(bool accepted, std::string reason, std::string endpoint = {},
+              uint64_t count = unknown_accepted)
+      : accepted(accepted),
+        reason(std::move(reason)),
+        endpoint(std::move(endpoint)),
+        count(count) {}
+
   bool accepted = false;
   std::string reason;    // why it refused
   std::string endpoint;  // accepted: where the request goes (may be "")
+  // Accepted: the worker's count of accepted requests, this one included
+  // (bid::accepted's clock), or unknown_accepted.
+  uint64_t count = unknown_accepted;
 };
 
 // The router's answer to a route request: the winner and why.

@@ -42,13 +42,13 @@ auto fields(const call_for_bids& x) {
 auto fields(const bid& x) {
   return std::tie(x.worker, x.gpu, x.host, x.disk, x.queued, x.reserved,
                   x.active, x.active_overlap, x.capacity, x.speed, x.c_host,
-                  x.c_disk);
+                  x.c_disk, x.accepted);
 }
 auto fields(const award_msg& x) {
   return std::tie(x.request, x.expected_queued, x.worker, x.price);
 }
 auto fields(const award_reply& x) {
-  return std::tie(x.accepted, x.reason, x.endpoint);
+  return std::tie(x.accepted, x.reason, x.endpoint, x.count);
 }
 auto fields(const price_breakdown& x) {
   return std::tie(x.worker, x.read, x.credit_gpu, x.credit_host, x.credit_disk,
@@ -287,9 +287,19 @@ price_breakdown sample_price(uint32_t worker, double base) {
 }
 
 bid sample_bid(uint32_t worker) {
-  return bid{
-      worker,           11,   13,  17,   12.5, 3.25, (1ull << 40) + 3, 19,
-      (1ull << 33) + 5, 1.75, 0.6, 0.125};
+  return bid{worker,
+             11,
+             13,
+             17,
+             12.5,
+             3.25,
+             (1ull << 40) + 3,
+             19,
+             (1ull << 33) + 5,
+             1.75,
+             0.6,
+             0.125,
+             (1ull << 41) + 7};
 }
 
 worker_status sample_worker(uint32_t worker) {
@@ -360,7 +370,7 @@ samples() {
       sample_bid(7),
       award_msg{sample_request(6), 17.25, 4000000001u, 42.0625},
       award_reply{true, "queue grew: 12.5 > 10 (d\xC3\xA9j\xC3\xA0 vu)",
-                  "http://gpu-7.example:8001"},
+                  "http://gpu-7.example:8001", (1ull << 42) + 9},
       decision{(1ull << 50) + 1,
                9,
                2,
@@ -609,6 +619,7 @@ TEST(codec, fields_of_a_newer_schema_are_skipped) {
   b.setSpeed(1.75);
   b.setCHost(0.6);
   b.setCDisk(0.125);
+  b.setAccepted((1ull << 41) + 7);
   b.setRegion("eu-west");
   b.setWarmBlocks(123);
   auto got = decode<bid>(flat(m));
@@ -631,6 +642,8 @@ TEST(codec, fields_an_older_schema_lacks_take_their_defaults) {
   // Not reported: the router's configured credits apply.
   EXPECT_TRUE(std::isnan(got->c_host));
   EXPECT_TRUE(std::isnan(got->c_disk));
+  // Nor its count of accepted requests: the router adjusts nothing.
+  EXPECT_EQ(got->accepted, unknown_accepted);
 }
 
 TEST(codec, decisions_and_heartbeats_of_older_producers_have_no_front) {

@@ -20,8 +20,9 @@ struct BidNext {
   speed @10 :Float64 = 1.0;
   cHost @11 :Float64 = nan;
   cDisk @12 :Float64 = nan;
-  region @13 :Text;
-  warmBlocks @14 :UInt64;
+  accepted @13 :UInt64 = 18446744073709551615;
+  region @14 :Text;
+  warmBlocks @15 :UInt64;
 }
 
 # An earlier producer's Bid, from before workers measured their credits.
