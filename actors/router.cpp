@@ -125,7 +125,13 @@ void award_next(rpointer self, auction_ptr a) {
           },
           [=](caf::error&) {
             // Silence past the deadline: the worker may be gone. It stays
-            // out of the auctions until a heartbeat says otherwise.
+            // out of the auctions until a heartbeat says otherwise. Should
+            // it be only slow and accept after all, the release takes the
+            // award back (it goes to the next bidder, and must not run
+            // twice).
+            auto& st = self->state;
+            self->send(st.bidders[st.members[w].bidder], release_atom::value,
+                       release_msg{a->request.id, {w}});
             self->state.auction->settle(a->request.id);
             self->state.members[w].live = false;
             award_next(self, a);

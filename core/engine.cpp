@@ -104,6 +104,21 @@ status engine::submit(engine_request req, double now_ms) {
   return ok;
 }
 
+bool engine::cancel(uint64_t request) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    sequence& s = seqs_[*it];
+    if (s.req.id != request) continue;
+    // A preempted sequence waits again, but it has run: not taken back.
+    if (s.held != 0 || s.anon != 0 || s.done_tokens != 0 || s.generated != 0)
+      return false;
+    s.req.blocks = {};
+    free_.push_back(*it);
+    waiting_.erase(it);
+    return true;
+  }
+  return false;
+}
+
 uint64_t engine::pending_prefill_tokens() const {
   uint64_t sum = 0;
   for (uint32_t s : waiting_)

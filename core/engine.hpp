@@ -72,6 +72,9 @@ class engine {
   // when there is no work. Call finish_step() at that time before the next
   // start_step().
   std::optional<double> start_step(double now_ms);
+  // Takes back a request still waiting that was never admitted (no block
+  // held, nothing computed): true if so. An admitted one runs on.
+  bool cancel(uint64_t request);
   // Completes the running step: computed blocks become cached, tokens are
   // generated; appends what happened to `out`.
   void finish_step(std::vector<engine_event>& out);

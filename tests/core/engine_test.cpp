@@ -65,6 +65,34 @@ engine_request request(uint64_t id, uint32_t prompt, uint32_t out,
   return r;
 }
 
+// A request still waiting, never admitted, can be taken back (an award the
+// router gave up on); a running one cannot.
+TEST(engine, cancel_takes_back_only_a_request_not_yet_admitted) {
+  auto cfg = small();
+  cfg.max_num_seqs = 1;
+  auto g = make(cfg);
+  ASSERT_TRUE(g.submit(request(1, 200, 2, 100), 0));
+  ASSERT_TRUE(g.submit(request(2, 200, 2, 200), 0));
+  ASSERT_TRUE(g.start_step(0));
+  EXPECT_EQ(g.running(), 1u);
+  EXPECT_EQ(g.waiting(), 1u);
+  EXPECT_FALSE(g.cancel(1));  // running
+  EXPECT_TRUE(g.cancel(2));
+  EXPECT_FALSE(g.cancel(2));  // gone
+  EXPECT_EQ(g.waiting(), 0u);
+  std::vector<engine_event> out;
+  g.finish_step(out);
+  auto r = drain(g, 1000);
+  out.insert(out.end(), r.events.begin(), r.events.end());
+  size_t started2 = 0, finished1 = 0;
+  for (const auto& e : out) {
+    started2 += e.kind == engine_event::first_token && e.request == 2;
+    finished1 += e.kind == engine_event::finished && e.request == 1;
+  }
+  EXPECT_EQ(started2, 0u);
+  EXPECT_EQ(finished1, 1u);
+}
+
 TEST(engine, polynomials) {
   EXPECT_NEAR(prefill_ms(1000), 4.209989e-07 * 1e6 + 15.18344 + 16.50142, 1e-9);
   EXPECT_DOUBLE_EQ(prefill_ms(0), 0.0);
