@@ -36,17 +36,17 @@ using steady = std::chrono::steady_clock;
 struct load_flags {
   std::string nats;
   std::string prefix = "kvmesh";
-  double rate = 50;         // requests per second
-  double duration_s = 10;   // of sending
-  double drain_s = 8;       // waiting for late answers and engine events
+  double rate = 50;        // requests per second
+  double duration_s = 10;  // of sending
+  double drain_s = 8;      // waiting for late answers and engine events
   uint32_t timeout_ms = 2000;
   bool durable = false;
   uint32_t block_tokens = 16;
-  uint32_t blocks = 4;     // per prompt
-  uint32_t prefixes = 8;   // distinct shared prefixes (all blocks but the last)
+  uint32_t blocks = 4;    // per prompt
+  uint32_t prefixes = 8;  // distinct shared prefixes (all blocks but the last)
   uint32_t output_tokens = 4;
-  std::string out;         // JSONL, one line per request
-  std::string stop_file;   // sending stops early once this file exists
+  std::string out;        // JSONL, one line per request
+  std::string stop_file;  // sending stops early once this file exists
   bool json = false;
 };
 
@@ -54,13 +54,13 @@ struct load_flags {
 struct outcome {
   int64_t sent_ms = 0;  // wall clock, for lining up with a fault's time
   bool publish_failed = false;
-  std::string error;          // the router's answer without a decision
-  int64_t answered_ms = 0;    // first answer (decision or error); 0: none
-  bool timed_out = false;     // no answer within --timeout-ms
-  uint32_t decisions = 0;     // answers with a decision, repeats included
-  std::set<uint32_t> winners; // distinct workers named by them
-  uint32_t worker = 0;        // the first decision's worker
-  uint32_t started = 0;       // first tokens reported by engines: runs
+  std::string error;           // the router's answer without a decision
+  int64_t answered_ms = 0;     // first answer (decision or error); 0: none
+  bool timed_out = false;      // no answer within --timeout-ms
+  uint32_t decisions = 0;      // answers with a decision, repeats included
+  std::set<uint32_t> winners;  // distinct workers named by them
+  uint32_t worker = 0;         // the first decision's worker
+  uint32_t started = 0;        // first tokens reported by engines: runs
 };
 
 int64_t now_ms() {
@@ -231,9 +231,8 @@ int run_load(const load_flags& f) {
   (void)(*bus)->unsubscribe(*events);
 
   nlohmann::json sum;
-  uint64_t sent = 0, publish_errors = 0, decided = 0, errors = 0,
-           timeouts = 0, late = 0, lost = 0, duplicates = 0, repeats = 0,
-           double_runs = 0;
+  uint64_t sent = 0, publish_errors = 0, decided = 0, errors = 0, timeouts = 0,
+           late = 0, lost = 0, duplicates = 0, repeats = 0, double_runs = 0;
   std::ofstream lines;
   if (!f.out.empty()) lines.open(f.out);
   {
@@ -274,28 +273,21 @@ int run_load(const load_flags& f) {
       }
     }
   }
-  sum = {{"sent", sent},
-         {"publish_errors", publish_errors},
-         {"decided", decided},
-         {"errors", errors},
-         {"timeouts", timeouts},
-         {"late", late},
-         {"lost", lost},
-         {"duplicates", duplicates},
-         {"repeats", repeats},
-         {"double_runs", double_runs},
-         {"durable", f.durable},
-         {"rate", f.rate}};
+  sum = {{"sent", sent},         {"publish_errors", publish_errors},
+         {"decided", decided},   {"errors", errors},
+         {"timeouts", timeouts}, {"late", late},
+         {"lost", lost},         {"duplicates", duplicates},
+         {"repeats", repeats},   {"double_runs", double_runs},
+         {"durable", f.durable}, {"rate", f.rate}};
   if (f.json) {
     std::printf("%s\n", sum.dump().c_str());
   } else {
-    std::printf(
-        "sent %" PRIu64 " (publish errors %" PRIu64 "), decided %" PRIu64
-        " (late %" PRIu64 "), errors %" PRIu64 ", timeouts %" PRIu64
-        ", lost %" PRIu64 ", duplicates %" PRIu64 " (repeats %" PRIu64
-        "), run twice %" PRIu64 "\n",
-        sent, publish_errors, decided, late, errors, timeouts, lost,
-        duplicates, repeats, double_runs);
+    std::printf("sent %" PRIu64 " (publish errors %" PRIu64
+                "), decided %" PRIu64 " (late %" PRIu64 "), errors %" PRIu64
+                ", timeouts %" PRIu64 ", lost %" PRIu64 ", duplicates %" PRIu64
+                " (repeats %" PRIu64 "), run twice %" PRIu64 "\n",
+                sent, publish_errors, decided, late, errors, timeouts, lost,
+                duplicates, repeats, double_runs);
   }
   return 0;
 }

@@ -527,8 +527,7 @@ expected<std::vector<uint8_t>> record_store::get(const std::string& key) {
   kvEntry* e = nullptr;
   const natsStatus s = kvStore_Get(&e, kv_, key.c_str());
   if (s == NATS_NOT_FOUND)
-    return make_error(ec::not_found,
-                      "bucket " + opt_.bucket + ": no " + key);
+    return make_error(ec::not_found, "bucket " + opt_.bucket + ": no " + key);
   if (s != NATS_OK) {
     failures_.fetch_add(1);
     return js_fail("bucket " + opt_.bucket + ": get " + key, s, no_js_error,

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "cluster/bridge.hpp"
 #include "cluster/remote.hpp"
@@ -232,7 +233,8 @@ caf::behavior agent_endpoint(
           const bytes& payload) {
         auto& st = self->state;
         if (subject == st.mesh.subj.shard_beat()) {
-          if (auto s = decode<shard_status>(payload)) agent_shard_beat(self, *s);
+          if (auto s = decode<shard_status>(payload))
+            agent_shard_beat(self, *s);
           return;
         }
         const std::string verb = verb_of(subject);
@@ -442,11 +444,11 @@ void answer_durable(front_pointer self, const std::string& reply,
                     uint64_t id) {
   auto& st = self->state;
   if (st.records && d->stream_sequence() != 0)
-    if (auto kept = st.records->put(record_key(d->stream_sequence(), id),
-                                    payload);
+    if (auto kept =
+            st.records->put(record_key(d->stream_sequence(), id), payload);
         !kept)
-      KVMESH_WARN("router %s: request %llu answered without a record: %s",
-                  st.name_.c_str(), static_cast<unsigned long long>(id),
+      KVMESH_WARN("durable request %llu answered without a record: %s",
+                  static_cast<unsigned long long>(id),
                   kept.err().message.c_str());
   answer(*st.bus, reply, payload);
   if (st.exit_before_ack) {
@@ -1200,9 +1202,8 @@ expected<std::unique_ptr<router_node>> router_node::start(
     exit_before_ack = fault && std::string(fault) == "exit_before_ack";
     if (exit_before_ack)
       KVMESH_WARN(
-          "router %s: KVMESH_TEST_FAULT=exit_before_ack: exits after its "
-          "first durable answer, before acking it (a test's fault)",
-          opt.name.c_str());
+          "KVMESH_TEST_FAULT=exit_before_ack: exits after its first "
+          "durable answer, before acking it (a test's fault)");
   }
   auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
                          opt.router.block_tokens, p->stopping, opt.meters,
@@ -1217,6 +1218,31 @@ expected<std::unique_ptr<router_node>> router_node::start(
            {s.worker_beat(), "", dir_handle},
            {s.router_beat(), "", dir_handle},
            {s.shard_beat(), "", dir_handle},
+       }) {
+    if (auto st = p->listen(subject, queue, to); !st) {
+      p->stop();
+      return st.err();
+    }
+  }
+  // Joins the routers' queue group once a worker has been heard (or after
+  // a heartbeat and a quarter, for a mesh without any): a router restarted
+  // into a running mesh would otherwise answer "no workers" to requests
+  // the other routers would have routed (scripts/chaos found it).
+  {
+    caf::scoped_actor waiter{sys};
+    const auto until = steady::now() + opt.mesh.heartbeat * 5 / 4;
+    bool heard = false;
+    while (!heard && steady::now() < until) {
+      waiter
+          ->request(p->admin, opt.mesh.call_timeout, get_atom::value,
+                    workers_atom::value)
+          .receive([&](std::vector<worker_status>& ws) { heard = !ws.empty(); },
+                   [](caf::error&) {});
+      if (!heard) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  for (auto [subject, queue, to] :
+       std::vector<std::tuple<std::string, std::string, caf::actor>>{
            {s.route(), "routers", front},
            {s.route_json(), "routers", front},
            {s.router(opt.name, "weights.get"), "", front},
@@ -1240,27 +1266,26 @@ expected<std::unique_ptr<router_node>> router_node::start(
     const size_t skip = s.route_durable().size() + 1;
     auto records = p->records;
     nats_bus* b = &bus;
-    auto started = (*q)->start([front, skip, records, b](
-                                   nats_message m,
-                                   std::shared_ptr<delivery> d) {
-      std::string reply =
-          m.subject.size() > skip ? m.subject.substr(skip) : std::string();
-      // Handed out before: a router may have decided it and died before
-      // its ack. Its kept answer goes out again (the client takes the
-      // first; the worker is not awarded twice). Without one (never
-      // decided, or the store not answering), it is auctioned: better a
-      // second decision than none.
-      if (d->delivery_count() > 1)
-        if (auto r = decode<route_request_msg>(m.payload))
-          if (auto kept =
-                  records->get(record_key(d->stream_sequence(), r->id))) {
-            if (!reply.empty()) (void)b->publish(reply, *kept);
-            (void)d->ack();
-            return;
-          }
-      caf::anon_send(front, durable_atom::value, std::move(reply),
-                     std::move(m.payload), std::move(d));
-    });
+    auto started = (*q)->start(
+        [front, skip, records, b](nats_message m, std::shared_ptr<delivery> d) {
+          std::string reply =
+              m.subject.size() > skip ? m.subject.substr(skip) : std::string();
+          // Handed out before: a router may have decided it and died before
+          // its ack. Its kept answer goes out again (the client takes the
+          // first; the worker is not awarded twice). Without one (never
+          // decided, or the store not answering), it is auctioned: better a
+          // second decision than none.
+          if (d->delivery_count() > 1)
+            if (auto r = decode<route_request_msg>(m.payload))
+              if (auto kept =
+                      records->get(record_key(d->stream_sequence(), r->id))) {
+                if (!reply.empty()) (void)b->publish(reply, *kept);
+                (void)d->ack();
+                return;
+              }
+          caf::anon_send(front, durable_atom::value, std::move(reply),
+                         std::move(m.payload), std::move(d));
+        });
     if (!started) {
       p->stop();
       return started.err();
