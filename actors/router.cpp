@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/log.hpp"
+
 namespace kvmesh {
 
 namespace {
@@ -52,6 +54,17 @@ std::vector<std::pair<uint32_t, std::vector<uint32_t>>> by_bidder(
     it->second.push_back(w);
   }
   return out;
+}
+
+// Worker `w` leaves the auctions until a heartbeat brings it back; logged
+// once per departure, with the time an operator (and scripts/chaos) reads
+// as "out of the auctions".
+void count_out(rpointer self, uint32_t w, const char* why) {
+  auto& m = self->state.members[w];
+  if (!m.live) return;
+  m.live = false;
+  KVMESH_INFO("worker %u out of the auctions of router %s (%s)", w,
+              self->state.opt.name.c_str(), why);
 }
 
 // Releases the reservations of every bidder but `keep`.
@@ -137,9 +150,15 @@ void award_next(rpointer self, auction_ptr a) {
           },
           [=](caf::error&) {
             // Silence past the deadline: the worker may be gone. It stays
-            // out of the auctions until a heartbeat says otherwise.
+            // out of the auctions until a heartbeat says otherwise. Should
+            // it be only slow and accept after all, the release takes the
+            // award back (it goes to the next bidder, and must not run
+            // twice).
+            auto& st = self->state;
+            self->send(st.bidders[st.members[w].bidder], release_atom::value,
+                       release_msg{a->request.id, {w}});
             self->state.auction->settle(a->request.id);
-            self->state.members[w].live = false;
+            count_out(self, w, "its award went unanswered");
             award_next(self, a);
           });
 }
@@ -325,7 +344,8 @@ void tick(rpointer self) {
             },
             [=](caf::error&) {
               auto& m = self->state.members[i];
-              if (++m.missed >= self->state.opt.missed_beats) m.live = false;
+              if (++m.missed >= self->state.opt.missed_beats)
+                count_out(self, i, "no heartbeat");
             });
   }
   auto held = std::move(st.held);

@@ -85,6 +85,28 @@ void finish_step(wpointer self) {
   maybe_step(self);
 }
 
+// Tells every shard all this worker holds in its part, after a drop of what
+// the shard had: the shards are new to it (events before it knew them went
+// nowhere), came back from a restart (events sent meanwhile were lost), or
+// the worker itself is new (a restarted agent: the shard still holds its
+// predecessor's blocks). Later events follow in order, so the shard ends
+// where the worker is.
+void announce_cache(wpointer self) {
+  auto& st = self->state;
+  if (st.shards.empty()) return;
+  const uint32_t id = st.ledger->config().id;
+  std::vector<std::vector<cache_event>> out(st.shards.size());
+  st.eng->cache().for_each([&](uint64_t hash, tier where, uint64_t root) {
+    out[shard_of(root, st.shards.size())].push_back(
+        cache_event{cache_event::stored, where, hash, root});
+  });
+  for (size_t i = 0; i < st.shards.size(); ++i) {
+    self->send(st.shards[i], drop_atom::value, id);
+    if (!out[i].empty())
+      self->send(st.shards[i], kv_atom::value, id, std::move(out[i]));
+  }
+}
+
 }  // namespace
 
 worker_actor::behavior_type worker(wpointer self, worker_options opt) {
@@ -166,7 +188,13 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         return {true, {}, {}, st.ledger->accepted()};
       },
       [=](release_atom, const release_msg& r) {
-        self->state.ledger->release(r.request);
+        auto& st = self->state;
+        if (st.ledger->release(r.request)) return;  // a loser's reservation
+        // No reservation: an award this worker accepted after the router
+        // had given up on it and gone to the next bidder, which the router
+        // then releases. Taken back unless the engine has started it, so
+        // that the request does not run twice.
+        if (st.eng->cancel(r.request)) st.ledger->done(r.request);
       },
       [=](status_atom) -> worker_status {
         auto& st = self->state;
@@ -195,6 +223,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         auto& st = self->state;
         st.shards = std::move(shards);
         st.kv_out.assign(st.shards.size(), {});
+        announce_cache(self);
       },
       [=](step_atom) { finish_step(self); },
   };

@@ -729,6 +729,8 @@ struct router_flags {
   bus_flags bus;
   std::string name;
   bool durable = false;
+  uint32_t durable_ack_wait_ms = 5000;
+  uint32_t durable_replicas = 1;
   metrics_flags metrics;
   wire_limits limits;
   uint32_t heartbeat_ms = 1000;
@@ -781,6 +783,8 @@ int run_router(router_flags f) {
   rn.router.heartbeat = rn.mesh.heartbeat;
   rn.router.missed_beats = f.missed_beats;
   rn.durable = f.durable;
+  rn.durable_ack_wait = std::chrono::milliseconds(f.durable_ack_wait_ms);
+  rn.durable_replicas = static_cast<int>(f.durable_replicas);
   std::unique_ptr<process_metrics> pm;
   if (f.metrics.port != 0) {
     auto m = process_metrics::for_router(rn);
@@ -828,6 +832,18 @@ void add_router(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--durable", f->durable,
                 "also take requests from the durable JetStream queue "
                 "(needs nats-server -js)");
+  cmd->add_option("--durable-ack-wait-ms", f->durable_ack_wait_ms,
+                  "a durable request not acked within this (its router "
+                  "died) is handed to another router; the last router to "
+                  "start sets it for all")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--durable-replicas", f->durable_replicas,
+                  "copies of the durable queue and its decision records in "
+                  "a NATS cluster (3: survives one server of three), when "
+                  "this router creates them")
+      ->check(CLI::Range(1, 5))
+      ->capture_default_str();
   add_metrics_flags(*cmd, f->metrics);
   add_limit_flags(*cmd, f->limits);
   cmd->add_option("--heartbeat-ms", f->heartbeat_ms,

@@ -24,6 +24,9 @@ void add_index(CLI::App& app, std::function<int()>& run);
 void add_route(CLI::App& app, std::function<int()>& run);
 void add_admin(CLI::App& app, std::function<int()>& run);
 void add_top(CLI::App& app, std::function<int()>& run);
+// A fixed-rate load generator that records every request's fate
+// (cmd_load.cpp), for scripts/chaos.
+void add_load(CLI::App& app, std::function<int()>& run);
 
 // The fleet and load flags that `sim` and `up` share, bound to `cfg`:
 // --workers, --routers, --gpu-blocks, --host-blocks, --disk-blocks,

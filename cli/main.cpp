@@ -42,6 +42,7 @@ void add_commands(CLI::App& app, std::function<int()>& run) {
   kvmesh::cli::add_route(app, run);
   kvmesh::cli::add_admin(app, run);
   kvmesh::cli::add_top(app, run);
+  kvmesh::cli::add_load(app, run);
   kvmesh::cli::add_config(app, run);
 }
 

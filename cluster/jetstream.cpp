@@ -86,6 +86,7 @@ status check_options(const work_queue_options& o) {
   // 0 would mean the server's default, which hides the choice.
   if (o.max_deliver == 0 || o.max_deliver < -1)
     return bad("max_deliver must be -1 (forever) or positive");
+  if (o.replicas < 1 || o.replicas > 5) return bad("replicas must be 1 to 5");
   return ok;
 }
 
@@ -146,6 +147,7 @@ status ensure_stream(jsCtx* js, const work_queue_options& o) {
     cfg.SubjectsLen = 1;
     cfg.Retention = js_WorkQueuePolicy;
     cfg.Storage = js_FileStorage;
+    cfg.Replicas = o.replicas;
     last_error add_last;
     jerr = no_js_error;
     s = js_AddStream(nullptr, js, &cfg, nullptr, &jerr);
@@ -449,6 +451,93 @@ uint64_t work_queue::fetch_errors() const {
 }
 uint64_t work_queue::handler_errors() const {
   return core_->handler_errors.load();
+}
+
+}  // namespace kvmesh
+
+// ---- record_store ----
+
+namespace kvmesh {
+
+expected<std::unique_ptr<record_store>> record_store::open(
+    nats_bus& bus, const record_options& opt) {
+  const std::string name = "bucket " + opt.bucket;
+  if (opt.bucket.empty())
+    return make_error(ec::invalid_argument, "record store: empty bucket name");
+  if (opt.ttl.count() <= 0)
+    return make_error(ec::invalid_argument, name + ": ttl must be positive");
+  if (opt.replicas < 1 || opt.replicas > 5)
+    return make_error(ec::invalid_argument, name + ": replicas must be 1 to 5");
+  natsConnection* nc = bus.native();
+  if (!nc) return make_error(ec::invalid_argument, name + ": no connection");
+  std::unique_ptr<record_store> r(new record_store());
+  r->opt_ = opt;
+  last_error last;
+  natsStatus s = natsConnection_JetStream(&r->js_, nc, nullptr);
+  if (s != NATS_OK)
+    return js_fail(name + ": JetStream context", s, no_js_error, last);
+  // Bind first: creating an existing bucket whose settings differ (another
+  // router's TTL) would be refused.
+  last_error bind_last;
+  s = js_KeyValue(&r->kv_, r->js_, opt.bucket.c_str());
+  if (s == NATS_OK) return r;
+  if (s != NATS_NOT_FOUND)
+    return js_fail(name + ": bind", s, no_js_error, bind_last);
+  kvConfig cfg;
+  last_error create_last;
+  if ((s = kvConfig_Init(&cfg)) != NATS_OK)
+    return js_fail(name + ": config", s, no_js_error, create_last);
+  cfg.Bucket = opt.bucket.c_str();
+  cfg.History = 1;
+  cfg.TTL = opt.ttl.count() * 1000000;  // nanoseconds
+  cfg.StorageType = js_FileStorage;
+  cfg.Replicas = opt.replicas;
+  s = js_CreateKeyValue(&r->kv_, r->js_, &cfg);
+  if (s != NATS_OK) {
+    // Another router created it in between: bind to theirs.
+    last_error again_last;
+    if (js_KeyValue(&r->kv_, r->js_, opt.bucket.c_str()) == NATS_OK) return r;
+    return js_fail(name + ": create", s, no_js_error, create_last);
+  }
+  return r;
+}
+
+record_store::~record_store() {
+  if (kv_) kvStore_Destroy(kv_);
+  if (js_) jsCtx_Destroy(js_);
+}
+
+status record_store::put(const std::string& key,
+                         const std::vector<uint8_t>& value) {
+  last_error last;
+  uint64_t rev = 0;
+  const natsStatus s = kvStore_Put(&rev, kv_, key.c_str(), value.data(),
+                                   static_cast<int>(value.size()));
+  if (s != NATS_OK) {
+    failures_.fetch_add(1);
+    return js_fail("bucket " + opt_.bucket + ": put " + key, s, no_js_error,
+                   last);
+  }
+  puts_.fetch_add(1);
+  return ok;
+}
+
+expected<std::vector<uint8_t>> record_store::get(const std::string& key) {
+  last_error last;
+  kvEntry* e = nullptr;
+  const natsStatus s = kvStore_Get(&e, kv_, key.c_str());
+  if (s == NATS_NOT_FOUND)
+    return make_error(ec::not_found, "bucket " + opt_.bucket + ": no " + key);
+  if (s != NATS_OK) {
+    failures_.fetch_add(1);
+    return js_fail("bucket " + opt_.bucket + ": get " + key, s, no_js_error,
+                   last);
+  }
+  const auto* data = static_cast<const uint8_t*>(kvEntry_Value(e));
+  std::vector<uint8_t> out(data, data + kvEntry_ValueLen(e));
+  kvEntry_Destroy(e);
+  hits_.fetch_add(1);
+  return out;
 }
 
 }  // namespace kvmesh

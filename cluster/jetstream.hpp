@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -16,6 +17,8 @@
 #include "core/error.hpp"
 
 struct __natsMsg;
+struct __jsCtx;
+struct __kvStore;
 
 namespace kvmesh {
 
@@ -33,6 +36,9 @@ struct work_queue_options {
   // How long one fetch waits for messages; also bounds how long stop() takes.
   int64_t fetch_wait_ms = 100;
   int64_t max_deliver = -1;  // -1: redeliver forever
+  // Copies of the stream in a NATS cluster (1 to 5), when this call creates
+  // it: 3 keeps durable intake up while one server of three is down.
+  int replicas = 1;
   // false: publish only (a client). The consumer is neither created nor
   // changed, so a client cannot reset the routers' ack wait.
   bool consume = true;
@@ -148,6 +154,48 @@ class work_queue {
   // The fetch thread's back-off sleep, which stop() cuts short.
   std::mutex sleep_mu_;
   std::condition_variable wake_;
+};
+
+// A JetStream key-value bucket (file storage, one value per key, entries
+// expiring after a TTL): durable intake keeps there the decision made for
+// each request, so that a redelivered request is answered with it instead
+// of being auctioned a second time (docs/wire.md, "Durable intake").
+struct record_options {
+  std::string bucket = "KVMESH_DECISIONS";
+  // Longer than any request can wait in the queue for a redelivery.
+  std::chrono::milliseconds ttl{std::chrono::minutes(10)};
+  int replicas = 1;  // as work_queue_options::replicas
+};
+
+class record_store {
+ public:
+  // Binds to the bucket, creating it when missing. Errors name the bucket
+  // and carry libnats' text. `bus` must outlive the store.
+  static expected<std::unique_ptr<record_store>> open(
+      nats_bus& bus, const record_options& opt);
+  ~record_store();
+  record_store(const record_store&) = delete;
+  record_store& operator=(const record_store&) = delete;
+
+  // Stored once the server confirmed it (a round trip). Callable from any
+  // thread.
+  status put(const std::string& key, const std::vector<uint8_t>& value);
+  // The value, or an error: ec::not_found when there is none (never
+  // written, or expired), ec::io_error when the server could not say.
+  expected<std::vector<uint8_t>> get(const std::string& key);
+
+  uint64_t puts() const { return puts_.load(); }
+  uint64_t hits() const { return hits_.load(); }
+  uint64_t failures() const { return failures_.load(); }
+
+ private:
+  record_store() = default;
+  record_options opt_;
+  __jsCtx* js_ = nullptr;
+  __kvStore* kv_ = nullptr;
+  std::atomic<uint64_t> puts_{0};
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> failures_{0};
 };
 
 }  // namespace kvmesh

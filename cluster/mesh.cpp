@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "cluster/bridge.hpp"
 #include "cluster/remote.hpp"
@@ -85,6 +87,13 @@ struct agent_state {
   std::unordered_map<uint32_t, worker_actor> workers;
   std::vector<uint32_t> ids;
   uint32_t shards = 0;
+  std::vector<index_shard_actor> proxies;  // one per shard, once known
+  // Each shard's last heartbeat: when, and the events it had applied.
+  struct shard_seen {
+    steady::time_point at;
+    uint64_t events = 0;
+  };
+  std::map<uint32_t, shard_seen> seen;
   batcher out;  // replies, sent when the mailbox has drained
 };
 
@@ -165,16 +174,45 @@ void agent_award(agent_pointer self, const std::string& reply,
 }
 
 // The index has `n` shards (a shard's heartbeat said so): KV events go to
-// stand-ins of them from now on.
+// stand-ins of them from now on, and each worker announces what it holds
+// (its events before went nowhere).
 void agent_learn_shards(agent_pointer self, uint32_t n) {
   auto& st = self->state;
   if (n == st.shards || n == 0 || n > 4096) return;
   st.shards = n;
-  std::vector<index_shard_actor> proxies;
+  st.proxies.clear();
+  st.seen.clear();
   for (uint32_t i = 0; i < n; ++i)
-    proxies.push_back(spawn_remote_shard(self->system(), st.box, st.mesh, i));
+    st.proxies.push_back(
+        spawn_remote_shard(self->system(), st.box, st.mesh, i));
   for (auto& [id, w] : st.workers)
-    self->send(w, put_atom::value, shards_atom::value, proxies);
+    self->send(w, put_atom::value, shards_atom::value, st.proxies);
+}
+
+// A shard's heartbeat: one heard for the first time, after a silence of
+// more than the missed beats, or with fewer applied events than before (it
+// restarted between two beats) has missed KV events. Its RocksDB kept what
+// it had, not what came meanwhile: the workers announce their caches again
+// (to every shard: one message names them all; a shard restart is rare).
+void agent_shard_beat(agent_pointer self, const shard_status& s) {
+  auto& st = self->state;
+  const bool learnt = s.shards != st.shards;
+  agent_learn_shards(self, s.shards);
+  if (s.shards != st.shards || s.shard >= st.shards) return;
+  const auto now = steady::now();
+  auto it = st.seen.find(s.shard);
+  // Heard first right after learning the count: the workers have just
+  // announced themselves to every shard.
+  const bool lost_track = it == st.seen.end()
+                              ? !learnt
+                              : now - it->second.at > stale_after(st.mesh) ||
+                                    s.events < it->second.events;
+  st.seen[s.shard] = {now, s.events};
+  if (!lost_track) return;
+  KVMESH_INFO("shard %u is new or back: workers of agent %s re-announce",
+              s.shard, st.agent.c_str());
+  for (auto& [id, w] : st.workers)
+    self->send(w, put_atom::value, shards_atom::value, st.proxies);
 }
 
 caf::behavior agent_endpoint(
@@ -197,7 +235,7 @@ caf::behavior agent_endpoint(
         auto& st = self->state;
         if (subject == st.mesh.subj.shard_beat()) {
           if (auto s = decode<shard_status>(payload))
-            agent_learn_shards(self, s->shards);
+            agent_shard_beat(self, *s);
           return;
         }
         const std::string verb = verb_of(subject);
@@ -280,9 +318,12 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
         if (subject == st.mesh.subj.kv(st.index)) {
           // A malformed batch is counted by the codec and dropped: nobody
           // awaits an answer to KV events.
-          if (auto b = decode<kv_batch>(payload))
-            self->send(st.shard, kv_atom::value, b->worker,
-                       std::move(b->events));
+          if (auto b = decode<kv_batch>(payload)) {
+            if (b->resync) self->send(st.shard, drop_atom::value, b->worker);
+            if (!b->events.empty())
+              self->send(st.shard, kv_atom::value, b->worker,
+                         std::move(b->events));
+          }
           return;
         }
         auto q = decode<index_query>(payload);
@@ -335,6 +376,11 @@ struct front_state {
   std::shared_ptr<std::atomic<bool>> stopping;
   std::shared_ptr<const router_meters> meters;  // null: not counted
   uint64_t block_mismatches = 0;
+  // Durable intake: where each durable request's answer is kept before it
+  // goes out (null: not kept), and the test-only fault of dying between
+  // answering and acking.
+  std::shared_ptr<record_store> records;
+  bool exit_before_ack = false;
 };
 
 using front_pointer = caf::stateful_actor<front_state>*;
@@ -382,6 +428,39 @@ expected<route_request_msg> decode_route(front_state& st,
   return r;
 }
 
+// The record of a durable request's answer: its stream sequence (the same
+// across redeliveries) and its id (so that a stream deleted and made again,
+// which restarts sequences, cannot match an old record).
+std::string record_key(uint64_t sequence, uint64_t request) {
+  return std::to_string(sequence) + "-" + std::to_string(request);
+}
+
+// A durable request's answer: kept first, so that a redelivery (this
+// router dying before its ack reaches the server) is answered with it
+// rather than auctioned again; then sent, then acked. A record that cannot
+// be kept does not hold the answer back: the award is made, and only a
+// death before the ack would cost a second decision.
+void answer_durable(front_pointer self, const std::string& reply,
+                    const bytes& payload, const std::shared_ptr<delivery>& d,
+                    uint64_t id) {
+  auto& st = self->state;
+  if (st.records && d->stream_sequence() != 0)
+    if (auto kept =
+            st.records->put(record_key(d->stream_sequence(), id), payload);
+        !kept)
+      KVMESH_WARN("durable request %llu answered without a record: %s",
+                  static_cast<unsigned long long>(id),
+                  kept.err().message.c_str());
+  answer(*st.bus, reply, payload);
+  if (st.exit_before_ack) {
+    // KVMESH_TEST_FAULT=exit_before_ack: the answer is out, the ack never
+    // leaves, as when a router is killed between the two.
+    (void)st.bus->flush(std::chrono::seconds(2));
+    std::_Exit(137);
+  }
+  (void)d->ack();
+}
+
 // Route requests wait for the router's own deadlines; this only bounds a
 // router that never answers (the stand-in of a remote one).
 constexpr auto route_timeout = std::chrono::seconds(60);
@@ -390,8 +469,12 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                            router_actor router, std::string name,
                            uint32_t block_tokens,
                            std::shared_ptr<std::atomic<bool>> stopping,
-                           std::shared_ptr<const router_meters> meters) {
+                           std::shared_ptr<const router_meters> meters,
+                           std::shared_ptr<record_store> records,
+                           bool exit_before_ack) {
   auto& st = self->state;
+  st.records = std::move(records);
+  st.exit_before_ack = exit_before_ack;
   st.stopping = std::move(stopping);
   st.meters = std::move(meters);
   st.bus = bus;
@@ -511,11 +594,10 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         self->request(st.router, caf::infinite, route_atom::value,
                       std::move(*r))
             .then(
-                [self, reply, d, since](const decision& out) {
+                [self, reply, d, since, id](const decision& out) {
                   if (*self->state.stopping) return;
                   decided(self, out, since);
-                  answer(*self->state.bus, reply, encode(out));
-                  (void)d->ack();
+                  answer_durable(self, reply, encode(out), d, id);
                 },
                 [self, reply, id, d](caf::error& e) {
                   if (*self->state.stopping) return;
@@ -530,8 +612,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                   decision out;
                   out.request = id;
                   out.error = describe(e);
-                  answer(*self->state.bus, reply, encode(out));
-                  (void)d->ack();
+                  answer_durable(self, reply, encode(out), d, id);
                 });
       },
       [=](beat_atom) {
@@ -1075,6 +1156,7 @@ struct router_node::impl : node_base {
   router_actor router;
   admin_actor admin;
   std::unique_ptr<work_queue> queue;
+  std::shared_ptr<record_store> records;
   std::shared_ptr<std::atomic<bool>> stopping =
       std::make_shared<std::atomic<bool>>(false);
 };
@@ -1085,6 +1167,7 @@ router_node::~router_node() {
   // unacked ones go elsewhere.
   *impl_->stopping = true;
   impl_->queue.reset();
+  impl_->records.reset();
   impl_->stop();
 }
 router_actor router_node::router() const {
@@ -1118,8 +1201,29 @@ expected<std::unique_ptr<router_node>> router_node::start(
   auto dir = sys.spawn(directory, p->box, opt.mesh, p->router);
   p->admin = caf::actor_cast<admin_actor>(dir);
   p->actors.push_back(caf::actor_cast<caf::actor>(dir));
+  // Durable intake keeps its answers (record_store) before the front may
+  // give any: opened first.
+  bool exit_before_ack = false;
+  if (opt.durable) {
+    record_options ro_rec;
+    ro_rec.bucket = durable_queue(opt.mesh.subj).stream + "_DECISIONS";
+    ro_rec.replicas = opt.durable_replicas;
+    auto rec = record_store::open(bus, ro_rec);
+    if (!rec) {
+      p->stop();
+      return rec.err();
+    }
+    p->records = std::move(*rec);
+    const char* fault = std::getenv("KVMESH_TEST_FAULT");
+    exit_before_ack = fault && std::string(fault) == "exit_before_ack";
+    if (exit_before_ack)
+      KVMESH_WARN(
+          "KVMESH_TEST_FAULT=exit_before_ack: exits after its first "
+          "durable answer, before acking it (a test's fault)");
+  }
   auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
-                         opt.router.block_tokens, p->stopping, opt.meters);
+                         opt.router.block_tokens, p->stopping, opt.meters,
+                         p->records, exit_before_ack);
   p->actors.push_back(front);
   auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout);
   p->actors.push_back(admin_ep);
@@ -1130,6 +1234,31 @@ expected<std::unique_ptr<router_node>> router_node::start(
            {s.worker_beat(), "", dir_handle},
            {s.router_beat(), "", dir_handle},
            {s.shard_beat(), "", dir_handle},
+       }) {
+    if (auto st = p->listen(subject, queue, to); !st) {
+      p->stop();
+      return st.err();
+    }
+  }
+  // Joins the routers' queue group once a worker has been heard (or after
+  // a heartbeat and a quarter, for a mesh without any): a router restarted
+  // into a running mesh would otherwise answer "no workers" to requests
+  // the other routers would have routed (scripts/chaos found it).
+  {
+    caf::scoped_actor waiter{sys};
+    const auto until = steady::now() + opt.mesh.heartbeat * 5 / 4;
+    bool heard = false;
+    while (!heard && steady::now() < until) {
+      waiter
+          ->request(p->admin, opt.mesh.call_timeout, get_atom::value,
+                    workers_atom::value)
+          .receive([&](std::vector<worker_status>& ws) { heard = !ws.empty(); },
+                   [](caf::error&) {});
+      if (!heard) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  for (auto [subject, queue, to] :
+       std::vector<std::tuple<std::string, std::string, caf::actor>>{
            {s.route(), "routers", front},
            {s.route_json(), "routers", front},
            {s.router(opt.name, "weights.get"), "", front},
@@ -1148,16 +1277,32 @@ expected<std::unique_ptr<router_node>> router_node::start(
   if (opt.durable) {
     auto qo = durable_queue(s);
     qo.ack_wait_ms = opt.durable_ack_wait.count();
+    qo.replicas = opt.durable_replicas;
     auto q = work_queue::open(bus, qo);
     if (!q) {
       p->stop();
       return q.err();
     }
     const size_t skip = s.route_durable().size() + 1;
-    auto started =
-        (*q)->start([front, skip](nats_message m, std::shared_ptr<delivery> d) {
+    auto records = p->records;
+    nats_bus* b = &bus;
+    auto started = (*q)->start(
+        [front, skip, records, b](nats_message m, std::shared_ptr<delivery> d) {
           std::string reply =
               m.subject.size() > skip ? m.subject.substr(skip) : std::string();
+          // Handed out before: a router may have decided it and died before
+          // its ack. Its kept answer goes out again (the client takes the
+          // first; the worker is not awarded twice). Without one (never
+          // decided, or the store not answering), it is auctioned: better a
+          // second decision than none.
+          if (d->delivery_count() > 1)
+            if (auto r = decode<route_request_msg>(m.payload))
+              if (auto kept =
+                      records->get(record_key(d->stream_sequence(), r->id))) {
+                if (!reply.empty()) (void)b->publish(reply, *kept);
+                (void)d->ack();
+                return;
+              }
           caf::anon_send(front, durable_atom::value, std::move(reply),
                          std::move(m.payload), std::move(d));
         });

@@ -122,6 +122,9 @@ struct router_node_options {
   // A durable request not acked within this (its router died) goes to
   // another router.
   std::chrono::milliseconds durable_ack_wait{5000};
+  // Copies of the durable stream and of its decision records in a NATS
+  // cluster, when this router creates them.
+  int durable_replicas = 1;
   // Where the front counts requests, decisions and failures
   // (cluster/mesh_metrics.hpp makes it); null: not counted.
   std::shared_ptr<const router_meters> meters;

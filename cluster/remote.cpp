@@ -203,7 +203,15 @@ remote_shard_actor::behavior_type remote_shard(
         return rp;
       },
       // A worker that left is forgotten by the shard's own process.
-      [=](drop_atom, uint32_t) {},
+      // Over NATS a drop travels as a resync batch without events: the
+      // worker re-announcing its cache sends it first, then its blocks.
+      [=](drop_atom, uint32_t worker) {
+        auto& st = self->state;
+        kv_batch b;
+        b.worker = worker;
+        b.resync = true;
+        (void)st.calls.box().bus().publish(st.subj.kv(st.shard), encode(b));
+      },
       [=](status_atom) -> caf::result<shard_status> {
         auto& st = self->state;
         if (!st.heard)

@@ -104,6 +104,35 @@ status engine::submit(engine_request req, double now_ms) {
   return ok;
 }
 
+bool engine::cancel(uint64_t request) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    sequence& s = seqs_[*it];
+    if (s.req.id != request) continue;
+    if (s.first_token_sent) return false;  // preempted after its prefill
+    release_blocks(s);
+    s.req.blocks = {};
+    free_.push_back(*it);
+    waiting_.erase(it);
+    return true;
+  }
+  for (size_t i = 0; i < running_.size(); ++i) {
+    sequence& s = seqs_[running_[i]];
+    if (s.req.id != request) continue;
+    if (s.first_token_sent || s.cancelled) return false;
+    // Part of the step in progress: dropped when it ends.
+    if (in_step()) {
+      s.cancelled = true;
+      return true;
+    }
+    release_blocks(s);
+    s.req.blocks = {};
+    free_.push_back(running_[i]);
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    return true;
+  }
+  return false;
+}
+
 uint64_t engine::pending_prefill_tokens() const {
   uint64_t sum = 0;
   for (uint32_t s : waiting_)
@@ -289,6 +318,16 @@ void engine::finish_step(std::vector<engine_event>& out) {
   still_running.reserve(running_.size());
   for (uint32_t slot : running_) {
     sequence& s = seqs_[slot];
+    if (s.cancelled) {
+      // Taken back during the step (cancel): nothing of it is reported,
+      // what it held is freed.
+      s.chunk = 0;
+      s.decoding = false;
+      release_blocks(s);
+      s.req.blocks = {};
+      free_.push_back(slot);
+      continue;
+    }
     bool token = false;
     if (s.chunk > 0) {
       s.done_tokens += s.chunk;

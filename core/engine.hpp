@@ -72,6 +72,10 @@ class engine {
   // when there is no work. Call finish_step() at that time before the next
   // start_step().
   std::optional<double> start_step(double now_ms);
+  // Takes back a request that has not produced its first token (waiting,
+  // or running its prefill; one in the step in progress is dropped when the
+  // step ends, unreported): true if so. One past its first token runs on.
+  bool cancel(uint64_t request);
   // Completes the running step: computed blocks become cached, tokens are
   // generated; appends what happened to `out`.
   void finish_step(std::vector<engine_event>& out);
@@ -104,6 +108,7 @@ class engine {
     double arrival_ms = 0;
     uint32_t generated = 0;  // output tokens produced so far
     bool first_token_sent = false;
+    bool cancelled = false;    // taken back during a step: dropped at its end
     uint32_t held = 0;         // req.blocks[0, held) are referenced
     uint32_t anon = 0;         // anonymous GPU blocks held
     uint32_t done_tokens = 0;  // tokens of the context in the KV cache

@@ -99,6 +99,17 @@ class tiered_cache {
   // and the anonymous block freed. Never fails: the block already has room.
   void commit(uint64_t hash, uint64_t root = 0);
 
+  // Calls f(hash, tier, root) for every block held, in no particular order:
+  // what a worker re-announces to an index shard that lost track of it.
+  template <class F>
+  void for_each(F&& f) const {
+    std::vector<bool> gone(entries_.size(), false);
+    for (uint32_t e : free_)
+      gone[e] = true;
+    for (uint32_t e = 0; e < entries_.size(); ++e)
+      if (!gone[e]) f(entries_[e].hash, entries_[e].where, entries_[e].root);
+  }
+
  private:
   static constexpr uint32_t nil = UINT32_MAX;
   static size_t idx(tier t) { return static_cast<size_t>(t); }

@@ -172,6 +172,7 @@ void write(const decision& x, wire::Decision::Builder b) {
 
 void write(const kv_batch& x, wire::KvBatch::Builder b) {
   b.setWorker(x.worker);
+  b.setResync(x.resync);
   auto events = b.initEvents(static_cast<unsigned>(x.events.size()));
   for (size_t i = 0; i < x.events.size(); ++i) {
     const auto& e = x.events[i];
@@ -450,6 +451,7 @@ decision read(wire::Decision::Reader r) {
 expected<kv_batch> read(wire::KvBatch::Reader r) {
   kv_batch x;
   x.worker = r.getWorker();
+  x.resync = r.getResync();
   auto events = r.getEvents();
   x.events.reserve(events.size());
   for (unsigned i = 0; i < events.size(); ++i) {

@@ -138,6 +138,10 @@ struct KvBatch {
   version @0 :UInt16;
   worker @1 :UInt32;
   events @2 :List(KvEvent);
+  # True: the shard forgets what it holds of this worker before applying
+  # these events (a worker re-announcing its cache to a shard that came
+  # back or that it had never reached). False: events on top of the rest.
+  resync @3 :Bool;
 }
 
 # A worker's heartbeat: its queue, tiers and load.

@@ -164,6 +164,8 @@ struct award_msg {
 struct kv_batch {
   uint32_t worker = 0;
   std::vector<cache_event> events;
+  // The shard drops the worker's blocks before applying `events`.
+  bool resync = false;
 };
 
 // "Who holds how much of this prefix": a chain of block hashes.

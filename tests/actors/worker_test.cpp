@@ -4,6 +4,8 @@
 #include <cmath>
 #include <optional>
 
+#include "actors/index_shard.hpp"
+
 #include "fixture.hpp"
 
 namespace kvmesh::test {
@@ -92,6 +94,64 @@ TEST_F(worker_test, award_runs_the_request_on_the_engine_clock) {
   auto b = bid_of(w, call_for_bids{request(2, 100), 1.0, {}});
   ASSERT_TRUE(b);
   EXPECT_EQ(b->gpu, 4u);
+}
+
+// A shard the worker learns of (the agent heard of it late, or it came back
+// from a restart) gets all the worker holds, and forgets what it had of the
+// worker that the worker no longer holds.
+TEST_F(worker_test, announces_its_cache_to_shards_it_learns_of) {
+  auto w = spawn();
+  auto reply = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(1, 100), -1.0, 0});
+  ASSERT_TRUE(reply->has_value() && **reply && (**reply)->accepted);
+  for (int i = 0; i < 10 && status(w).completed == 0; ++i)
+    advance(std::chrono::milliseconds(100));
+  ASSERT_EQ(status(w).gpu_blocks, 4u);  // cached before any shard was known
+  auto shard = track(*spawn_index_shard(*sys, index_shard_options{}));
+  auto send = [&](auto... xs) {
+    sys->spawn([=](caf::event_based_actor* self) { self->send(xs...); });
+    run();
+  };
+  // A block the shard still has of worker 0, whose removal it missed.
+  send(shard, kv_atom::value, uint32_t{0},
+       std::vector<cache_event>{{cache_event::stored, tier::gpu, 999, 999}});
+  send(w, put_atom::value, shards_atom::value,
+       std::vector<index_shard_actor>{shard});
+  auto held = ask<std::vector<holder_match>>(
+      shard, query_atom::value, std::vector<uint64_t>{100, 101, 102, 103});
+  ASSERT_TRUE(held->has_value() && **held);
+  ASSERT_EQ((**held)->size(), 1u);
+  EXPECT_EQ((**held)->front().worker, 0u);
+  EXPECT_EQ((**held)->front().gpu, 4u);
+  auto stale = ask<std::vector<holder_match>>(shard, query_atom::value,
+                                              std::vector<uint64_t>{999});
+  ASSERT_TRUE(stale->has_value() && **stale);
+  EXPECT_TRUE((**stale)->empty());
+}
+
+// The router gave up on an award (silence past its deadline) and releases
+// it; a worker that accepted it late takes it back before its first token.
+TEST_F(worker_test, a_released_award_is_taken_back_before_its_first_token) {
+  auto w = spawn();
+  for (uint64_t id : {1, 2}) {
+    auto reply = ask<award_reply>(w, award_atom::value,
+                                  award_msg{request(id, 100 * id), -1.0, 0});
+    ASSERT_TRUE(reply->has_value() && **reply && (**reply)->accepted);
+  }
+  // Request 1 is in the engine's step; 2 waits for the next one.
+  ASSERT_EQ(status(w).waiting, 1u);
+  sys->spawn([=](caf::event_based_actor* self) {
+    self->send(w, release_atom::value, release_msg{2, {0}});  // waiting
+    self->send(w, release_atom::value, release_msg{1, {0}});  // in the step
+  });
+  run();
+  EXPECT_EQ(status(w).waiting, 0u);
+  for (int i = 0; i < 10; ++i)
+    advance(std::chrono::milliseconds(100));
+  auto s = status(w);
+  EXPECT_EQ(s.running, 0u);
+  EXPECT_EQ(s.completed, 0u);  // neither ran
+  EXPECT_DOUBLE_EQ(s.queued, 0.0);
 }
 
 TEST_F(worker_test, refuses_an_award_once_its_queue_moved) {

@@ -348,6 +348,40 @@ TEST_F(jetstream_test, stored_requests_survive_a_server_restart) {
   EXPECT_TRUE(box.wait_for(3));
 }
 
+// Durable intake's record of answers: what one router keeps, another
+// reads (a redelivery answered without a second auction), across a server
+// restart; a key never written is not_found, not an I/O error.
+TEST_F(jetstream_test, records_are_shared_by_routers_and_survive_a_restart) {
+  auto bus1 = connect();
+  auto bus2 = connect();
+  ASSERT_TRUE(bus1 && bus2);
+  auto r1 = record_store::open(*bus1, record_options{});
+  auto r2 = record_store::open(*bus2, record_options{});  // binds to r1's
+  ASSERT_TRUE(r1) << r1.err().message;
+  ASSERT_TRUE(r2) << r2.err().message;
+  auto missing = (*r2)->get("7-42");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.err().code, ec::not_found);
+  ASSERT_TRUE((*r1)->put("7-42", {1, 2, 3}));
+  auto got = (*r2)->get("7-42");
+  ASSERT_TRUE(got) << got.err().message;
+  EXPECT_EQ(*got, (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ((*r1)->puts(), 1u);
+  EXPECT_EQ((*r2)->hits(), 1u);
+  r1->reset();
+  r2->reset();
+  bus1.reset();
+  bus2.reset();
+  restart();
+  auto bus3 = connect();
+  ASSERT_TRUE(bus3);
+  auto r3 = record_store::open(*bus3, record_options{});
+  ASSERT_TRUE(r3) << r3.err().message;
+  auto again = (*r3)->get("7-42");
+  ASSERT_TRUE(again) << again.err().message;
+  EXPECT_EQ(*again, (std::vector<uint8_t>{1, 2, 3}));
+}
+
 TEST(jetstream_off, open_without_jetstream_is_an_error_value) {
   nats_server plain;  // no -js
   ASSERT_TRUE(plain.running());

@@ -65,6 +65,41 @@ engine_request request(uint64_t id, uint32_t prompt, uint32_t out,
   return r;
 }
 
+// A request that has not produced its first token can be taken back (an
+// award the router gave up on): waiting, or in the step in progress (then
+// dropped at its end, unreported); one past its first token cannot.
+TEST(engine, cancel_takes_back_a_request_before_its_first_token) {
+  auto cfg = small();
+  cfg.max_num_seqs = 2;
+  auto g = make(cfg);
+  ASSERT_TRUE(g.submit(request(1, 200, 4, 100), 0));
+  ASSERT_TRUE(g.submit(request(2, 200, 4, 200), 0));
+  ASSERT_TRUE(g.submit(request(3, 200, 4, 300), 0));
+  ASSERT_TRUE(g.start_step(0));
+  EXPECT_EQ(g.running(), 2u);
+  EXPECT_EQ(g.waiting(), 1u);
+  EXPECT_TRUE(g.cancel(3));   // waiting
+  EXPECT_TRUE(g.cancel(2));   // in this step
+  EXPECT_FALSE(g.cancel(2));  // already
+  EXPECT_EQ(g.waiting(), 0u);
+  std::vector<engine_event> out;
+  g.finish_step(out);
+  EXPECT_EQ(g.running(), 1u);  // 2 dropped at the step's end
+  EXPECT_FALSE(g.cancel(1));   // past its first token: runs on
+  auto r = drain(g, 1000);
+  out.insert(out.end(), r.events.begin(), r.events.end());
+  size_t started_other = 0, finished1 = 0;
+  for (const auto& e : out) {
+    started_other += e.kind == engine_event::first_token && e.request != 1;
+    finished1 += e.kind == engine_event::finished && e.request == 1;
+  }
+  EXPECT_EQ(started_other, 0u);
+  EXPECT_EQ(finished1, 1u);
+  EXPECT_FALSE(g.cancel(1));  // finished
+  EXPECT_FALSE(g.busy());
+  EXPECT_EQ(g.cache().active(), 0u);  // nothing of 2 or 3 still held
+}
+
 TEST(engine, polynomials) {
   EXPECT_NEAR(prefill_ms(1000), 4.209989e-07 * 1e6 + 15.18344 + 16.50142, 1e-9);
   EXPECT_DOUBLE_EQ(prefill_ms(0), 0.0);

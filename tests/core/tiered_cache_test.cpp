@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace kvmesh {
 namespace {
 
@@ -22,6 +24,24 @@ TEST(tiered_cache, zero_gpu_capacity_is_an_error) {
   auto c = tiered_cache::make({0, 10, 10});
   ASSERT_FALSE(c);
   EXPECT_EQ(c.err().code, ec::invalid_argument);
+}
+
+// What a worker re-announces: every block held, once, in its tier and with
+// its chain's root; evicted and removed blocks not.
+TEST(tiered_cache, for_each_lists_every_block_held) {
+  auto c = make(2, 1);
+  ASSERT_TRUE(c.store(1, tier::gpu, 10));
+  ASSERT_TRUE(c.store(2, tier::gpu, 10));
+  ASSERT_TRUE(c.store(3, tier::gpu, 30));  // 1 goes to host
+  ASSERT_TRUE(c.store(4, tier::gpu, 40));  // 2 to host, 1 out
+  ASSERT_TRUE(c.remove(3));
+  std::map<uint64_t, std::pair<tier, uint64_t>> seen;
+  c.for_each([&](uint64_t h, tier t, uint64_t root) {
+    EXPECT_TRUE(seen.emplace(h, std::make_pair(t, root)).second) << h;
+  });
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[2], std::make_pair(tier::host, uint64_t{10}));
+  EXPECT_EQ(seen[4], std::make_pair(tier::gpu, uint64_t{40}));
 }
 
 TEST(tiered_cache, gpu_evicts_least_recently_used) {

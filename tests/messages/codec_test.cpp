@@ -62,7 +62,7 @@ auto fields(const cache_event& x) {
   return std::tie(x.kind, x.where, x.hash, x.root);
 }
 auto fields(const kv_batch& x) {
-  return std::tie(x.worker, x.events);
+  return std::tie(x.worker, x.events, x.resync);
 }
 auto fields(const worker_status& x) {
   return std::tie(x.worker, x.queued, x.reserved, x.waiting, x.running,
@@ -381,7 +381,8 @@ samples() {
                {{cache_event::removed, tier::disk, (1ull << 63) + 1, 99},
                 {cache_event::stored, tier::gpu, 2, 3},
                 {cache_event::removed, tier::host, 4, 5},
-                {cache_event::stored, tier::disk, 6, 7}}},
+                {cache_event::stored, tier::disk, 6, 7}},
+               true},  // resync: not the default, so it must travel
       sample_worker(12),
       sample_router((1ull << 40) + 1),
       sample_shard(3),

@@ -1,0 +1,345 @@
+// `kvmesh load`: an open-loop load generator for a running mesh (fixed rate,
+// unique request ids) that records what became of every request, so that
+// scripts/chaos can count lost and duplicated decisions across faults.
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "cluster/jetstream.hpp"
+#include "cluster/mesh.hpp"
+#include "cluster/nats.hpp"
+#include "core/block_hash.hpp"
+#include "core/log.hpp"
+#include "messages/codec.hpp"
+
+namespace kvmesh::cli {
+
+namespace {
+
+using wall = std::chrono::system_clock;
+using steady = std::chrono::steady_clock;
+
+struct load_flags {
+  std::string nats;
+  std::string prefix = "kvmesh";
+  double rate = 50;        // requests per second
+  double duration_s = 10;  // of sending
+  double drain_s = 8;      // waiting for late answers and engine events
+  uint32_t timeout_ms = 2000;
+  bool durable = false;
+  uint32_t block_tokens = 16;
+  uint32_t blocks = 4;    // per prompt
+  uint32_t prefixes = 8;  // distinct shared prefixes (all blocks but the last)
+  uint32_t output_tokens = 4;
+  std::string out;        // JSONL, one line per request
+  std::string stop_file;  // sending stops early once this file exists
+  bool json = false;
+};
+
+// What became of one request, as this client saw it.
+struct outcome {
+  int64_t sent_ms = 0;  // wall clock, for lining up with a fault's time
+  bool publish_failed = false;
+  std::string error;           // the router's answer without a decision
+  int64_t answered_ms = 0;     // first answer (decision or error); 0: none
+  bool timed_out = false;      // no answer within --timeout-ms
+  uint32_t decisions = 0;      // answers with a decision, repeats included
+  std::set<uint32_t> winners;  // distinct workers named by them
+  uint32_t worker = 0;         // the first decision's worker
+  uint32_t started = 0;        // first tokens reported by engines: runs
+};
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             wall::now().time_since_epoch())
+      .count();
+}
+
+struct recorder {
+  std::mutex mu;
+  std::map<uint64_t, outcome> by_id;
+
+  void answer(uint64_t id, const std::vector<uint8_t>& payload) {
+    auto d = decode<decision>(payload);
+    const int64_t t = now_ms();
+    std::lock_guard<std::mutex> g(mu);
+    auto it = by_id.find(id);
+    if (it == by_id.end()) return;  // not ours
+    outcome& o = it->second;
+    if (o.answered_ms == 0) o.answered_ms = t;
+    if (!d) {
+      if (o.error.empty()) o.error = "undecodable answer";
+      return;
+    }
+    if (!d->error.empty()) {
+      if (o.error.empty()) o.error = d->error;
+      return;
+    }
+    if (o.decisions++ == 0) o.worker = d->worker;
+    o.winners.insert(d->worker);
+  }
+
+  void events(const std::vector<uint8_t>& payload) {
+    auto ev = decode<request_events>(payload);
+    if (!ev) return;
+    std::lock_guard<std::mutex> g(mu);
+    for (const auto& e : ev->events) {
+      if (e.done) continue;
+      auto it = by_id.find(e.request);
+      if (it != by_id.end()) ++it->second.started;
+    }
+  }
+};
+
+std::atomic<bool> interrupted{false};
+
+int run_load(const load_flags& f) {
+  const char* cmd = "load";
+  if (auto st = check_prefix(f.prefix); !st) {
+    log::error(st.err().message);
+    return 2;
+  }
+  if (f.blocks == 0 || f.block_tokens == 0 || f.prefixes == 0 ||
+      !(f.rate > 0) || !(f.duration_s > 0)) {
+    log::error(
+        "--rate, --duration-s, --blocks, --block-tokens and --prefixes must "
+        "be positive");
+    return 2;
+  }
+  (void)cmd;
+  nats_options no;
+  no.url = f.nats;
+  no.name = "kvmesh-load";
+  auto bus = nats_bus::connect(no);
+  if (!bus) {
+    log::error(bus.err().message);
+    return 1;
+  }
+  subjects subj;
+  subj.prefix = f.prefix;
+  std::unique_ptr<work_queue> queue;
+  if (f.durable) {
+    auto qo = durable_queue(subj);
+    qo.consume = false;
+    auto q = work_queue::open(**bus, qo);
+    if (!q) {
+      log::error(q.err().message);
+      return 1;
+    }
+    queue = std::move(*q);
+  }
+  auto rec = std::make_shared<recorder>();
+  std::random_device rd;
+  const uint64_t token = (uint64_t{rd()} << 32) ^ rd();
+  const std::string inbox = "_INBOX.kvmesh.load." + std::to_string(token);
+  // One subscription for every answer: the id rides as the last token.
+  auto answers = (*bus)->subscribe(inbox + ".*", "", [rec](nats_message m) {
+    const auto dot = m.subject.rfind('.');
+    uint64_t id = 0;
+    try {
+      id = std::stoull(m.subject.substr(dot + 1));
+    } catch (const std::exception&) {
+      return;
+    }
+    rec->answer(id, m.payload);
+  });
+  if (!answers) {
+    log::error(answers.err().message);
+    return 1;
+  }
+  auto events = (*bus)->subscribe(
+      subj.events(), "", [rec](nats_message m) { rec->events(m.payload); });
+  if (!events) {
+    log::error(events.err().message);
+    return 1;
+  }
+  // Ids unique across runs and clients: 31 random bits, then a count.
+  const uint64_t id_base = ((uint64_t{rd()} & 0x7fffffffull) << 32);
+  std::signal(SIGINT, [](int) { interrupted = true; });
+  std::signal(SIGTERM, [](int) { interrupted = true; });
+
+  const auto interval = std::chrono::duration_cast<steady::duration>(
+      std::chrono::duration<double>(1.0 / f.rate));
+  const auto start = steady::now();
+  const auto end = start + std::chrono::duration_cast<steady::duration>(
+                               std::chrono::duration<double>(f.duration_s));
+  auto next = start;
+  uint64_t n = 0;
+  std::vector<uint32_t> tokens(size_t{f.blocks} * f.block_tokens);
+  while (!interrupted && steady::now() < end) {
+    if (!f.stop_file.empty() && std::ifstream(f.stop_file).good()) break;
+    std::this_thread::sleep_until(next);
+    next += interval;
+    // A stalled publish (a server restarting) does not turn into a burst.
+    if (steady::now() > next + std::chrono::seconds(1)) next = steady::now();
+    const uint64_t id = id_base + n;
+    const uint32_t group = static_cast<uint32_t>(n % f.prefixes);
+    ++n;
+    // All blocks but the last shared by the group, the last one unique.
+    const size_t shared = size_t{f.blocks - 1} * f.block_tokens;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = i < shared ? group * 100003u + static_cast<uint32_t>(i)
+                             : static_cast<uint32_t>(id + i);
+    auto hashes = hash_blocks(tokens, f.block_tokens, "");
+    if (!hashes) {
+      log::error(hashes.err().message);
+      return 1;
+    }
+    route_request_msg r;
+    r.id = id;
+    for (const auto& h : *hashes)
+      r.blocks.push_back(h.seq);
+    r.input_tokens = static_cast<uint32_t>(tokens.size());
+    r.output_tokens = f.output_tokens;
+    r.block_tokens = f.block_tokens;
+    {
+      std::lock_guard<std::mutex> g(rec->mu);
+      rec->by_id[id].sent_ms = now_ms();
+    }
+    const std::string reply = inbox + "." + std::to_string(id);
+    const status st =
+        queue ? queue->publish(subj.route_durable() + "." + reply, encode(r))
+              : (*bus)->publish(subj.route(), encode(r), reply);
+    if (!st) {
+      std::lock_guard<std::mutex> g(rec->mu);
+      rec->by_id[id].publish_failed = true;
+      rec->by_id[id].error = st.err().message;
+    }
+  }
+  // Late answers and engine events; timeouts are marked as the client would
+  // have seen them, while waiting.
+  const auto drain_end =
+      steady::now() + std::chrono::duration_cast<steady::duration>(
+                          std::chrono::duration<double>(f.drain_s));
+  while (!interrupted && steady::now() < drain_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  (void)(*bus)->unsubscribe(*answers);
+  (void)(*bus)->unsubscribe(*events);
+
+  nlohmann::json sum;
+  uint64_t sent = 0, publish_errors = 0, decided = 0, errors = 0, timeouts = 0,
+           late = 0, lost = 0, duplicates = 0, repeats = 0, double_runs = 0;
+  std::ofstream lines;
+  if (!f.out.empty()) lines.open(f.out);
+  {
+    std::lock_guard<std::mutex> g(rec->mu);
+    for (auto& [id, o] : rec->by_id) {
+      ++sent;
+      if (o.publish_failed) {
+        ++publish_errors;
+      } else {
+        const int64_t waited =
+            (o.answered_ms ? o.answered_ms : now_ms()) - o.sent_ms;
+        o.timed_out = waited > f.timeout_ms;
+        if (o.timed_out) ++timeouts;
+        if (o.decisions > 0) {
+          ++decided;
+          if (o.timed_out) ++late;
+        } else if (!o.error.empty()) {
+          ++errors;
+        } else {
+          ++lost;
+        }
+        if (o.winners.size() > 1) ++duplicates;
+        if (o.decisions > o.winners.size()) repeats += o.decisions - 1;
+        if (o.started > 1) ++double_runs;
+      }
+      if (lines) {
+        nlohmann::json l = {{"id", id},
+                            {"sent_ms", o.sent_ms},
+                            {"answered_ms", o.answered_ms},
+                            {"decisions", o.decisions},
+                            {"winners", o.winners.size()},
+                            {"worker", o.worker},
+                            {"started", o.started},
+                            {"timed_out", o.timed_out},
+                            {"publish_failed", o.publish_failed},
+                            {"error", o.error}};
+        lines << l.dump() << "\n";
+      }
+    }
+  }
+  sum = {{"sent", sent},         {"publish_errors", publish_errors},
+         {"decided", decided},   {"errors", errors},
+         {"timeouts", timeouts}, {"late", late},
+         {"lost", lost},         {"duplicates", duplicates},
+         {"repeats", repeats},   {"double_runs", double_runs},
+         {"durable", f.durable}, {"rate", f.rate}};
+  if (f.json) {
+    std::printf("%s\n", sum.dump().c_str());
+  } else {
+    std::printf("sent %" PRIu64 " (publish errors %" PRIu64
+                "), decided %" PRIu64 " (late %" PRIu64 "), errors %" PRIu64
+                ", timeouts %" PRIu64 ", lost %" PRIu64 ", duplicates %" PRIu64
+                " (repeats %" PRIu64 "), run twice %" PRIu64 "\n",
+                sent, publish_errors, decided, late, errors, timeouts, lost,
+                duplicates, repeats, double_runs);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_load(CLI::App& app, std::function<int()>& run) {
+  auto f = std::make_shared<load_flags>();
+  auto* cmd = app.add_subcommand(
+      "load",
+      "send route requests to a running mesh at a fixed rate (open loop, "
+      "unique ids) and count what became of each: decided, refused, timed "
+      "out, never answered, decided twice, run twice by the engines");
+  cmd->add_option("--nats", f->nats,
+                  "NATS server URL, or a comma-separated list of one "
+                  "cluster's servers")
+      ->required();
+  cmd->add_option("--prefix", f->prefix, "subject prefix of the mesh")
+      ->capture_default_str();
+  cmd->add_option("--rate", f->rate, "requests per second")
+      ->capture_default_str();
+  cmd->add_option("--duration-s", f->duration_s, "send for this long")
+      ->capture_default_str();
+  cmd->add_option("--drain-s", f->drain_s,
+                  "then wait this long for late answers and engine events")
+      ->capture_default_str();
+  cmd->add_option("--timeout-ms", f->timeout_ms,
+                  "a request unanswered for this long counts as a timeout, "
+                  "as a client would report it")
+      ->capture_default_str();
+  cmd->add_flag("--durable", f->durable,
+                "send through the durable JetStream queue");
+  cmd->add_option("--block-tokens", f->block_tokens,
+                  "tokens per block, as the mesh's workers have it")
+      ->capture_default_str();
+  cmd->add_option("--blocks", f->blocks, "blocks per prompt")
+      ->capture_default_str();
+  cmd->add_option("--prefixes", f->prefixes,
+                  "distinct shared prefixes (every block but the last)")
+      ->capture_default_str();
+  cmd->add_option("--output-tokens", f->output_tokens,
+                  "expected output length of each request")
+      ->capture_default_str();
+  cmd->add_option("--out", f->out,
+                  "write one JSON line per request: its times and answers");
+  cmd->add_option("--stop-file", f->stop_file,
+                  "stop sending early once this file exists");
+  cmd->add_flag("--json", f->json, "print the counts as JSON");
+  cmd->footer(
+      "lost: accepted by NATS, never answered. duplicates: decided for more "
+      "than one worker. repeats: the same decision answered again.");
+  cmd->callback([f, &run] { run = [f] { return run_load(*f); }; });
+}
+
+}  // namespace kvmesh::cli
