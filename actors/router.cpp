@@ -34,6 +34,10 @@ void again(router_state& st, router_state::cause why) {
 }
 
 void fail(rpointer self, auction_ptr a, ec code, const std::string& what) {
+  // Whether a worker took the request is unknown: say so, so that no one
+  // takes the failure as proof that none did (a durable request handed
+  // back and decided again would run twice).
+  if (code == ec::not_found && a->award_unanswered) code = ec::timeout;
   a->promise.deliver(caf::make_error(code, what));
   ended(self);
 }
@@ -155,6 +159,7 @@ void award_next(rpointer self, auction_ptr a) {
             // award back (it goes to the next bidder, and must not run
             // twice).
             auto& st = self->state;
+            a->award_unanswered = true;
             self->send(st.bidders[st.members[w].bidder], release_atom::value,
                        release_msg{a->request.id, {w}});
             self->state.auction->settle(a->request.id);

@@ -60,6 +60,9 @@ struct auction {
   std::vector<price_breakdown> prices;
   size_t next = 0;      // next entry of ranked to award
   std::string refusal;  // the last awardee's reason, for the client
+  // An award went unanswered: a worker may hold the request after all (its
+  // release can be lost too), so a failure is ec::timeout, not not_found.
+  bool award_unanswered = false;
 };
 
 struct router_state {

@@ -731,6 +731,7 @@ struct router_flags {
   bool durable = false;
   uint32_t durable_ack_wait_ms = 5000;
   uint32_t durable_replicas = 1;
+  uint32_t durable_deliveries = 10;
   metrics_flags metrics;
   wire_limits limits;
   uint32_t heartbeat_ms = 1000;
@@ -785,6 +786,7 @@ int run_router(router_flags f) {
   rn.durable = f.durable;
   rn.durable_ack_wait = std::chrono::milliseconds(f.durable_ack_wait_ms);
   rn.durable_replicas = static_cast<int>(f.durable_replicas);
+  rn.durable_deliveries = f.durable_deliveries;
   std::unique_ptr<process_metrics> pm;
   if (f.metrics.port != 0) {
     auto m = process_metrics::for_router(rn);
@@ -836,6 +838,13 @@ void add_router(CLI::App& app, std::function<int()>& run) {
                   "a durable request not acked within this (its router "
                   "died) is handed to another router; the last router to "
                   "start sets it for all")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--durable-deliveries", f->durable_deliveries,
+                  "a durable request no worker could take (none live, "
+                  "none answered, overloaded) is handed back to the queue "
+                  "for a heartbeat until delivered this often, then "
+                  "answered with the error")
       ->check(positive)
       ->capture_default_str();
   cmd->add_option("--durable-replicas", f->durable_replicas,

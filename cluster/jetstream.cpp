@@ -214,11 +214,11 @@ delivery::~delivery() {
 status delivery::ack() {
   return settle(state::acked);
 }
-status delivery::nak() {
-  return settle(state::naked);
+status delivery::nak(std::chrono::milliseconds delay) {
+  return settle(state::naked, delay);
 }
 
-status delivery::settle(state verb) {
+status delivery::settle(state verb, std::chrono::milliseconds delay) {
   std::lock_guard<std::mutex> guard(mu_);
   if (state_ == verb) return ok;
   const std::string what = "message " + std::to_string(stream_sequence_) +
@@ -232,7 +232,9 @@ status delivery::settle(state verb) {
   // request would cost every router.
   last_error last;
   const natsStatus s = verb == state::acked ? natsMsg_Ack(msg_, nullptr)
-                                            : natsMsg_Nak(msg_, nullptr);
+                       : delay.count() > 0
+                           ? natsMsg_NakWithDelay(msg_, delay.count(), nullptr)
+                           : natsMsg_Nak(msg_, nullptr);
   if (s != NATS_OK)
     return js_fail(what + (verb == state::acked ? ": ack" : ": nak"), s,
                    no_js_error, last);

@@ -63,8 +63,9 @@ class delivery {
   // any thread, also after the work_queue is gone (the nats_bus must still
   // be open).
   status ack();
-  // Not done here: the server hands it out again right away.
-  status nak();
+  // Not done here: the server hands it out again after `delay` (0: right
+  // away).
+  status nak(std::chrono::milliseconds delay = {});
 
   // How often the server has handed this message out (1 = first time), and
   // its sequence in the stream (the same across redeliveries); 0 when the
@@ -76,7 +77,7 @@ class delivery {
   friend class work_queue;
   enum class state { open, acked, naked };
   delivery(__natsMsg* msg, std::shared_ptr<work_queue_core> core);
-  status settle(state verb);
+  status settle(state verb, std::chrono::milliseconds delay = {});
 
   std::mutex mu_;  // guards msg_ and state_
   __natsMsg* msg_;

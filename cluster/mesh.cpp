@@ -381,6 +381,8 @@ struct front_state {
   // answering and acking.
   std::shared_ptr<record_store> records;
   bool exit_before_ack = false;
+  uint32_t durable_deliveries = 10;  // router_node_options
+  uint64_t durable_retries = 0;      // requests handed back (logged)
 };
 
 using front_pointer = caf::stateful_actor<front_state>*;
@@ -471,8 +473,9 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                            std::shared_ptr<std::atomic<bool>> stopping,
                            std::shared_ptr<const router_meters> meters,
                            std::shared_ptr<record_store> records,
-                           bool exit_before_ack) {
+                           bool exit_before_ack, uint32_t durable_deliveries) {
   auto& st = self->state;
+  st.durable_deliveries = durable_deliveries;
   st.records = std::move(records);
   st.exit_before_ack = exit_before_ack;
   st.stopping = std::move(stopping);
@@ -606,6 +609,31 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                   // the request back for another one.
                   if (e.category() != caf::atom("kvmesh")) {
                     (void)d->nak();
+                    return;
+                  }
+                  // No worker to take it, for now: back to the queue for
+                  // a heartbeat while deliveries are left. Not when an
+                  // award went unanswered (ec::timeout): a worker may run
+                  // it, and deciding it again could run it twice.
+                  auto& st = self->state;
+                  const auto code = static_cast<ec>(e.code());
+                  const auto beat =
+                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                          st.mesh.heartbeat);
+                  if ((code == ec::not_found ||
+                       code == ec::capacity_exceeded) &&
+                      d->delivery_count() != 0 &&
+                      d->delivery_count() < st.durable_deliveries) {
+                    if (st.durable_retries++ == 0)
+                      KVMESH_WARN(
+                          "durable request %llu not decided (%s): handed "
+                          "back to the queue for %lld ms, up to %u "
+                          "deliveries (logged once)",
+                          static_cast<unsigned long long>(id),
+                          describe(e).c_str(),
+                          static_cast<long long>(beat.count()),
+                          st.durable_deliveries);
+                    (void)d->nak(beat);
                     return;
                   }
                   failed(self, e);
@@ -1223,7 +1251,7 @@ expected<std::unique_ptr<router_node>> router_node::start(
   }
   auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
                          opt.router.block_tokens, p->stopping, opt.meters,
-                         p->records, exit_before_ack);
+                         p->records, exit_before_ack, opt.durable_deliveries);
   p->actors.push_back(front);
   auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout);
   p->actors.push_back(admin_ep);

@@ -125,6 +125,13 @@ struct router_node_options {
   // Copies of the durable stream and of its decision records in a NATS
   // cluster, when this router creates them.
   int durable_replicas = 1;
+  // A durable request this router could not decide for want of workers
+  // (none live, none answered, all past the price ceiling) goes back to
+  // the queue for a heartbeat and is tried again, until it has been handed
+  // out this many times; then its answer is the error. Such failures are
+  // mostly passing (a NATS outage takes every heartbeat with it), and a
+  // durable request is one the client wants decided.
+  uint32_t durable_deliveries = 10;
   // Where the front counts requests, decisions and failures
   // (cluster/mesh_metrics.hpp makes it); null: not counted.
   std::shared_ptr<const router_meters> meters;

@@ -20,7 +20,8 @@ const char* to_string(route_failure f) {
 
 route_failure classify_route_error(ec code, const std::string& message) {
   if (code == ec::capacity_exceeded) return route_failure::overloaded;
-  if (code != ec::not_found) return route_failure::other;
+  // timeout: as not_found, but an award went unanswered on the way.
+  if (code != ec::not_found && code != ec::timeout) return route_failure::other;
   auto has = [&](const char* words) {
     return message.find(words) != std::string::npos;
   };

@@ -239,6 +239,30 @@ TEST_F(router_test, silence_from_every_awardee_is_auctioned_again) {
   EXPECT_EQ(s.rounds, 1u);
 }
 
+TEST_F(router_test, a_failure_after_an_unanswered_award_says_it_is_unknown) {
+  // Whether the silent worker took the request is unknown: the error is a
+  // timeout, which a durable front must not hand back to be decided again.
+  auto mute = bidder(0, 0);
+  mute.silent_awards = true;
+  auto r = spawn_router(mocks({mute}), 1);
+  auto d = ask<decision>(r, route_atom::value, request(1));
+  for (int i = 0; i < 10 && !d->has_value(); ++i)
+    advance(std::chrono::milliseconds(60));
+  ASSERT_TRUE(d->has_value());
+  ASSERT_FALSE(**d);
+  EXPECT_EQ((**d).error().code(), static_cast<uint8_t>(ec::timeout));
+  // Refusals alone are a plain not_found: nobody took it.
+  auto no = bidder(0, 0);
+  no.refuse = true;
+  auto r2 = spawn_router(mocks({no}), 1);
+  auto d2 = ask<decision>(r2, route_atom::value, request(2));
+  for (int i = 0; i < 10 && !d2->has_value(); ++i)
+    advance(std::chrono::milliseconds(60));
+  ASSERT_TRUE(d2->has_value());
+  ASSERT_FALSE(**d2);
+  EXPECT_EQ((**d2).error().code(), static_cast<uint8_t>(ec::not_found));
+}
+
 TEST_F(router_test, no_bids_at_all_is_an_error) {
   auto a = bidder(0, 0);
   a.silent_bids = true;

@@ -131,9 +131,11 @@ class mesh_test : public ::testing::Test {
     agents_[name] = std::move(*a);
   }
 
-  void start_router(const std::string& name, bool durable = false) {
+  void start_router(const std::string& name, bool durable = false,
+                    uint32_t durable_deliveries = 10) {
     router_node_options o;
     o.durable = durable;
+    o.durable_deliveries = durable_deliveries;
     o.durable_ack_wait = 3000ms;
     o.mesh = mesh();
     o.name = name;
@@ -643,6 +645,36 @@ TEST_F(mesh_test, durable_requests_survive_a_router_killed_mid_load) {
   std::printf("durable: %zu decided, %zu duplicates, %lld redelivered\n",
               d.size(), duplicates,
               static_cast<long long>(state ? state->redelivered : -1));
+}
+
+TEST_F(mesh_test, a_durable_request_no_worker_could_take_waits_for_one) {
+  // No worker yet (as while NATS restarts and every heartbeat is lost):
+  // the router hands the request back to the queue rather than answering
+  // "no workers", and decides it once a worker is there.
+  use_jetstream();
+  start_shard(0, 1);
+  start_router("r1", true, 100);  // 20 s of heartbeats: a slow machine
+  auto& pub = bus();
+  auto qo = durable_queue(subjects{});
+  qo.consume = false;
+  auto q = work_queue::open(pub, qo);
+  ASSERT_TRUE(q) << q.err().message;
+  route_client client(bus());
+  client.send_durable(**q, request(1, 1, 8));
+  // Long enough for the router to join the queue and try it more than once.
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto st = (*q)->state();
+        return st && st->redelivered > 0;
+      },
+      5000ms));
+  EXPECT_EQ(client.decided(), 0u);
+  EXPECT_TRUE(client.errors().empty())
+      << "answered: " << client.errors().front();
+  start_agent("node-a", 0, 4);
+  ASSERT_TRUE(eventually([&] { return client.decided() == 1; }, 10000ms))
+      << (client.errors().empty() ? "" : client.errors().front());
+  EXPECT_TRUE(client.errors().empty());
 }
 
 TEST_F(mesh_test, a_three_node_nats_cluster_routes_and_survives_a_node) {
