@@ -8,46 +8,7 @@ fails=0
 tmp=$(mktemp -d)
 pids=()  # every process this script starts, killed at exit
 
-# SIGTERM first, so that `up` stops its children and removes its data
-# directory; SIGKILL what is left after 8 s.
-cleanup() {
-  local p left end=$((SECONDS + 8))
-  for p in "${pids[@]}"; do
-    kill "$p" 2>/dev/null || true
-  done
-  while true; do
-    left=""
-    for p in "${pids[@]}"; do
-      if ps -o stat= -p "$p" 2>/dev/null | grep -qv Z; then left+=" $p"; fi
-    done
-    if [ -z "$left" ] || [ "$SECONDS" -ge "$end" ]; then break; fi
-    sleep 0.1
-  done
-  for p in $left; do
-    kill -9 "$p" 2>/dev/null || true
-  done
-  for p in "${pids[@]}"; do
-    wait "$p" 2>/dev/null || true
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-ok() { echo "ok   $1"; }
-fail() {
-  local why=${2:-}
-  [ "${#why}" -le 1500 ] || why="${why:0:1500}..."
-  echo "FAIL $1${why:+: $why}"
-  fails=$((fails + 1))
-}
-
-# run ARGS...: runs kvmesh; stdout in $out, stderr in $err, exit code in $rc.
-run() {
-  rc=0
-  out=$("$bin" "$@" 2>"$tmp/err") || rc=$?
-  err=$(cat "$tmp/err")
-}
+. "$(dirname "$0")/lib.sh"
 
 # jcheck NAME PYTHON: runs PYTHON with `d` the JSON in $out; an exception
 # (a failed assert names what is wrong) fails check NAME.
@@ -60,33 +21,6 @@ $2" <<<"$out" 2>&1); then
   else
     fail "$1" "$(tail -n 1 <<<"$msg"); output: $out $err"
   fi
-}
-
-# jtest PYTHON: like jcheck, silent; the exit code says whether it held.
-jtest() {
-  python3 -c "import json, sys
-d = json.loads(sys.stdin.read())
-$1" <<<"$out" >/dev/null 2>&1
-}
-
-# poll SECONDS ARGS... -- PYTHON: runs kvmesh ARGS every 0.2 s until its
-# JSON output satisfies PYTHON or SECONDS have passed; 1 then.
-poll() {
-  local secs=$1
-  shift
-  local args=()
-  while [ "$1" != -- ]; do
-    args+=("$1")
-    shift
-  done
-  local code=$2
-  local end=$((SECONDS + secs))
-  while true; do
-    run "${args[@]}"
-    if [ "$rc" -eq 0 ] && jtest "$code"; then return 0; fi
-    [ "$SECONDS" -lt "$end" ] || return 1
-    sleep 0.2
-  done
 }
 
 # wait_exit PID SECONDS: waits for our child PID to end, at most SECONDS;
@@ -104,11 +38,6 @@ wait_exit() {
   fi
   rc=0
   wait "$1" || rc=$?
-}
-
-free_port() {
-  python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 prompt=$(seq -s, 1 40)

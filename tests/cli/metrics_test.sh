@@ -11,31 +11,7 @@ fails=0
 tmp=$(mktemp -d)
 pids=()  # every process this script starts, stopped at exit
 
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do
-    kill "$p" 2>/dev/null || true
-  done
-  for p in "${pids[@]}"; do
-    wait "$p" 2>/dev/null || true
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-ok() { echo "ok   $1"; }
-fail() {
-  local why=${2:-}
-  [ "${#why}" -le 2000 ] || why="${why:0:2000}..."
-  echo "FAIL $1${why:+: $why}"
-  fails=$((fails + 1))
-}
-
-free_port() {
-  python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+. "$(dirname "$0")/lib.sh"
 
 # get URL: the status code and body of GET URL, as "CODE BODY".
 get() {

@@ -14,44 +14,7 @@ fails=0
 tmp=$(mktemp -d)
 pids=()
 
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do
-    kill "$p" 2>/dev/null || true
-  done
-  for p in "${pids[@]}"; do
-    wait "$p" 2>/dev/null || true
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-ok() { echo "ok   $1"; }
-fail() {
-  local why=${2:-}
-  [ "${#why}" -le 2000 ] || why="${why:0:2000}..."
-  echo "FAIL $1${why:+: $why}"
-  fails=$((fails + 1))
-}
-
-run() {
-  rc=0
-  out=$("$bin" "$@" 2>"$tmp/err") || rc=$?
-  err=$(cat "$tmp/err")
-}
-
-# jtest PYTHON: whether PYTHON holds with `d` the JSON in $out.
-jtest() {
-  python3 -c "import json, sys
-d = json.loads(sys.stdin.read())
-$1" <<<"$out" >/dev/null 2>&1
-}
-
-free_port() {
-  python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+. "$(dirname "$0")/../cli/lib.sh"
 
 # http METHOD URL [BODY]: the answer's body in $out, curl-free.
 http() {
