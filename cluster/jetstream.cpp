@@ -3,6 +3,8 @@
 // natsStatus and jsErrCode turned into an error value or a counter.
 #include "cluster/jetstream.hpp"
 
+#include <thread>
+
 #include <nats/nats.h>
 
 #include <chrono>
@@ -479,9 +481,17 @@ expected<std::unique_ptr<record_store>> record_store::open(
   if (s != NATS_OK)
     return js_fail(name + ": JetStream context", s, no_js_error, last);
   // Bind first: creating an existing bucket whose settings differ (another
-  // router's TTL) would be refused.
+  // router's TTL) would be refused. A JetStream cluster that has just
+  // started (or lost a node) answers nothing until it has elected its
+  // leaders: timeouts are retried for a while, as a starting router can
+  // wait.
   last_error bind_last;
-  s = js_KeyValue(&r->kv_, r->js_, opt.bucket.c_str());
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((s = js_KeyValue(&r->kv_, r->js_, opt.bucket.c_str())) ==
+             NATS_TIMEOUT &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
   if (s == NATS_OK) return r;
   if (s != NATS_NOT_FOUND)
     return js_fail(name + ": bind", s, no_js_error, bind_last);
@@ -494,7 +504,9 @@ expected<std::unique_ptr<record_store>> record_store::open(
   cfg.TTL = opt.ttl.count() * 1000000;  // nanoseconds
   cfg.StorageType = js_FileStorage;
   cfg.Replicas = opt.replicas;
-  s = js_CreateKeyValue(&r->kv_, r->js_, &cfg);
+  while ((s = js_CreateKeyValue(&r->kv_, r->js_, &cfg)) == NATS_TIMEOUT &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
   if (s != NATS_OK) {
     // Another router created it in between: bind to theirs.
     last_error again_last;
