@@ -41,6 +41,7 @@ using kv_atom = caf::atom_constant<caf::atom("kv")>;
 using query_atom = caf::atom_constant<caf::atom("query")>;
 using drop_atom = caf::atom_constant<caf::atom("drop")>;
 using shards_atom = caf::atom_constant<caf::atom("shards")>;
+using persist_atom = caf::atom_constant<caf::atom("persist")>;
 
 // -- inspection of the messages (the structs are in messages/types.hpp) ----
 
@@ -157,7 +158,8 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
 // INDEX SHARD: block hash -> holders by tier for the chains whose first
 // block maps here, in memory and in RocksDB.
 using index_shard_actor = caf::typed_actor<
-    // Applies one worker's batch of KV events (persisted, then counted).
+    // Applies one worker's batch of KV events (counted; persisted with the
+    // others of its period).
     caf::reacts_to<kv_atom, uint32_t, std::vector<cache_event>>,
     // Each holder's match of a prefix, deepest first.
     caf::replies_to<query_atom,
@@ -165,7 +167,9 @@ using index_shard_actor = caf::typed_actor<
     // Forgets every block of a worker that left.
     caf::reacts_to<drop_atom, uint32_t>,
     // Reports blocks, holders and disk use.
-    caf::replies_to<status_atom>::with<shard_status>>;
+    caf::replies_to<status_atom>::with<shard_status>,
+    // Writes the period's changes to RocksDB (sent to itself).
+    caf::reacts_to<persist_atom>>;
 
 // BIDDER: what a ROUTER asks in an auction, of one WORKER or of a node
 // agent's stand-in for several: one call per bidder and auction, so an

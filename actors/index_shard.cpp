@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/log.hpp"
 #include "storage/block_store.hpp"
 
 namespace kvmesh {
@@ -17,9 +18,11 @@ using spointer = index_shard_actor::stateful_pointer<index_shard_state>;
 }  // namespace
 
 index_shard_actor::behavior_type index_shard(spointer self, uint32_t shard,
-                                             std::shared_ptr<shard_data> data) {
+                                             std::shared_ptr<shard_data> data,
+                                             caf::timespan persist_every) {
   self->state.shard = shard;
   self->state.data = std::move(data);
+  self->state.persist_every = persist_every;
   self->state.data->index.for_each([&](uint64_t, uint32_t worker, tier) {
     self->state.workers = std::max(self->state.workers, worker + 1);
   });
@@ -45,6 +48,20 @@ index_shard_actor::behavior_type index_shard(spointer self, uint32_t shard,
         }
         st.events += batch.size();
         st.workers = std::max(st.workers, worker + 1);
+        if (st.data->store && !st.persisting &&
+            st.data->store->unpersisted() > 0) {
+          st.persisting = true;
+          self->delayed_send(self, st.persist_every, persist_atom::value);
+        }
+      },
+      [=](persist_atom) {
+        auto& st = self->state;
+        st.persisting = false;
+        if (!st.data->store) return;
+        if (auto p = st.data->store->persist(); !p) {
+          // Counted by the store, whose writer retries.
+          KVMESH_WARN("index shard %u: %s", st.shard, p.err().message.c_str());
+        }
       },
       [=](query_atom,
           const std::vector<uint64_t>& chain) -> std::vector<holder_match> {
@@ -101,7 +118,7 @@ expected<index_shard_actor> spawn_index_shard(caf::actor_system& sys,
     if (!store) return store.err();
     data->store = std::move(*store);
   }
-  return sys.spawn(index_shard, opt.shard, std::move(data));
+  return sys.spawn(index_shard, opt.shard, std::move(data), opt.persist_every);
 }
 
 }  // namespace kvmesh

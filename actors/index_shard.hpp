@@ -16,6 +16,10 @@ struct index_shard_options {
   uint32_t shard = 0;
   std::string dir;     // RocksDB directory; empty: memory only
   bool create = true;  // create the directory when missing
+  // How long changes wait before they are written, together: longer
+  // coalesces more churn, and a crash loses more from disk (which the
+  // workers' re-announce restores).
+  caf::timespan persist_every = std::chrono::milliseconds(1000);
 };
 
 // The shard's data, opened before the actor exists so that a bad directory
@@ -33,12 +37,15 @@ struct index_shard_state {
   uint64_t events = 0;
   uint64_t errors = 0;
   uint32_t workers = 0;  // 1 + the largest worker id seen
+  caf::timespan persist_every{};
+  bool persisting = false;  // a persist is scheduled
   std::vector<tier_match> scratch;
 };
 
 index_shard_actor::behavior_type index_shard(
     index_shard_actor::stateful_pointer<index_shard_state> self, uint32_t shard,
-    std::shared_ptr<shard_data> data);
+    std::shared_ptr<shard_data> data,
+    caf::timespan persist_every = std::chrono::milliseconds(100));
 
 // Opens (or creates) the shard's store and spawns the actor; a missing or
 // corrupted directory is an error naming it.

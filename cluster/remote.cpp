@@ -219,6 +219,8 @@ remote_shard_actor::behavior_type remote_shard(
                                                   std::to_string(st.shard));
         return st.last;
       },
+      // The shard's own process persists on its own clock.
+      [=](persist_atom) {},
       [=](reply_atom, uint64_t seq, bytes& payload) {
         self->state.calls.complete(seq, std::move(payload));
       },

@@ -9,6 +9,7 @@
 #include <rocksdb/status.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -55,13 +56,11 @@ std::string describe(const rocksdb::Status& s) {
 }  // namespace
 
 block_store::block_store(std::string dir, block_index& index, bool sync)
-    : dir_(std::move(dir)),
-      index_(&index),
-      sync_(sync),
-      batch_(std::make_unique<rocksdb::WriteBatch>()) {}
+    : dir_(std::move(dir)), index_(&index), sync_(sync) {}
 
 block_store::~block_store() {
   if (db_) (void)close();
+  stop_writer();
 }
 
 error block_store::fail(ec code, const std::string& what) {
@@ -183,21 +182,8 @@ expected<std::unique_ptr<block_store>> block_store::open(
   s = st->db_->SetOptions({{"disable_auto_compactions", "false"}});
   if (!s.ok())
     return refuse(ec::io_error, "cannot resume compactions: " + describe(s));
+  st->writer_ = std::thread([p = st.get()] { p->write_loop(); });
   return st;
-}
-
-void block_store::roll_back(uint32_t worker) {
-  for (auto u = undo_.rbegin(); u != undo_.rend(); ++u) {
-    if (u->had) {
-      index_->apply(worker,
-                    cache_event{cache_event::stored, u->where, u->hash});
-      continue;
-    }
-    tier now;
-    if (index_->find(u->hash, worker, &now))
-      index_->apply(worker, cache_event{cache_event::removed, now, u->hash});
-  }
-  undo_.clear();
 }
 
 status block_store::apply(uint32_t worker, const cache_event* events,
@@ -213,38 +199,153 @@ status block_store::apply(uint32_t worker, const cache_event* events,
                       std::to_string(worker) +
                       " (worker id too large, or an unknown tier or kind)");
   }
-  batch_->Clear();
-  undo_.clear();
-  char key[key_size];
+  // The index decides what an event means (a stale removal is a no-op);
+  // only real changes are noted, with the state the index then has, so the
+  // index and the disk cannot disagree.
   for (size_t i = 0; i < n; ++i) {
     const cache_event& e = events[i];
-    undo u{e.hash, false, tier::gpu};
-    u.had = index_->find(e.hash, worker, &u.where);
-    // The index decides what an event means (a stale removal is a no-op),
-    // and only real changes reach the DB, so the two cannot disagree.
     if (!index_->apply(worker, e)) continue;
-    undo_.push_back(u);
-    encode_key(key, worker, e.hash);
-    const char t = static_cast<char>(e.where);
-    const rocksdb::Status s =
-        e.kind == cache_event::stored
-            ? batch_->Put(rocksdb::Slice(key, key_size), rocksdb::Slice(&t, 1))
-            : batch_->Delete(rocksdb::Slice(key, key_size));
-    if (!s.ok()) {
-      roll_back(worker);
-      return fail(ec::io_error, "cannot batch an event: " + describe(s));
-    }
+    noted_.push_back(change{
+        e.hash, worker,
+        e.kind == cache_event::stored ? static_cast<int8_t>(e.where) : gone});
   }
-  if (batch_->Count() == 0) return ok;
+  return ok;
+}
+
+void block_store::hand_over_noted() {
+  if (noted_.empty()) return;
+  job j;
+  j.changes.swap(noted_);
+  noted_.reserve(j.changes.size());
+  hand_over(std::move(j));
+}
+
+status block_store::persist() {
+  if (!db_) return fail(ec::invalid_argument, "persist on a closed store");
+  hand_over_noted();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failure_.empty()) return ok;
+  std::string f;
+  f.swap(failure_);
+  return make_error(ec::io_error, f);
+}
+
+status block_store::settle() {
+  std::unique_lock<std::mutex> lk(mu_);
+  idle_.wait(lk, [&] {
+    return (jobs_.empty() && !busy_) || !failure_.empty() ||
+           !writer_.joinable();
+  });
+  if (failure_.empty()) return ok;
+  std::string f;
+  f.swap(failure_);
+  return make_error(ec::io_error, f);
+}
+
+void block_store::hand_over(job j) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (jobs_.size() >= max_jobs) {
+      if (failing_) {
+        // Writes keep failing: bound the memory the backlog holds.
+        jobs_.pop_front();
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        failure_ +=
+            (failure_.empty() ? "" : "; ") +
+            std::string(
+                "block store " + dir_ +
+                ": writes failing; dropped the oldest unwritten changes (the "
+                "workers' re-announce restores them)");
+      } else if (j.drop == no_drop && jobs_.back().drop == no_drop) {
+        // The writer is behind: one larger job coalesces more.
+        auto& to = jobs_.back().changes;
+        to.insert(to.end(), j.changes.begin(), j.changes.end());
+        return;
+      }
+    }
+    jobs_.push_back(std::move(j));
+  }
+  work_.notify_one();
+}
+
+void block_store::write_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    work_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stopped, and everything written
+    job j = std::move(jobs_.front());
+    jobs_.pop_front();
+    busy_ = true;
+    lk.unlock();
+    const status s = run(j);
+    lk.lock();
+    busy_ = false;
+    failing_ = !s;
+    if (!s) {
+      failure_ += (failure_.empty() ? "" : "; ") + s.err().message;
+      idle_.notify_all();
+      if (!stop_) {
+        // Retried before newer jobs, whose changes must land after it.
+        jobs_.push_front(std::move(j));
+        work_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_; });
+        continue;
+      }
+    }
+    if (jobs_.empty()) idle_.notify_all();
+  }
+}
+
+status block_store::run(job& j) {
   rocksdb::WriteOptions wo;
   wo.sync = sync_;
-  const rocksdb::Status s = db_->Write(wo, batch_.get());
-  if (!s.ok()) {
-    roll_back(worker);
-    return fail(ec::io_error, "write failed: " + describe(s));
+  char key[key_size];
+  if (j.drop != no_drop) {
+    char end[key_size];
+    encode_key(key, j.drop, 0);
+    encode_key(end, j.drop + 1, 0);
+    const rocksdb::Status s = db_->DeleteRange(wo, db_->DefaultColumnFamily(),
+                                               rocksdb::Slice(key, key_size),
+                                               rocksdb::Slice(end, key_size));
+    if (!s.ok())
+      return fail(ec::io_error, "cannot drop worker " + std::to_string(j.drop) +
+                                    ": " + describe(s));
+    return ok;
   }
-  undo_.clear();
+  // The last change of each entry wins: stable, so repeats keep their
+  // order, and the last of a run of equal keys is written.
+  auto& c = j.changes;
+  std::stable_sort(c.begin(), c.end(), [](const change& a, const change& b) {
+    return a.worker != b.worker ? a.worker < b.worker : a.hash < b.hash;
+  });
+  rocksdb::WriteBatch batch;
+  size_t n = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (i + 1 < c.size() && c[i + 1].worker == c[i].worker &&
+        c[i + 1].hash == c[i].hash)
+      continue;
+    encode_key(key, c[i].worker, c[i].hash);
+    const char t = static_cast<char>(c[i].where);
+    const rocksdb::Status s =
+        c[i].where == gone
+            ? batch.Delete(rocksdb::Slice(key, key_size))
+            : batch.Put(rocksdb::Slice(key, key_size), rocksdb::Slice(&t, 1));
+    if (!s.ok())
+      return fail(ec::io_error, "cannot batch an entry: " + describe(s));
+    ++n;
+  }
+  const rocksdb::Status s = db_->Write(wo, &batch);
+  if (!s.ok()) return fail(ec::io_error, "write failed: " + describe(s));
+  written_.fetch_add(n, std::memory_order_relaxed);
   return ok;
+}
+
+void block_store::stop_writer() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  if (writer_.joinable()) writer_.join();
 }
 
 status block_store::drop_worker(uint32_t worker) {
@@ -252,18 +353,11 @@ status block_store::drop_worker(uint32_t worker) {
   if (worker >= block_index::max_workers)
     return fail(ec::invalid_argument,
                 "worker id " + std::to_string(worker) + " too large");
-  char begin[key_size];
-  char end[key_size];
-  encode_key(begin, worker, 0);
-  encode_key(end, worker + 1, 0);
-  rocksdb::WriteOptions wo;
-  wo.sync = sync_;
-  const rocksdb::Status s = db_->DeleteRange(wo, db_->DefaultColumnFamily(),
-                                             rocksdb::Slice(begin, key_size),
-                                             rocksdb::Slice(end, key_size));
-  if (!s.ok())
-    return fail(ec::io_error, "cannot drop worker " + std::to_string(worker) +
-                                  ": " + describe(s));
+  // After the changes noted so far, so that none outlives the drop.
+  hand_over_noted();
+  job j;
+  j.drop = worker;
+  hand_over(std::move(j));
   index_->drop_worker(worker);
   return ok;
 }
@@ -274,17 +368,24 @@ status block_store::close() {
   // the sort of an unsorted memtable); it also makes the data safe from
   // power loss, not only from a crash of this process.
   std::string problems;
+  auto note = [&](const std::string& p) {
+    problems += (problems.empty() ? "" : "; ") + p;
+  };
+  if (const status p = persist(); !p) note(p.err().message);
+  if (const status p = settle(); !p) note(p.err().message);
+  stop_writer();
+  if (const status p = settle(); !p) note(p.err().message);
   rocksdb::FlushOptions fo;
   fo.wait = true;
   const rocksdb::Status f = db_->Flush(fo);
   if (!f.ok()) {
-    problems = "flush failed: " + describe(f);
+    note("flush failed: " + describe(f));
     const rocksdb::Status w = db_->SyncWAL();  // the WAL then must be durable
     if (!w.ok()) problems += "; WAL sync failed: " + describe(w);
   }
   const rocksdb::Status c = db_->Close();
   db_.reset();
-  if (!c.ok()) problems += (problems.empty() ? "" : "; ") + describe(c);
+  if (!c.ok()) note(describe(c));
   if (!problems.empty()) return fail(ec::io_error, "close: " + problems);
   return ok;
 }

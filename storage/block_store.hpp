@@ -2,10 +2,14 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/block_index.hpp"
@@ -56,18 +60,34 @@ class block_store {
   block_store(const block_store&) = delete;
   block_store& operator=(const block_store&) = delete;
 
-  // Applies `worker`'s KV events to the index and persists the changes they
-  // make in one atomic WriteBatch through the WAL. All or nothing: invalid
-  // input or a failed write leaves the index and the DB as they were.
+  // Applies `worker`'s KV events to the index and notes the changes they
+  // make for the next persist(). All or nothing: invalid input changes
+  // nothing.
   status apply(uint32_t worker, const cache_event* events, size_t n);
   status apply(uint32_t worker, const std::vector<cache_event>& events) {
     return apply(worker, events.data(), events.size());
   }
-  // Forgets every entry of `worker`, on disk first, then in the index.
+  // Hands the changes noted since the last call to the store's writer
+  // thread, which writes each changed entry once (its last state) in one
+  // atomic WriteBatch through the WAL. A block that came and went, or
+  // moved tiers twice, in between costs one write: under cache churn most
+  // KV events never reach RocksDB. The caller (the shard actor) never waits
+  // for RocksDB. What a crash loses is what was not yet written; a shard
+  // that comes back is re-announced every worker's cache anyway. Returns
+  // the writer's failures since the last call (the writer retries them).
+  status persist();
+  // Waits until everything handed over is written (or has failed).
+  status settle();
+  // Changes noted and not yet handed over (with repeats).
+  size_t unpersisted() const { return noted_.size(); }
+  // Entries written (puts and deletes) since open.
+  uint64_t written() const { return written_.load(std::memory_order_relaxed); }
+  // Forgets every entry of `worker`: in the index now, on disk after the
+  // changes handed over before it.
   status drop_worker(uint32_t worker);
-  // Writes the memtable out (so the next open replays no WAL) and closes
-  // the DB; later calls fail. The destructor does this too, counting a
-  // failure in errors().
+  // Persists what is noted, waits for the writer, writes the memtable out
+  // (so the next open replays no WAL) and closes the DB; later calls fail.
+  // The destructor does this too, counting a failure in errors().
   status close();
 
   const block_index& index() const { return *index_; }
@@ -78,23 +98,50 @@ class block_store {
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
 
  private:
-  struct undo {
+  // An entry's state after a change: its tier, or `gone`.
+  struct change {
     uint64_t hash;
-    bool had;
-    tier where;
+    uint32_t worker;
+    int8_t where;
   };
+  static constexpr int8_t gone = -1;
+  // What the writer does next: write `changes`, or drop `worker`.
+  struct job {
+    std::vector<change> changes;
+    uint32_t drop = no_drop;
+  };
+  static constexpr uint32_t no_drop = ~uint32_t{0};
+  // Past this many queued jobs a new one joins the last; while writes
+  // fail, the oldest is dropped instead (counted): the shard then differs
+  // from its disk until the workers re-announce.
+  static constexpr size_t max_jobs = 64;
 
   block_store(std::string dir, block_index& index, bool sync);
   error fail(ec code, const std::string& what);
-  void roll_back(uint32_t worker);
+  void hand_over(job j);
+  void hand_over_noted();
+  void write_loop();
+  status run(job& j);
+  void stop_writer();
 
   std::string dir_;
   block_index* index_;
   bool sync_;
   std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<rocksdb::WriteBatch> batch_;  // reused across apply()
-  std::vector<undo> undo_;                      // likewise
+  std::vector<change> noted_;  // since the last persist, with repeats
+  std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> errors_{0};
+
+  // The writer thread and what it shares with the store's owner.
+  std::thread writer_;
+  std::mutex mu_;
+  std::condition_variable work_;  // a job queued, or stop
+  std::condition_variable idle_;  // the queue ran empty
+  std::deque<job> jobs_;
+  bool busy_ = false;     // the writer runs a job
+  bool failing_ = false;  // the writer's last job failed
+  bool stop_ = false;
+  std::string failure_;  // the writer's failures since the last persist()
 };
 
 }  // namespace kvmesh

@@ -97,13 +97,17 @@ void feed(block_index& idx, const workload& w) {
   }
 }
 
+// Persists every few steps, as the shard does every period, and at the end.
 status feed(block_store& store, const workload& w) {
+  size_t n = 0;
   for (const auto& st : w.steps) {
     status s = st.drop ? store.drop_worker(st.worker)
                        : store.apply(st.worker, st.events);
+    if (s && ++n % 7 == 0) s = store.persist();
     if (!s) return s;
   }
-  return ok;
+  if (status s = store.persist(); !s) return s;
+  return store.settle();
 }
 
 using entry = std::tuple<uint64_t, uint32_t, tier>;
@@ -194,7 +198,11 @@ void kill_after_writing(const std::string& dir, const workload& w,
   o.dir = dir;
   o.create = true;
   auto st = block_store::open(o, idx);
-  if (!st || !feed(**st, w)) _exit(3);
+  if (!st) _exit(3);
+  if (status s = feed(**st, w); !s) {
+    std::fprintf(stderr, "%s\n", s.err().message.c_str());
+    _exit(3);
+  }
   if (sigkill) raise(SIGKILL);
   _exit(0);
 }
@@ -277,6 +285,72 @@ TEST_F(block_store_test, clean_round_trip_keeps_moves_removals_and_drops) {
   st = block_store::open(options(false), empty);
   ASSERT_TRUE(st) << st.err().message;
   EXPECT_EQ(empty.entries(), 0u);
+}
+
+TEST_F(block_store_test, persist_writes_each_changed_entry_once) {
+  block_index idx;
+  auto st = block_store::open(options(true), idx);
+  ASSERT_TRUE(st) << st.err().message;
+  block_store& s = **st;
+  // A block stored, moved twice and removed between two persists is one
+  // write (its deletion), not four.
+  ASSERT_TRUE(s.apply(1, {stored(10, tier::gpu)}));
+  ASSERT_TRUE(s.apply(1, {stored(10, tier::host)}));
+  ASSERT_TRUE(s.apply(1, {stored(10, tier::disk)}));
+  ASSERT_TRUE(s.apply(1, {removed(10, tier::disk)}));
+  ASSERT_TRUE(s.apply(1, {stored(11, tier::gpu), stored(12, tier::gpu)}));
+  ASSERT_TRUE(s.apply(1, {stored(11, tier::host)}));
+  // A stale removal changes nothing and marks nothing.
+  ASSERT_TRUE(s.apply(1, {removed(12, tier::disk)}));
+  EXPECT_EQ(s.unpersisted(), 7u);
+  ASSERT_TRUE(s.persist());
+  EXPECT_EQ(s.unpersisted(), 0u);
+  ASSERT_TRUE(s.settle());
+  EXPECT_EQ(s.written(), 3u);
+  ASSERT_TRUE(s.persist());  // nothing new: nothing written
+  ASSERT_TRUE(s.settle());
+  EXPECT_EQ(s.written(), 3u);
+  // Changes not yet persisted are written by close().
+  ASSERT_TRUE(s.apply(2, {stored(13, tier::gpu)}));
+  ASSERT_TRUE(s.close());
+  block_index again;
+  st = block_store::open(options(false), again);
+  ASSERT_TRUE(st) << st.err().message;
+  EXPECT_EQ(again.entries(), 3u);
+  tier t = tier::gpu;
+  EXPECT_FALSE(again.find(10, 1, &t));
+  ASSERT_TRUE(again.find(11, 1, &t));
+  EXPECT_EQ(t, tier::host);
+  ASSERT_TRUE(again.find(12, 1, &t));
+  EXPECT_EQ(t, tier::gpu);
+  ASSERT_TRUE(again.find(13, 2, &t));
+}
+
+// A crash loses what was applied after the last persist, and nothing
+// before it (the shard then learns the rest from the workers' re-announce).
+void kill_after_persisting_part(const std::string& dir) {
+  block_index idx;
+  block_store_options o;
+  o.dir = dir;
+  o.create = true;
+  auto st = block_store::open(o, idx);
+  if (!st || !(*st)->apply(1, {stored(20, tier::gpu)}) || !(*st)->persist() ||
+      !(*st)->settle() || !(*st)->apply(1, {stored(21, tier::gpu)}))
+    _exit(3);
+  raise(SIGKILL);
+}
+
+TEST_F(block_store_test, a_crash_loses_only_what_was_not_persisted) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(kill_after_persisting_part(dir_),
+              ::testing::KilledBySignal(SIGKILL), "");
+  block_index got;
+  auto st = block_store::open(options(false), got);
+  ASSERT_TRUE(st) << st.err().message;
+  tier t = tier::gpu;
+  EXPECT_TRUE(got.find(20, 1, &t));
+  EXPECT_FALSE(got.find(21, 1, &t));
+  EXPECT_EQ(got.entries(), 1u);
 }
 
 TEST_F(block_store_test, a_bad_batch_changes_nothing) {
