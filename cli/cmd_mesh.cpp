@@ -241,10 +241,13 @@ void serve_until_stopped() {
 
 // A node that refuses its options (invalid_argument) is a usage error, one
 // that cannot start (a store, the server) a failure.
+int start_error(const char* cmd, const error& e) {
+  return e.code == ec::invalid_argument ? usage_error(cmd, e.message)
+                                        : run_error(cmd, e.message);
+}
+
 int start_error(const char* cmd, const std::string& what, const error& e) {
-  const std::string msg = what + ": " + e.message;
-  return e.code == ec::invalid_argument ? usage_error(cmd, msg)
-                                        : run_error(cmd, msg);
+  return start_error(cmd, make_error(e.code, what + ": " + e.message));
 }
 
 // The process's metrics endpoint, when --metrics-port asks for one: bound
@@ -266,18 +269,82 @@ expected<std::unique_ptr<metrics::http_server>> start_metrics(
   return server;
 }
 
-// Stops a node in the order its parts depend on each other: the node sends
-// its actors an exit; they may still publish until they are gone, and the
-// last one releases the reply inbox, which unsubscribes from the bus; only
-// then may the bus close.
-template <class Node>
-void stop_node(caf::actor_system& sys, std::unique_ptr<Node>& node,
-               std::unique_ptr<nats_bus>& bus,
-               std::unique_ptr<metrics::http_server>& metrics) {
-  metrics.reset();  // its scrapes ask the node's actors
-  node.reset();
-  sys.await_all_actors_done();
-  bus.reset();
+// What a process of the mesh (agent, router, index shard) runs its node on:
+// its metrics, actor system, bus and metrics endpoint, made by
+// start_process. Members are destroyed in the reverse order; the node,
+// made after, goes first.
+struct process_base {
+  std::unique_ptr<process_metrics> pm;  // null without --metrics-port
+  std::unique_ptr<caf::actor_system_config> sys_cfg;  // outlives sys
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<nats_bus> bus;
+  std::unique_ptr<metrics::http_server> server;
+  std::string url;  // --nats for the log, passwords redacted
+
+  // From now on scrapes ask the node.
+  template <class Node>
+  void watch(const Node& node) {
+    if (pm) pm->watch(*sys, *bus, node);
+  }
+
+  // Serves until SIGINT or SIGTERM, then stops the node in the order its
+  // parts depend on each other: the node sends its actors an exit; they may
+  // still publish until they are gone, and the last one releases the reply
+  // inbox, which unsubscribes from the bus; only then may the bus close.
+  // The process's exit code.
+  template <class Node>
+  int serve(std::unique_ptr<Node>& node) {
+    serve_until_stopped();
+    server.reset();  // its scrapes ask the node's actors
+    node.reset();
+    sys->await_all_actors_done();
+    bus.reset();
+    KVMESH_INFO("stopped");
+    return 0;
+  }
+};
+
+// Starts what a process's node runs on, in the order each needs: its
+// metrics (when --metrics-port asks; make_metrics gives the node's options
+// their meters), SIGINT and SIGTERM blocked before the actor system's
+// threads start, the bus (its connection called `name`), the endpoint. A
+// failure's code says how the process exits (start_error).
+template <class MakeMetrics>
+expected<process_base> start_process(const bus_flags& b, const metrics_flags& m,
+                                     const std::string& name,
+                                     MakeMetrics make_metrics) {
+  process_base p;
+  if (m.port != 0) {
+    auto pm = make_metrics();
+    if (!pm) return pm.err();
+    p.pm = std::move(*pm);
+  }
+  block_signals({SIGINT, SIGTERM});
+  p.sys_cfg = std::make_unique<caf::actor_system_config>();
+  register_types(*p.sys_cfg);
+  tune_for_latency(*p.sys_cfg);
+  p.sys = std::make_unique<caf::actor_system>(*p.sys_cfg);
+  p.url = redact_url(url_list(b.nats));
+  auto bus = connect_bus(b, name);
+  if (!bus) return bus.err();
+  p.bus = std::move(*bus);
+  auto server = start_metrics(m, p.pm.get());
+  if (!server)
+    return make_error(server.err().code, "--metrics-port " +
+                                             std::to_string(m.port) + ": " +
+                                             server.err().message);
+  p.server = std::move(*server);
+  return p;
+}
+
+// Names an agent or router, by --name or `fallback`, in its subjects and
+// its log.
+status take_name(const char* role, std::string& name,
+                 const std::string& fallback) {
+  if (name.empty()) name = fallback;
+  if (auto st = check_name("--name", name); !st) return st;
+  log::set_proc(std::string(role) + " " + name);
+  return ok;
 }
 
 mesh_options make_mesh_options(const std::string& prefix,
@@ -448,10 +515,10 @@ int run_engine_agent(agent_flags& f) {
     return usage_error(cmd, e + ": needs --block-tokens, the engine's block "
                                 "size (vLLM --block-size, SGLang "
                                 "--page-size)");
-  if (f.name.empty()) f.name = "agent-" + std::to_string(f.first_id);
-  if (auto st = check_name("--name", f.name); !st)
+  if (auto st =
+          take_name("agent", f.name, "agent-" + std::to_string(f.first_id));
+      !st)
     return usage_error(cmd, st.err().message);
-  log::set_proc("agent " + f.name);
   if (f.front_port + uint64_t{f.dp_size} - 1 > 65535)
     return usage_error(cmd, "--front-port: the fronts' ports pass 65535");
   engine_agent_options o;
@@ -483,27 +550,12 @@ int run_engine_agent(agent_flags& f) {
   if (!f.engine_url.empty())
     if (auto st = check_engine_url(f.engine_url); !st)
       return usage_error(cmd, "--engine-url: " + st.err().message);
-  std::unique_ptr<process_metrics> pm;
-  if (f.metrics.port != 0) {
-    auto m = process_metrics::for_agent(o);
-    if (!m) return run_error(cmd, m.err().message);
-    pm = std::move(*m);
-  }
-  block_signals({SIGINT, SIGTERM});
-  caf::actor_system_config sys_cfg;
-  register_types(sys_cfg);
-  tune_for_latency(sys_cfg);
-  caf::actor_system sys{sys_cfg};
-  const std::string url = redact_url(url_list(f.bus.nats));
-  auto bus = connect_bus(f.bus, f.name);
-  if (!bus) return run_error(cmd, bus.err().message);
-  auto server = start_metrics(f.metrics, pm.get());
-  if (!server)
-    return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
-                       server.err());
-  auto node = engine_agent::start(sys, **bus, o);
+  auto p = start_process(f.bus, f.metrics, f.name,
+                         [&] { return process_metrics::for_agent(o); });
+  if (!p) return start_error(cmd, p.err());
+  auto node = engine_agent::start(*p->sys, *p->bus, o);
   if (!node) return start_error(cmd, f.name, node.err());
-  if (pm) pm->watch(sys, **bus, **node);
+  p->watch(**node);
   for (uint32_t r = 0; r < f.dp_size; ++r)
     KVMESH_INFO(
         "serves worker %u (engine %s rank %u, KV "
@@ -515,11 +567,8 @@ int run_engine_agent(agent_flags& f) {
         f.cfg.block_tokens,
         f.engine_url.empty() ? "none (no --engine-url)"
                              : (*node)->endpoint(r).c_str(),
-        url.c_str(), f.bus.prefix.c_str());
-  serve_until_stopped();
-  stop_node(sys, *node, *bus, *server);
-  KVMESH_INFO("stopped");
-  return 0;
+        p->url.c_str(), f.bus.prefix.c_str());
+  return p->serve(*node);
 }
 
 int run_agent(agent_flags f) {
@@ -539,10 +588,10 @@ int run_agent(agent_flags f) {
                                 std::to_string(f.first_id) + ".." +
                                 std::to_string(last) + " exceed " +
                                 std::to_string(max_worker_id - 1));
-  if (f.name.empty()) f.name = "agent-" + std::to_string(f.first_id);
-  if (auto st = check_name("--name", f.name); !st)
+  if (auto st =
+          take_name("agent", f.name, "agent-" + std::to_string(f.first_id));
+      !st)
     return usage_error(cmd, st.err().message);
-  log::set_proc("agent " + f.name);
   f.cfg.workers = f.workers;
   if (auto st = validate(f.cfg); !st) return usage_error(cmd, st.err().message);
   agent_options ao;
@@ -558,27 +607,12 @@ int run_agent(agent_flags f) {
     wo.time_scale = f.time_scale;
     ao.workers.push_back(std::move(wo));
   }
-  std::unique_ptr<process_metrics> pm;
-  if (f.metrics.port != 0) {
-    auto m = process_metrics::for_agent(ao);
-    if (!m) return run_error(cmd, m.err().message);
-    pm = std::move(*m);
-  }
-  block_signals({SIGINT, SIGTERM});
-  caf::actor_system_config sys_cfg;
-  register_types(sys_cfg);
-  tune_for_latency(sys_cfg);
-  caf::actor_system sys{sys_cfg};
-  const std::string url = redact_url(url_list(f.bus.nats));
-  auto bus = connect_bus(f.bus, f.name);
-  if (!bus) return run_error(cmd, bus.err().message);
-  auto server = start_metrics(f.metrics, pm.get());
-  if (!server)
-    return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
-                       server.err());
-  auto node = agent_node::start(sys, **bus, ao);
+  auto p = start_process(f.bus, f.metrics, f.name,
+                         [&] { return process_metrics::for_agent(ao); });
+  if (!p) return start_error(cmd, p.err());
+  auto node = agent_node::start(*p->sys, *p->bus, ao);
   if (!node) return start_error(cmd, f.name, node.err());
-  if (pm) pm->watch(sys, **bus, **node);
+  p->watch(**node);
   KVMESH_INFO(
       "serves workers %u-%u (engine sim, speed %g, "
       "%" PRIu64 "/%" PRIu64 "/%" PRIu64
@@ -586,11 +620,8 @@ int run_agent(agent_flags f) {
       "prefix %s",
       f.first_id, static_cast<uint32_t>(last), f.speed, f.cfg.gpu_blocks,
       f.cfg.host_blocks, f.cfg.disk_blocks, f.cfg.block_tokens, f.time_scale,
-      url.c_str(), f.bus.prefix.c_str());
-  serve_until_stopped();
-  stop_node(sys, *node, *bus, *server);
-  KVMESH_INFO("stopped");
-  return 0;
+      p->url.c_str(), f.bus.prefix.c_str());
+  return p->serve(*node);
 }
 
 }  // namespace
@@ -771,10 +802,10 @@ int run_router(router_flags f) {
   set_wire_limits(f.limits);
   if (auto why = check_bus_flags(f.bus); !why.empty())
     return usage_error(cmd, why);
-  if (f.name.empty()) f.name = "router-" + std::to_string(getpid());
-  if (auto st = check_name("--name", f.name); !st)
+  if (auto st =
+          take_name("router", f.name, "router-" + std::to_string(getpid()));
+      !st)
     return usage_error(cmd, st.err().message);
-  log::set_proc("router " + f.name);
   router_node_options rn;
   rn.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
   rn.mesh.missed_beats = f.missed_beats;
@@ -787,36 +818,18 @@ int run_router(router_flags f) {
   rn.durable_ack_wait = std::chrono::milliseconds(f.durable_ack_wait_ms);
   rn.durable_replicas = static_cast<int>(f.durable_replicas);
   rn.durable_deliveries = f.durable_deliveries;
-  std::unique_ptr<process_metrics> pm;
-  if (f.metrics.port != 0) {
-    auto m = process_metrics::for_router(rn);
-    if (!m) return run_error(cmd, m.err().message);
-    pm = std::move(*m);
-  }
-  block_signals({SIGINT, SIGTERM});
-  caf::actor_system_config sys_cfg;
-  register_types(sys_cfg);
-  tune_for_latency(sys_cfg);
-  caf::actor_system sys{sys_cfg};
-  const std::string url = redact_url(url_list(f.bus.nats));
-  auto bus = connect_bus(f.bus, f.name);
-  if (!bus) return run_error(cmd, bus.err().message);
-  auto server = start_metrics(f.metrics, pm.get());
-  if (!server)
-    return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
-                       server.err());
-  auto node = router_node::start(sys, **bus, rn);
+  auto p = start_process(f.bus, f.metrics, f.name,
+                         [&] { return process_metrics::for_router(rn); });
+  if (!p) return start_error(cmd, p.err());
+  auto node = router_node::start(*p->sys, *p->bus, rn);
   if (!node) return start_error(cmd, f.name, node.err());
-  if (pm) pm->watch(sys, **bus, **node);
+  p->watch(**node);
   KVMESH_INFO(
       "routes on %s, prefix %s (fanout %zu, max inflight %zu, "
       "max held %zu, durable queue %s)",
-      url.c_str(), f.bus.prefix.c_str(), f.router.fanout, f.router.max_inflight,
-      f.router.max_held, f.durable ? "on" : "off");
-  serve_until_stopped();
-  stop_node(sys, *node, *bus, *server);
-  KVMESH_INFO("stopped");
-  return 0;
+      p->url.c_str(), f.bus.prefix.c_str(), f.router.fanout,
+      f.router.max_inflight, f.router.max_held, f.durable ? "on" : "off");
+  return p->serve(*node);
 }
 
 }  // namespace
@@ -943,34 +956,17 @@ int run_index(const index_flags& f) {
   so.shard.shard = shard->first;
   so.shard.dir = f.db;
   so.shards = shard->second;
-  std::unique_ptr<process_metrics> pm;
-  if (f.metrics.port != 0) {
-    auto m = process_metrics::for_shard(so);
-    if (!m) return run_error(cmd, m.err().message);
-    pm = std::move(*m);
-  }
-  block_signals({SIGINT, SIGTERM});
-  caf::actor_system_config sys_cfg;
-  register_types(sys_cfg);
-  tune_for_latency(sys_cfg);
-  caf::actor_system sys{sys_cfg};
   const std::string name = "index-" + std::to_string(shard->first);
-  const std::string url = redact_url(url_list(f.bus.nats));
-  auto bus = connect_bus(f.bus, name);
-  if (!bus) return run_error(cmd, bus.err().message);
-  auto server = start_metrics(f.metrics, pm.get());
-  if (!server)
-    return start_error(cmd, "--metrics-port " + std::to_string(f.metrics.port),
-                       server.err());
-  auto node = shard_node::start(sys, **bus, so);
+  auto p = start_process(f.bus, f.metrics, name,
+                         [&] { return process_metrics::for_shard(so); });
+  if (!p) return start_error(cmd, p.err());
+  auto node = shard_node::start(*p->sys, *p->bus, so);
   if (!node) return start_error(cmd, "--db " + f.db, node.err());
-  if (pm) pm->watch(sys, **bus, **node);
+  p->watch(**node);
   KVMESH_INFO("shard %u/%u (RocksDB %s) serves on %s, prefix %s", shard->first,
-              shard->second, f.db.c_str(), url.c_str(), f.bus.prefix.c_str());
-  serve_until_stopped();
-  stop_node(sys, *node, *bus, *server);
-  KVMESH_INFO("stopped");
-  return 0;
+              shard->second, f.db.c_str(), p->url.c_str(),
+              f.bus.prefix.c_str());
+  return p->serve(*node);
 }
 
 }  // namespace

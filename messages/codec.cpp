@@ -97,6 +97,19 @@ void read_list(Vector& v, List list) {
     v.push_back(x);
 }
 
+// The workers a CallForBids or a Release names, no more than
+// --max-call-workers: each one named is asked for a bid (or to release),
+// so the count is the agent's work.
+status read_workers(std::vector<uint32_t>& out,
+                    capnp::List<uint32_t>::Reader workers) {
+  if (auto s =
+          check_wire_limit(wire_limit::call_workers, workers.size(), "workers");
+      !s)
+    return s;
+  read_list(out, workers);
+  return ok;
+}
+
 void write(const route_request_msg& x, wire::RouteRequest::Builder b) {
   // Nested requests carry a version too, so the struct reads the same
   // whether it travels alone or inside a CallForBids or an Award.
@@ -369,13 +382,7 @@ expected<call_for_bids> read(wire::CallForBids::Reader r) {
   if (!request) return request.err();
   x.request = std::move(*request);
   x.bidders_speed = r.getBiddersSpeed();
-  auto workers = r.getWorkers();
-  // Each named worker is asked for a bid: the count is the agent's work.
-  if (auto s =
-          check_wire_limit(wire_limit::call_workers, workers.size(), "workers");
-      !s)
-    return s.err();
-  read_list(x.workers, workers);
+  if (auto s = read_workers(x.workers, r.getWorkers()); !s) return s.err();
   return x;
 }
 
@@ -614,12 +621,7 @@ batch_msg read(wire::Batch::Reader r) {
 expected<release_msg> read(wire::Release::Reader r) {
   release_msg x;
   x.request = r.getRequest();
-  auto workers = r.getWorkers();
-  if (auto s =
-          check_wire_limit(wire_limit::call_workers, workers.size(), "workers");
-      !s)
-    return s.err();
-  read_list(x.workers, workers);
+  if (auto s = read_workers(x.workers, r.getWorkers()); !s) return s.err();
   return x;
 }
 

@@ -75,3 +75,21 @@ free_port() {
   python3 -c 'import socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+# start_nats: a nats-server of the script's own on a free loopback port,
+# logging to $tmp/nats.log; sets port and url, and returns once it accepts
+# connections (the test ends when it does not within 10 s).
+start_nats() {
+  port=$(free_port)
+  url=nats://127.0.0.1:$port
+  nats-server -a 127.0.0.1 -p "$port" -l "$tmp/nats.log" &
+  pids+=($!)
+  local end=$((SECONDS + 10))
+  until (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    if [ "$SECONDS" -ge "$end" ]; then
+      echo "FAIL nats_server_starts: $(cat "$tmp/nats.log")"
+      exit 1
+    fi
+    sleep 0.1
+  done
+}

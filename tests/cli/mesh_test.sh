@@ -329,18 +329,7 @@ fi
 # -- a mesh started by hand: an agent's death --------------------------------
 # (up stops the whole mesh when one of its children dies.)
 
-port=$(free_port)
-url=nats://127.0.0.1:$port
-nats-server -a 127.0.0.1 -p "$port" -l "$tmp/nats.log" &
-pids+=($!)
-end=$((SECONDS + 10))
-until (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-  if [ "$SECONDS" -ge "$end" ]; then
-    echo "FAIL nats_server_starts: $(cat "$tmp/nats.log")"
-    exit 1
-  fi
-  sleep 0.1
-done
+start_nats
 common=(--nats "$url" --heartbeat-ms 200)
 "$bin" index "${common[@]}" --shard 0/1 --db "$tmp/db" 2>>"$tmp/mesh.err" &
 pids+=($!)

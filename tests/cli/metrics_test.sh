@@ -39,18 +39,7 @@ wait_metrics() {
   done
 }
 
-port=$(free_port)
-url=nats://127.0.0.1:$port
-nats-server -a 127.0.0.1 -p "$port" -l "$tmp/nats.log" &
-pids+=($!)
-end=$((SECONDS + 10))
-until (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-  if [ "$SECONDS" -ge "$end" ]; then
-    echo "FAIL nats_server_starts: $(cat "$tmp/nats.log")"
-    exit 1
-  fi
-  sleep 0.1
-done
+start_nats
 
 # -- the flags ----------------------------------------------------------------
 

@@ -8,39 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/samples.hpp"
+
 namespace kvmesh::cli {
 namespace {
 
-worker_status worker(uint32_t id, uint64_t awards) {
-  worker_status w;
-  w.worker = id;
-  w.queued = 12.5;
-  w.active = 256;
-  w.capacity = 1024;
-  w.gpu_blocks = 512;
-  w.host_blocks = 2000;
-  w.host_capacity = 8000;
-  w.disk_blocks = 7;  // no disk capacity: a tier of unknown size
-  w.waiting = 1;
-  w.running = 2;
-  w.completed = 3;
-  w.awards = awards;
-  w.last_price = 41.5;
-  w.agent = "agent-0";
-  return w;
-}
-
-router_status router(const std::string& name, uint64_t decisions) {
-  router_status r;
-  r.name = name;
-  r.decisions = decisions;
-  r.auction_p99_us = 850;
-  r.rounds = 40;
-  r.bids = 130;
-  r.live_workers = 2;
-  r.workers = 2;
-  return r;
-}
+using test::sample_router;
+using test::sample_worker;
 
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);
@@ -73,10 +47,14 @@ std::string cell(const std::string& frame, const std::string& table,
 }
 
 TEST(top_view, rates_come_from_the_previous_snapshot) {
-  fleet_snapshot before{
-      10, {worker(0, 100), worker(1, 50)}, {router("router-0", 1000)}, ""};
-  fleet_snapshot now{
-      12, {worker(1, 70), worker(0, 100)}, {router("router-0", 1300)}, ""};
+  fleet_snapshot before{10,
+                        {sample_worker(0, 100), sample_worker(1, 50)},
+                        {sample_router("router-0", 1000)},
+                        ""};
+  fleet_snapshot now{12,
+                     {sample_worker(1, 70), sample_worker(0, 100)},
+                     {sample_router("router-0", 1300)},
+                     ""};
   now.workers[0].draining = true;
   now.workers[0].last_price = 7.5;
   const std::string frame = render_top("kvmesh top", now, &before);
@@ -110,8 +88,10 @@ TEST(top_view, rates_come_from_the_previous_snapshot) {
 }
 
 TEST(top_view, first_frame_restarts_and_no_award_show_no_value) {
-  fleet_snapshot before{10, {worker(0, 100)}, {router("router-0", 1000)}, ""};
-  fleet_snapshot now{11, {worker(0, 5)}, {router("router-0", 1)}, ""};
+  fleet_snapshot before{
+      10, {sample_worker(0, 100)}, {sample_router("router-0", 1000)}, ""};
+  fleet_snapshot now{
+      11, {sample_worker(0, 5)}, {sample_router("router-0", 1)}, ""};
   now.workers[0].last_price = std::numeric_limits<double>::quiet_NaN();
   now.routers[0].rounds = 0;
   const std::string first = render_top("t", now, nullptr);

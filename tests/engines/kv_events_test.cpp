@@ -8,6 +8,7 @@
 #include <random>
 
 #include "msgpack_writer.hpp"
+#include "tests/samples.hpp"
 
 namespace kvmesh {
 namespace {
@@ -71,19 +72,8 @@ TEST(kv_events, map_layout_with_byte_string_hashes) {
 
 // The first vLLM layout (v0.9): no rank, no medium, integer hashes.
 TEST(kv_events, oldest_vllm_and_sglang_arrays) {
-  mp_writer w;
-  w.array(2).f64(10.0).array(3);
-  w.array(6)
-      .str("BlockStored")
-      .uints({11, 12})
-      .uint(10)
-      .uints({1, 2, 3, 4})
-      .uint(2)
-      .nil();
-  w.array(2).str("BlockRemoved").uints({11});
-  w.array(1).str("AllBlocksCleared");
   kv_fault_counts faults;
-  auto b = batch_of(w.bytes(), faults);
+  auto b = batch_of(test::vllm_array_batch().bytes(), faults);
   ASSERT_TRUE(b) << b.err().message;
   ASSERT_EQ(b->events.size(), 3u);
   EXPECT_EQ(b->events[0].kind, engine_kv_event::stored);
@@ -131,24 +121,10 @@ TEST(kv_events, longest_vllm_array_and_unknown_trailing_fields) {
   EXPECT_EQ(faults.total(), 0u);
 }
 
-// SGLang: [ts, events, attn_dp_rank]; BlockStored with a trailing metadata
-// map where vLLM has lora_name; Python hash() ints are often negative.
+// SGLang (test::sglang_batch): the metadata map, negative hashes.
 TEST(kv_events, sglang_arrays_with_metadata_and_negative_hashes) {
-  mp_writer w;
-  w.array(3).f64(3.0).array(1);
-  w.array(8)
-      .str("BlockStored")
-      .array(1)
-      .sint(-5123456789012345678ll)
-      .sint(-7)
-      .uints({1, 2})
-      .uint(2)
-      .nil()
-      .str("CPU_PINNED");
-  w.map(1).str("cache_salt").str("s");
-  w.uint(2);
   kv_fault_counts faults;
-  auto b = batch_of(w.bytes(), faults);
+  auto b = batch_of(test::sglang_batch().bytes(), faults);
   ASSERT_TRUE(b) << b.err().message;
   EXPECT_EQ(b->rank, 2);
   ASSERT_EQ(b->events.size(), 1u);

@@ -10,6 +10,7 @@
 
 #include "messages/codec.hpp"
 #include "tests/engines/msgpack_writer.hpp"
+#include "tests/samples.hpp"
 
 namespace kvmesh {
 namespace {
@@ -57,17 +58,6 @@ bid a_bid(uint32_t worker) {
   return b;
 }
 
-worker_status a_worker(uint32_t worker) {
-  worker_status w;
-  w.worker = worker;
-  w.queued = 1;
-  w.gpu_blocks = 100;
-  w.capacity = 4096;
-  w.agent = "node-1";
-  w.endpoint = "http://gpu-1:8000";
-  return w;
-}
-
 void codec_seeds() {
   message(msg_kind::route_request, "route_request", request(7, 4));
   message(msg_kind::route_request, "route_request_empty", request(0, 0));
@@ -77,16 +67,7 @@ void codec_seeds() {
   message(msg_kind::award, "award", award_msg{request(9, 2), 3.0, 2});
   message(msg_kind::award_reply, "award_reply",
           award_reply{true, "", "http://gpu-2:8000"});
-  decision d;
-  d.request = 9;
-  d.worker = 2;
-  d.auctions = 1;
-  price_breakdown p;
-  p.worker = 2;
-  p.price = 1.25;
-  d.prices = {p, p};
-  d.endpoint = "http://gpu-2:8000";
-  message(msg_kind::decision, "decision", d);
+  message(msg_kind::decision, "decision", test::sample_decision());
   decision refused;
   refused.request = 10;
   refused.error = "overloaded";
@@ -96,11 +77,9 @@ void codec_seeds() {
   kb.events = {{cache_event::stored, tier::gpu, 11, 11},
                {cache_event::removed, tier::host, 12, 11}};
   message(msg_kind::kv_batch, "kv_batch", kb);
-  message(msg_kind::worker_status, "worker_status", a_worker(4));
-  router_status rs;
-  rs.name = "router-1";
-  rs.decisions = 1000;
-  rs.auction_p99_us = 250;
+  message(msg_kind::worker_status, "worker_status",
+          test::sample_worker(4, 100));
+  const router_status rs = test::sample_router("router-1", 1000);
   message(msg_kind::router_status, "router_status", rs);
   shard_status ss;
   ss.shard = 1;
@@ -121,7 +100,7 @@ void codec_seeds() {
   ar.chain = {5, 6};
   message(msg_kind::admin_request, "admin_request", ar);
   admin_reply rep;
-  rep.workers = {a_worker(1), a_worker(2)};
+  rep.workers = {test::sample_worker(1, 100), test::sample_worker(2, 50)};
   rep.routers = {rs};
   rep.shards = {ss};
   rep.holders = {{1, 2, 0, 0}};
@@ -145,18 +124,7 @@ void kv_seed(const std::string& name, const test::mp_writer& w) {
 }
 
 void kv_seeds() {
-  test::mp_writer old_vllm;  // [ts, events]: arrays, integer hashes
-  old_vllm.array(2).f64(10.0).array(3);
-  old_vllm.array(6)
-      .str("BlockStored")
-      .uints({11, 12})
-      .uint(10)
-      .uints({1, 2, 3, 4})
-      .uint(2)
-      .nil();
-  old_vllm.array(2).str("BlockRemoved").uints({11});
-  old_vllm.array(1).str("AllBlocksCleared");
-  kv_seed("vllm_arrays", old_vllm);
+  kv_seed("vllm_arrays", test::vllm_array_batch());
 
   test::mp_writer map_vllm;  // plain structs, byte-string hashes
   map_vllm.map(3).str("ts").f64(1.5).str("events").array(2);
@@ -185,20 +153,7 @@ void kv_seeds() {
   map_vllm.str("data_parallel_rank").uint(1);
   kv_seed("vllm_maps", map_vllm);
 
-  test::mp_writer sglang;  // [ts, events, rank], negative hashes, metadata
-  sglang.array(3).f64(3.0).array(1);
-  sglang.array(8)
-      .str("BlockStored")
-      .array(1)
-      .sint(-5123456789012345678ll)
-      .sint(-7)
-      .uints({1, 2})
-      .uint(2)
-      .nil()
-      .str("CPU_PINNED");
-  sglang.map(1).str("cache_salt").str("s");
-  sglang.uint(2);
-  kv_seed("sglang", sglang);
+  kv_seed("sglang", test::sglang_batch());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/block_hash.hpp"
+#include "tests/samples.hpp"
 
 namespace kvmesh {
 namespace {
@@ -82,19 +83,7 @@ TEST(json, bad_requests_name_the_field_and_count) {
 }
 
 TEST(json, a_decision_carries_every_bidders_breakdown) {
-  decision d;
-  d.request = 9;
-  d.worker = 2;
-  d.auctions = 1;
-  price_breakdown p;
-  p.worker = 2;
-  p.read = 10.5;
-  p.credit_gpu = 3;
-  p.price = 12.25;
-  p.delta = -1;
-  d.prices = {p};
-  d.endpoint = "http://gpu-2.example:8001";
-  auto j = nlohmann::json::parse(decision_json(d));
+  auto j = nlohmann::json::parse(decision_json(test::sample_decision()));
   EXPECT_EQ(j["request"], 9);
   EXPECT_EQ(j["worker"], 2);
   EXPECT_EQ(j["endpoint"], "http://gpu-2.example:8001");
