@@ -20,18 +20,20 @@ double now_ms(wpointer self) {
 
 // Starts the engine's next step if it is idle and has work, and schedules
 // its end on the actor clock.
+void schedule_step_end(wpointer self, double end, double now) {
+  auto& st = self->state;
+  st.stepping = true;
+  st.step_end = end;
+  const auto wall = std::chrono::duration_cast<caf::timespan>(
+      std::chrono::duration<double, std::milli>((end - now) / st.time_scale));
+  self->delayed_send(self, wall, step_atom::value);
+}
+
 void maybe_step(wpointer self) {
   auto& st = self->state;
   if (st.stepping) return;
   const double now = now_ms(self);
-  if (auto end = st.eng->start_step(now)) {
-    st.stepping = true;
-    const double wall = (*end - now) / st.time_scale;
-    self->delayed_send(self,
-                       std::chrono::duration_cast<caf::timespan>(
-                           std::chrono::duration<double, std::milli>(wall)),
-                       step_atom::value);
-  }
+  if (auto end = st.eng->start_step(now)) schedule_step_end(self, *end, now);
 }
 
 void finish_step(wpointer self) {
@@ -39,6 +41,21 @@ void finish_step(wpointer self) {
   st.stepping = false;
   st.events.clear();
   st.eng->finish_step(st.events);
+  // Steps that would have ended by now (the timer fired late: a loaded
+  // machine, or a sped-up engine whose steps are microseconds) run here,
+  // back to back, each starting where the last ended but never before the
+  // newest request arrived (no step sees a request before its arrival).
+  // Late timers then no longer slow the simulated GPU down.
+  const double now = now_ms(self);
+  double t = st.step_end;
+  while (auto end = st.eng->start_step(std::max(t, st.last_submit))) {
+    if (*end > now) {
+      schedule_step_end(self, *end, now);
+      break;
+    }
+    st.eng->finish_step(st.events);
+    t = *end;
+  }
   const double bt = st.eng->config().block_tokens;
   for (const engine_event& e : st.events) {
     switch (e.kind) {
@@ -169,7 +186,8 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         req.prompt_tokens = r.input_tokens;
         req.output_tokens = r.output_tokens;
         req.blocks = std::move(r.blocks);
-        if (auto ok = st.eng->submit(std::move(req), now_ms(self)); !ok) {
+        st.last_submit = now_ms(self);
+        if (auto ok = st.eng->submit(std::move(req), st.last_submit); !ok) {
           st.ledger->release(r.id);
           count(worker_meters::engine_refused);
           return {false, ok.err().message, {}};

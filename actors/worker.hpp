@@ -52,6 +52,8 @@ struct worker_state {
   double time_scale = 1;
   caf::actor_clock::time_point origin;
   bool stepping = false;
+  double step_end = 0;     // engine ms at which the step in progress ends
+  double last_submit = 0;  // engine ms of the latest request's arrival
   uint64_t completed = 0;
   uint64_t awards = 0;  // accepted
   double last_price = std::numeric_limits<double>::quiet_NaN();
