@@ -61,6 +61,12 @@ struct outcome {
   std::set<uint32_t> winners;  // distinct workers named by them
   uint32_t worker = 0;         // the first decision's worker
   uint32_t started = 0;        // first tokens reported by engines: runs
+  // Durable: the request's place in the queue, which names its decision
+  // record; and whether the first answer was read there (the live one was
+  // missed) and when it was last looked for.
+  uint64_t sequence = 0;
+  bool from_record = false;
+  int64_t looked_ms = 0;
 };
 
 int64_t now_ms() {
@@ -81,6 +87,8 @@ struct recorder {
     if (it == by_id.end()) return;  // not ours
     outcome& o = it->second;
     if (o.answered_ms == 0) o.answered_ms = t;
+    if (d && o.from_record && d->error.empty() && o.winners.count(d->worker))
+      return;  // the live copy of the answer already read from the record
     if (!d) {
       if (o.error.empty()) o.error = "undecodable answer";
       return;
@@ -91,6 +99,36 @@ struct recorder {
     }
     if (o.decisions++ == 0) o.worker = d->worker;
     o.winners.insert(d->worker);
+  }
+
+  // An answer read from the decision record: taken only while no live one
+  // has come (then it is the same answer, late).
+  void kept(uint64_t id, const std::vector<uint8_t>& payload) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      auto it = by_id.find(id);
+      if (it == by_id.end() || it->second.answered_ms != 0) return;
+      it->second.from_record = true;
+    }
+    answer(id, payload);
+  }
+
+  // The unanswered durable requests to look up in the record bucket: all
+  // of them after a reconnect (their answers may have come while this
+  // client was away), else those past the timeout, each once a second.
+  std::vector<std::pair<uint64_t, uint64_t>> to_look_up(bool all,
+                                                        int64_t timeout_ms) {
+    const int64_t t = now_ms();
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    std::lock_guard<std::mutex> g(mu);
+    for (auto& [id, o] : by_id) {
+      if (o.answered_ms != 0 || o.sequence == 0) continue;
+      if (!all && (t - o.sent_ms <= timeout_ms || t - o.looked_ms < 1000))
+        continue;
+      o.looked_ms = t;
+      out.emplace_back(id, o.sequence);
+    }
+    return out;
   }
 
   void events(const std::vector<uint8_t>& payload) {
@@ -142,6 +180,19 @@ int run_load(const load_flags& f) {
     }
     queue = std::move(*q);
   }
+  // Where the routers keep each durable answer before sending it: the
+  // answers that come while this client is reconnecting are read there.
+  std::unique_ptr<record_store> records;
+  if (f.durable) {
+    auto ro = durable_records(subj);
+    ro.create = false;
+    auto r = record_store::open(**bus, ro);
+    if (r)
+      records = std::move(*r);
+    else
+      log::warn("answers missed while reconnecting will not be recovered: " +
+                r.err().message);
+  }
   auto rec = std::make_shared<recorder>();
   std::random_device rd;
   const uint64_t token = (uint64_t{rd()} << 32) ^ rd();
@@ -172,6 +223,23 @@ int run_load(const load_flags& f) {
   std::signal(SIGINT, [](int) { interrupted = true; });
   std::signal(SIGTERM, [](int) { interrupted = true; });
 
+  // Looks up missed answers beside the sending loop, so that the rate holds.
+  std::atomic<bool> done{false};
+  std::thread looker;
+  if (records)
+    looker = std::thread([&] {
+      uint64_t reconnects = (*bus)->reconnects();
+      while (!done) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const uint64_t now_reconnects = (*bus)->reconnects();
+        const bool all = now_reconnects != reconnects;
+        reconnects = now_reconnects;
+        for (const auto& [id, seq] : rec->to_look_up(all, f.timeout_ms)) {
+          if (done) break;
+          if (auto v = records->get(record_key(seq, id))) rec->kept(id, *v);
+        }
+      }
+    });
   const auto interval = std::chrono::duration_cast<steady::duration>(
       std::chrono::duration<double>(1.0 / f.rate));
   const auto start = steady::now();
@@ -197,6 +265,8 @@ int run_load(const load_flags& f) {
     auto hashes = hash_blocks(tokens, f.block_tokens, "");
     if (!hashes) {
       log::error(hashes.err().message);
+      done = true;
+      if (looker.joinable()) looker.join();
       return 1;
     }
     route_request_msg r;
@@ -211,13 +281,22 @@ int run_load(const load_flags& f) {
       rec->by_id[id].sent_ms = now_ms();
     }
     const std::string reply = inbox + "." + std::to_string(id);
-    const status st =
-        queue ? queue->publish(subj.route_durable() + "." + reply, encode(r))
-              : (*bus)->publish(subj.route(), encode(r), reply);
-    if (!st) {
+    std::string failed;
+    if (queue) {
+      auto seq = queue->publish(subj.route_durable() + "." + reply, encode(r));
+      if (seq) {
+        std::lock_guard<std::mutex> g(rec->mu);
+        rec->by_id[id].sequence = *seq;
+      } else {
+        failed = seq.err().message;
+      }
+    } else if (auto st = (*bus)->publish(subj.route(), encode(r), reply); !st) {
+      failed = st.err().message;
+    }
+    if (!failed.empty()) {
       std::lock_guard<std::mutex> g(rec->mu);
       rec->by_id[id].publish_failed = true;
-      rec->by_id[id].error = st.err().message;
+      rec->by_id[id].error = failed;
     }
   }
   // Late answers and engine events; timeouts are marked as the client would
@@ -227,12 +306,19 @@ int run_load(const load_flags& f) {
                           std::chrono::duration<double>(f.drain_s));
   while (!interrupted && steady::now() < drain_end)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  done = true;
+  if (looker.joinable()) looker.join();
+  // A last look for every answer still missing.
+  if (records)
+    for (const auto& [id, seq] : rec->to_look_up(true, f.timeout_ms))
+      if (auto v = records->get(record_key(seq, id))) rec->kept(id, *v);
   (void)(*bus)->unsubscribe(*answers);
   (void)(*bus)->unsubscribe(*events);
 
   nlohmann::json sum;
   uint64_t sent = 0, publish_errors = 0, decided = 0, errors = 0, timeouts = 0,
-           late = 0, lost = 0, duplicates = 0, repeats = 0, double_runs = 0;
+           late = 0, lost = 0, duplicates = 0, repeats = 0, double_runs = 0,
+           recovered = 0;
   std::ofstream lines;
   if (!f.out.empty()) lines.open(f.out);
   {
@@ -257,6 +343,7 @@ int run_load(const load_flags& f) {
         if (o.winners.size() > 1) ++duplicates;
         if (o.decisions > o.winners.size()) repeats += o.decisions - 1;
         if (o.started > 1) ++double_runs;
+        if (o.from_record) ++recovered;
       }
       if (lines) {
         nlohmann::json l = {{"id", id},
@@ -268,26 +355,29 @@ int run_load(const load_flags& f) {
                             {"started", o.started},
                             {"timed_out", o.timed_out},
                             {"publish_failed", o.publish_failed},
+                            {"from_record", o.from_record},
                             {"error", o.error}};
         lines << l.dump() << "\n";
       }
     }
   }
-  sum = {{"sent", sent},         {"publish_errors", publish_errors},
-         {"decided", decided},   {"errors", errors},
-         {"timeouts", timeouts}, {"late", late},
-         {"lost", lost},         {"duplicates", duplicates},
-         {"repeats", repeats},   {"double_runs", double_runs},
-         {"durable", f.durable}, {"rate", f.rate}};
+  sum = {{"sent", sent},           {"publish_errors", publish_errors},
+         {"decided", decided},     {"errors", errors},
+         {"timeouts", timeouts},   {"late", late},
+         {"lost", lost},           {"duplicates", duplicates},
+         {"repeats", repeats},     {"double_runs", double_runs},
+         {"recovered", recovered}, {"durable", f.durable},
+         {"rate", f.rate}};
   if (f.json) {
     std::printf("%s\n", sum.dump().c_str());
   } else {
     std::printf("sent %" PRIu64 " (publish errors %" PRIu64
                 "), decided %" PRIu64 " (late %" PRIu64 "), errors %" PRIu64
                 ", timeouts %" PRIu64 ", lost %" PRIu64 ", duplicates %" PRIu64
-                " (repeats %" PRIu64 "), run twice %" PRIu64 "\n",
+                " (repeats %" PRIu64 "), run twice %" PRIu64
+                ", read from the record %" PRIu64 "\n",
                 sent, publish_errors, decided, late, errors, timeouts, lost,
-                duplicates, repeats, double_runs);
+                duplicates, repeats, double_runs, recovered);
   }
   return 0;
 }
@@ -338,7 +428,9 @@ void add_load(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--json", f->json, "print the counts as JSON");
   cmd->footer(
       "lost: accepted by NATS, never answered. duplicates: decided for more "
-      "than one worker. repeats: the same decision answered again.");
+      "than one worker. repeats: the same decision answered again. read from "
+      "the record: durable answers missed (sent while this client was "
+      "reconnecting) and read from the routers' decision records.");
   cmd->callback([f, &run] { run = [f] { return run_load(*f); }; });
 }
 

@@ -308,12 +308,12 @@ work_queue::~work_queue() {
   (void)natsSubscription_Unsubscribe(core_->sub);
 }
 
-status work_queue::publish(const std::vector<uint8_t>& payload) {
+expected<uint64_t> work_queue::publish(const std::vector<uint8_t>& payload) {
   return publish(opt_.subject, payload);
 }
 
-status work_queue::publish(const std::string& subject,
-                           const std::vector<uint8_t>& payload) {
+expected<uint64_t> work_queue::publish(const std::string& subject,
+                                       const std::vector<uint8_t>& payload) {
   jsPubOptions po;
   last_error last;
   natsStatus s = jsPubOptions_Init(&po);
@@ -326,6 +326,7 @@ status work_queue::publish(const std::string& subject,
   jsErrCode jerr = no_js_error;
   s = js_Publish(&pa, core_->js, subject.c_str(), payload.data(),
                  static_cast<int>(payload.size()), &po, &jerr);
+  const uint64_t sequence = (s == NATS_OK && pa) ? pa->Sequence : 0;
   jsPubAck_Destroy(pa);
   const std::string what =
       "publish on " + subject + " to stream " + opt_.stream;
@@ -337,7 +338,7 @@ status work_queue::publish(const std::string& subject,
                           ": no stream stores this subject (stream "
                           "deleted, or JetStream not enabled)");
   if (s != NATS_OK) return js_fail(what, s, jerr, last);
-  return ok;
+  return sequence;
 }
 
 status work_queue::start(work_handler h) {
@@ -495,6 +496,10 @@ expected<std::unique_ptr<record_store>> record_store::open(
   if (s == NATS_OK) return r;
   if (s != NATS_NOT_FOUND)
     return js_fail(name + ": bind", s, no_js_error, bind_last);
+  if (!opt.create)
+    return make_error(ec::not_found, name +
+                                         ": no such bucket (not created "
+                                         "by a client)");
   kvConfig cfg;
   last_error create_last;
   if ((s = kvConfig_Init(&cfg)) != NATS_OK)

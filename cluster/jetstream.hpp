@@ -110,11 +110,13 @@ class work_queue {
   work_queue& operator=(const work_queue&) = delete;
 
   // Stores `payload` in the stream and waits for the server to confirm it
-  // (JetStream's default 5 s); only then is the request durable.
-  status publish(const std::vector<uint8_t>& payload);
+  // (JetStream's default 5 s); only then is the request durable. The value
+  // is the message's sequence in the stream, which names its decision
+  // record: a client that missed the answer reads it there.
+  expected<uint64_t> publish(const std::vector<uint8_t>& payload);
   // On `subject`, one the stream's (wildcard) subject covers.
-  status publish(const std::string& subject,
-                 const std::vector<uint8_t>& payload);
+  expected<uint64_t> publish(const std::string& subject,
+                             const std::vector<uint8_t>& payload);
 
   // Starts the fetch thread, which calls `h` for every message until
   // stop(). An error if already started.
@@ -166,6 +168,9 @@ struct record_options {
   // Longer than any request can wait in the queue for a redelivery.
   std::chrono::milliseconds ttl{std::chrono::minutes(10)};
   int replicas = 1;  // as work_queue_options::replicas
+  // false: bind only (a client reading answers), never create the bucket
+  // with a client's settings; open() fails with ec::not_found when absent.
+  bool create = true;
 };
 
 class record_store {

@@ -37,6 +37,19 @@ work_queue_options durable_queue(const subjects& subj) {
   return o;
 }
 
+// The record of a durable request's answer: its stream sequence (the same
+// across redeliveries) and its id (so that a stream deleted and made again,
+// which restarts sequences, cannot match an old record).
+std::string record_key(uint64_t sequence, uint64_t request) {
+  return std::to_string(sequence) + "-" + std::to_string(request);
+}
+
+record_options durable_records(const subjects& subj) {
+  record_options o;
+  o.bucket = durable_queue(subj).stream + "_DECISIONS";
+  return o;
+}
+
 status check_name(const std::string& what, const std::string& name) {
   if (name.empty() || name.size() > 64)
     return make_error(ec::invalid_argument,
@@ -428,13 +441,6 @@ expected<route_request_msg> decode_route(front_state& st,
             std::to_string(st.block_tokens) + " (--block-tokens)");
   }
   return r;
-}
-
-// The record of a durable request's answer: its stream sequence (the same
-// across redeliveries) and its id (so that a stream deleted and made again,
-// which restarts sequences, cannot match an old record).
-std::string record_key(uint64_t sequence, uint64_t request) {
-  return std::to_string(sequence) + "-" + std::to_string(request);
 }
 
 // A durable request's answer: kept first, so that a redelivery (this
@@ -1233,8 +1239,7 @@ expected<std::unique_ptr<router_node>> router_node::start(
   // give any: opened first.
   bool exit_before_ack = false;
   if (opt.durable) {
-    record_options ro_rec;
-    ro_rec.bucket = durable_queue(opt.mesh.subj).stream + "_DECISIONS";
+    record_options ro_rec = durable_records(opt.mesh.subj);
     ro_rec.replicas = opt.durable_replicas;
     auto rec = record_store::open(bus, ro_rec);
     if (!rec) {
@@ -1406,6 +1411,11 @@ expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
   qo.consume = false;
   auto q = work_queue::open(bus, qo);
   if (!q) return q.err();
+  // Without the bucket (no durable router has run yet) only the live
+  // answer can come.
+  auto ro = durable_records(subj);
+  ro.create = false;
+  auto records = record_store::open(bus, ro);
   struct waiter {
     std::mutex mu;
     std::condition_variable cv;
@@ -1424,23 +1434,45 @@ expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
   });
   if (!sub) return sub.err();
   auto unsubscribe = [&] { (void)bus.unsubscribe(*sub); };
-  if (auto st = (*q)->publish(subj.route_durable() + "." + inbox, encode(r));
-      !st) {
+  uint64_t reconnects = bus.reconnects();
+  auto sequence = (*q)->publish(subj.route_durable() + "." + inbox, encode(r));
+  if (!sequence) {
     unsubscribe();
-    return st.err();
+    return sequence.err();
   }
-  std::unique_lock<std::mutex> lock(w->mu);
-  const bool got =
-      w->cv.wait_for(lock, timeout, [&] { return w->reply.has_value(); });
-  bytes reply = got ? std::move(*w->reply) : bytes{};
-  lock.unlock();
+  // The router keeps the answer before it sends it: one sent while this
+  // client was away is in the record by the time the client is back.
+  auto kept = [&]() -> std::optional<bytes> {
+    if (!records) return std::nullopt;
+    auto v = (*records)->get(record_key(*sequence, r.id));
+    if (!v) return std::nullopt;
+    return std::move(*v);
+  };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::optional<bytes> reply;
+  for (;;) {
+    std::unique_lock<std::mutex> lock(w->mu);
+    const auto slice = std::min(deadline, std::chrono::steady_clock::now() +
+                                              std::chrono::milliseconds(100));
+    if (w->cv.wait_until(lock, slice, [&] { return w->reply.has_value(); })) {
+      reply = std::move(*w->reply);
+      break;
+    }
+    lock.unlock();
+    const bool expired = std::chrono::steady_clock::now() >= deadline;
+    if (expired || bus.reconnects() != reconnects) {
+      reconnects = bus.reconnects();
+      if ((reply = kept())) break;
+    }
+    if (expired) break;
+  }
   unsubscribe();
-  if (!got)
+  if (!reply)
     return make_error(ec::timeout, "no decision for request " +
                                        std::to_string(r.id) + " within " +
                                        std::to_string(timeout.count()) +
                                        " ms (it stays queued for the routers)");
-  auto d = decode<decision>(reply);
+  auto d = decode<decision>(*reply);
   if (!d) return d.err();
   if (!d->error.empty()) return make_error(ec::not_found, d->error);
   return d;

@@ -190,13 +190,24 @@ expected<decision> route_once(nats_bus& bus, const subjects& subj,
 
 // Like route_once, through the JetStream work queue: stored before any
 // router sees it, so a router that dies mid-auction loses nothing (another
-// one gets it after the ack wait). The stream is created when missing.
+// one gets it after the ack wait). The stream is created when missing. The
+// answer travels on core NATS, lost if it comes while this client is
+// reconnecting: after a reconnect, and at the timeout, the answer is read
+// from the request's decision record instead.
 expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
                                       const route_request_msg& r,
                                       std::chrono::milliseconds timeout);
 
 // The JetStream work queue of durable route requests under `subj`.
 work_queue_options durable_queue(const subjects& subj);
+
+// The bucket where routers keep each durable request's answer before
+// sending it (`<stream>_DECISIONS`); `create` false for clients.
+record_options durable_records(const subjects& subj);
+
+// The key of the answer kept for request `request`, stored in the durable
+// queue at `sequence` (the publish's value).
+std::string record_key(uint64_t sequence, uint64_t request);
 
 // Sends `verb` (see subjects::admin) to the mesh's ADMIN and waits.
 expected<admin_reply> admin_request_call(nats_bus& bus, const subjects& subj,

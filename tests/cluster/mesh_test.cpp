@@ -677,6 +677,39 @@ TEST_F(mesh_test, a_durable_request_no_worker_could_take_waits_for_one) {
   EXPECT_TRUE(client.errors().empty());
 }
 
+TEST_F(mesh_test, a_durable_client_reads_the_answer_it_missed_from_the_record) {
+  // As across a lone nats-server's restart (issue 8): a router decided
+  // while the client was still reconnecting, so its answer (core NATS, to
+  // the client's inbox) reached no one. The record it kept first is the
+  // answer; here the router keeps it and sends nothing.
+  use_jetstream();
+  auto& router_bus = bus();
+  auto q = work_queue::open(router_bus, durable_queue(subjects{}));
+  ASSERT_TRUE(q) << q.err().message;
+  auto opened = record_store::open(router_bus, durable_records(subjects{}));
+  ASSERT_TRUE(opened) << opened.err().message;
+  std::shared_ptr<record_store> records = std::move(*opened);
+  std::atomic<int> taken{0};
+  ASSERT_TRUE((*q)->start([&](nats_message m, std::shared_ptr<delivery> d) {
+    auto r = decode<route_request_msg>(m.payload);
+    if (r) {
+      decision out;
+      out.request = r->id;
+      out.worker = 7;
+      EXPECT_TRUE(
+          records->put(record_key(d->stream_sequence(), r->id), encode(out)));
+      ++taken;
+    }
+    (void)d->ack();
+  }));
+  auto d = route_durable_once(bus(), subjects{}, request(42, 1, 8), 1500ms);
+  ASSERT_TRUE(d) << d.err().message;
+  EXPECT_EQ(d->request, 42u);
+  EXPECT_EQ(d->worker, 7u);
+  EXPECT_EQ(taken.load(), 1);
+  (*q)->stop();
+}
+
 TEST_F(mesh_test, a_three_node_nats_cluster_routes_and_survives_a_node) {
   server_.reset();
   cluster_ = std::make_unique<test::nats_cluster>();
