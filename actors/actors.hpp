@@ -42,6 +42,8 @@ using query_atom = caf::atom_constant<caf::atom("query")>;
 using drop_atom = caf::atom_constant<caf::atom("drop")>;
 using shards_atom = caf::atom_constant<caf::atom("shards")>;
 using persist_atom = caf::atom_constant<caf::atom("persist")>;
+// Expires waits past their deadline (an actor sends it to itself).
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 
 // -- inspection of the messages (the structs are in messages/types.hpp) ----
 
@@ -218,7 +220,9 @@ using router_actor = caf::typed_actor<
     // Asks these index shards who holds a prefix from now on.
     caf::reacts_to<put_atom, shards_atom, std::vector<index_shard_actor>>,
     // Checks workers' liveness and retries held requests (sent to itself).
-    caf::reacts_to<tick_atom>>;
+    caf::reacts_to<tick_atom>,
+    // Ends the waits of auctions past their deadlines (sent to itself).
+    caf::reacts_to<sweep_atom>>;
 
 // LISTENER: follows requests as an engine's client sees them.
 using listener_actor = caf::typed_actor<

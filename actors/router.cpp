@@ -71,6 +71,30 @@ void count_out(rpointer self, uint32_t w, const char* why) {
               self->state.opt.name.c_str(), why);
 }
 
+// The auction waits for `what` until `timeout` from now; returns the wait,
+// which answers must still match when they come.
+uint32_t await(rpointer self, const auction_ptr& a, auction::waiting what,
+               caf::timespan timeout) {
+  auto& st = self->state;
+  a->awaits = what;
+  a->deadline = self->clock().now() + timeout;
+  st.timed.emplace_back(a, ++a->wait);
+  if (!st.sweep_armed) {
+    st.sweep_armed = true;
+    self->delayed_send(self, st.opt.deadline_sweep, sweep_atom::value);
+  }
+  return a->wait;
+}
+
+// The wait `w` ended: true when it was still the auction's current one
+// (then the caller goes on), false for a late answer.
+bool end_wait(const auction_ptr& a, uint32_t w) {
+  if (a->wait != w || a->awaits == auction::none) return false;
+  a->awaits = auction::none;
+  ++a->wait;
+  return true;
+}
+
 // Releases the reservations of every bidder but `keep`.
 void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
   auto& st = self->state;
@@ -227,11 +251,15 @@ void send_bids(rpointer self, auction_ptr a,
   auto groups = by_bidder(st, candidates);
   a->outstanding = groups.size();
   ++st.rounds;
+  const uint32_t w = await(self, a, auction::bids_in, st.opt.bid_deadline);
   for (auto& [g, ws] : groups) {
-    self->request(st.bidders[g], st.opt.bid_deadline, bid_atom::value,
+    // No CAF timeout: the sweep ends the wait at the deadline, and a
+    // bidder always answers (a remote one with its own call's timeout).
+    self->request(st.bidders[g], caf::infinite, bid_atom::value,
                   call_for_bids{a->request, bidders_speed, ws})
         .then(
             [=, asked = ws](bid_list& got) mutable {
+              if (a->wait != w) return;  // past the deadline
               // Only workers asked of this bidder, each once: a bidder
               // cannot bid for others.
               for (const bid& b : got.bids) {
@@ -241,11 +269,12 @@ void send_bids(rpointer self, auction_ptr a,
                 a->bids.push_back(b);
                 ++self->state.bids;
               }
-              if (--a->outstanding == 0) decide(self, a);
+              if (--a->outstanding == 0 && end_wait(a, w)) decide(self, a);
             },
             [=](caf::error&) {
+              if (a->wait != w) return;
               // A silent bidder's workers are left out of this auction.
-              if (--a->outstanding == 0) decide(self, a);
+              if (--a->outstanding == 0 && end_wait(a, w)) decide(self, a);
             });
   }
 }
@@ -295,7 +324,8 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   auto& st = self->state;
   ++a->round;
   a->bids.clear();
-  std::vector<uint32_t> eligible;
+  auto& eligible = a->eligible;
+  eligible.clear();
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
     if (st.members[i].present && st.members[i].live &&
         !st.members[i].last.draining && !st.members[i].last.unhealthy)
@@ -317,19 +347,46 @@ void call_for_bids_(rpointer self, auction_ptr a) {
     return;
   }
   // Too many to ask them all: ask the shard of the chain's first block who
-  // holds the prefix.
+  // holds the prefix. Without its answer by the deadline, the least loaded
+  // alone (the sweep).
   const auto& shard =
       st.opt.shards[shard_of(a->request.blocks.front(), st.opt.shards.size())];
-  self->request(shard, st.opt.query_deadline, query_atom::value,
-                a->request.blocks)
+  const uint32_t w = await(self, a, auction::holders, st.opt.query_deadline);
+  self->request(shard, caf::infinite, query_atom::value, a->request.blocks)
       .then(
           [=](const std::vector<holder_match>& holders) {
-            send_bids(self, a, pick(self, eligible, holders));
+            if (end_wait(a, w))
+              send_bids(self, a, pick(self, a->eligible, holders));
           },
           [=](caf::error&) {
-            // No index answer: the least loaded alone.
-            send_bids(self, a, pick(self, eligible, {}));
+            if (end_wait(a, w)) send_bids(self, a, pick(self, a->eligible, {}));
           });
+}
+
+// Ends the waits past their deadline as a silent answer would; a wait
+// that ended otherwise leaves the list here.
+void sweep(rpointer self) {
+  auto& st = self->state;
+  const auto now = self->clock().now();
+  st.sweeping.clear();
+  st.sweeping.swap(st.timed);  // what expiring starts goes to st.timed
+  for (auto& [a, w] : st.sweeping) {
+    if (a->wait != w || a->awaits == auction::none) continue;
+    if (a->deadline > now) {
+      st.timed.emplace_back(std::move(a), w);
+      continue;
+    }
+    const auto what = a->awaits;
+    end_wait(a, w);
+    if (what == auction::holders)
+      send_bids(self, a, pick(self, a->eligible, {}));
+    else
+      decide(self, a);  // with the bids that came in time
+  }
+  st.sweeping.clear();
+  st.sweep_armed = !st.timed.empty();
+  if (st.sweep_armed)
+    self->delayed_send(self, st.opt.deadline_sweep, sweep_atom::value);
 }
 
 // Heartbeats, pulled: a worker that misses missed_beats in a row leaves
@@ -480,6 +537,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         self->state.opt.shards = std::move(shards);
       },
       [=](tick_atom) { tick(self); },
+      [=](sweep_atom) { sweep(self); },
   };
 }
 

@@ -526,6 +526,7 @@ router_actor::behavior_type tally_router(
           double) {},
       [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
       [=](tick_atom) {},
+      [=](sweep_atom) {},
   };
 }
 

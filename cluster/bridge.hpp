@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/actors.hpp"  // sweep_atom
 #include "cluster/nats.hpp"
 #include "core/error.hpp"
 #include "messages/types.hpp"
@@ -25,8 +26,6 @@ using bytes = std::vector<uint8_t>;
 using nats_atom = caf::atom_constant<caf::atom("nats")>;
 // A reply to one of this process's calls: (reply_atom, seq, payload).
 using reply_atom = caf::atom_constant<caf::atom("reply")>;
-// Expires calls past their deadline (an actor sends it to itself).
-using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 // Sends what an actor batched while its mailbox drained.
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 // Publishes a heartbeat (an actor sends it to itself).

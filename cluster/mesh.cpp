@@ -986,10 +986,10 @@ caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
 // -- the remote router (a client's view of the router pool)
 // --------------------
 
+// (router_actor's sweep_atom expires its calls.)
 using remote_router_actor = router_actor::extend<
     caf::reacts_to<nats_atom, std::string, std::string, bytes>,
-    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>,
-    caf::reacts_to<flush_atom>>;
+    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<flush_atom>>;
 
 struct remote_router_state {
   static inline const char* name = "remote_router";
