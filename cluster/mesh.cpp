@@ -16,6 +16,7 @@
 #include "core/log.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
+#include "messages/limits.hpp"
 
 // A durable request's delivery travels with it to the front, which acks it
 // once the decision is out; it never leaves the process.
@@ -68,6 +69,42 @@ void answer(nats_bus& bus, const std::string& reply, const bytes& payload) {
   if (!reply.empty()) (void)bus.publish_reply(reply, payload);
 }
 
+// A gate for one actor's NATS feeds, by the [limits] in force.
+std::shared_ptr<mailbox_gate> new_gate() {
+  const auto l = current_wire_limits();
+  return std::make_shared<mailbox_gate>(l.max_mailbox_messages,
+                                        l.max_mailbox_bytes);
+}
+
+// The "overloaded" answers, each in the type its subject's callers decode.
+std::optional<bytes> agent_overloaded(const std::string& subject,
+                                      const std::string& why) {
+  const std::string verb = verb_of(subject);
+  if (verb == "bid") return encode(bid_list{{}, why});
+  if (verb == "award") return encode(award_reply{false, why, {}});
+  if (verb == "drain") {
+    admin_reply r;
+    r.error = why;
+    return encode(r);
+  }
+  return std::nullopt;  // releases await no answer
+}
+
+std::optional<bytes> query_overloaded(const std::string&,
+                                      const std::string& why) {
+  return encode(index_reply{{}, why});
+}
+
+std::optional<bytes> admin_overloaded(const std::string& subject,
+                                      const std::string& why) {
+  // weights.get answers a PriceConfig, which has no room for an error: its
+  // caller times out, as it would with a router gone.
+  if (verb_of(subject) == "get") return std::nullopt;
+  admin_reply r;
+  r.error = why;
+  return encode(r);
+}
+
 // A worker is gone once its heartbeat is older than this: half a beat
 // before the last of `missed_beats`, so a dead worker is out within
 // missed_beats heartbeats of its death even when it died right after one.
@@ -95,6 +132,7 @@ struct agent_state {
   };
   std::map<uint32_t, shard_seen> seen;
   batcher out;  // replies, sent when the mailbox has drained
+  std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (bridge)
 };
 
 using agent_pointer = caf::stateful_actor<agent_state>*;
@@ -215,11 +253,13 @@ void agent_shard_beat(agent_pointer self, const shard_status& s) {
     self->send(w, put_atom::value, shards_atom::value, st.proxies);
 }
 
-caf::behavior agent_endpoint(
-    agent_pointer self, nats_bus* bus, std::shared_ptr<inbox> box,
-    mesh_options mesh, std::string agent,
-    std::vector<std::pair<uint32_t, worker_actor>> ws) {
+caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
+                             std::shared_ptr<inbox> box, mesh_options mesh,
+                             std::string agent,
+                             std::vector<std::pair<uint32_t, worker_actor>> ws,
+                             std::shared_ptr<mailbox_gate> gate) {
   auto& st = self->state;
+  st.gate = std::move(gate);
   st.bus = bus;
   st.box = std::move(box);
   st.mesh = std::move(mesh);
@@ -233,6 +273,9 @@ caf::behavior agent_endpoint(
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
         auto& st = self->state;
+        // Handled once asked: the workers answer bids at once, and what
+        // they queue is bounded by their own ledgers.
+        gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.mesh.subj.shard_beat()) {
           if (auto s = decode<shard_status>(payload))
             agent_shard_beat(self, *s);
@@ -296,14 +339,50 @@ struct shard_host_state {
   uint32_t shards = 1;
   batcher out;  // replies, sent when the mailbox has drained
   std::shared_ptr<const shard_meters> meters;  // null: not counted
+  // What NATS handed it. A KV message keeps its place until the shard has
+  // written it, a query until the shard answered: the shard's own mailbox
+  // (RocksDB writes) is where a flood would wait.
+  std::shared_ptr<mailbox_gate> gate;
+  // KV messages sent on to the shard and not yet known written, and their
+  // bytes; a status request confirms them all (the shard handles this
+  // endpoint's messages in order), one in flight at a time.
+  uint64_t kv_unconfirmed = 0;
+  uint64_t kv_unconfirmed_bytes = 0;
+  bool kv_confirming = false;
 };
 
-caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
-                             nats_bus* bus, mesh_options mesh,
-                             index_shard_actor shard, uint32_t index,
-                             uint32_t shards,
-                             std::shared_ptr<const shard_meters> meters) {
+using shard_host_pointer = caf::stateful_actor<shard_host_state>*;
+
+// Gives back the gate's places of the KV messages sent to the shard so far
+// once it has handled them: one status request per round rather than a
+// reply per batch (kv_atom has none, and a shard's interface need not
+// know about NATS).
+void confirm_kv(shard_host_pointer self) {
   auto& st = self->state;
+  if (st.kv_confirming || st.kv_unconfirmed == 0) return;
+  st.kv_confirming = true;
+  const uint64_t n = st.kv_unconfirmed;
+  const uint64_t b = st.kv_unconfirmed_bytes;
+  st.kv_unconfirmed = 0;
+  st.kv_unconfirmed_bytes = 0;
+  auto done = [self, n, b] {
+    auto& st = self->state;
+    if (st.gate) st.gate->leave(b, n);
+    st.kv_confirming = false;
+    confirm_kv(self);
+  };
+  self->request(st.shard, caf::infinite, status_atom::value)
+      .then([done](const shard_status&) { done(); },
+            [done](caf::error&) { done(); });
+}
+
+caf::behavior shard_endpoint(shard_host_pointer self, nats_bus* bus,
+                             mesh_options mesh, index_shard_actor shard,
+                             uint32_t index, uint32_t shards,
+                             std::shared_ptr<const shard_meters> meters,
+                             std::shared_ptr<mailbox_gate> gate) {
+  auto& st = self->state;
+  st.gate = std::move(gate);
   st.meters = std::move(meters);
   st.bus = bus;
   st.mesh = std::move(mesh);
@@ -315,6 +394,7 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
         auto& st = self->state;
+        gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.mesh.subj.kv(st.index)) {
           // A malformed batch is counted by the codec and dropped: nobody
           // awaits an answer to KV events.
@@ -323,6 +403,12 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
             if (!b->events.empty())
               self->send(st.shard, kv_atom::value, b->worker,
                          std::move(b->events));
+            if (st.gate && (b->resync || !b->events.empty())) {
+              pass.keep();
+              ++st.kv_unconfirmed;
+              st.kv_unconfirmed_bytes += payload.size();
+              confirm_kv(self);
+            }
           }
           return;
         }
@@ -331,16 +417,23 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
           answer(*st.bus, reply, encode(index_reply{{}, q.err().message}));
           return;
         }
+        pass.keep();
+        const size_t size = payload.size();
+        auto leave = [self, size] {
+          if (self->state.gate) self->state.gate->leave(size);
+        };
         // The local shard always answers (a dead one fails at once).
         self->request(st.shard, caf::infinite, query_atom::value,
                       std::move(q->chain))
             .then(
-                [self, reply](std::vector<holder_match>& h) {
+                [self, reply, leave](std::vector<holder_match>& h) {
+                  leave();
                   if (self->state.meters) self->state.meters->queries->inc();
                   answer_batched(self, *self->state.bus, self->state.out, reply,
                                  encode(index_reply{std::move(h), {}}));
                 },
-                [self, reply](caf::error& e) {
+                [self, reply, leave](caf::error& e) {
+                  leave();
                   answer_batched(self, *self->state.bus, self->state.out, reply,
                                  encode(index_reply{{}, describe(e)}));
                 });
@@ -375,6 +468,9 @@ struct front_state {
   // unacked, as a killed process leaves them, for another router.
   std::shared_ptr<std::atomic<bool>> stopping;
   std::shared_ptr<const router_meters> meters;  // null: not counted
+  // What NATS handed it. A route request leaves it once passed to the
+  // ROUTER, which bounds what it holds itself (--max-held: "overloaded").
+  std::shared_ptr<mailbox_gate> gate;
   uint64_t block_mismatches = 0;
   // Durable intake: where each durable request's answer is kept before it
   // goes out (null: not kept), and the test-only fault of dying between
@@ -473,8 +569,10 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                            std::shared_ptr<std::atomic<bool>> stopping,
                            std::shared_ptr<const router_meters> meters,
                            std::shared_ptr<record_store> records,
-                           bool exit_before_ack, uint32_t durable_deliveries) {
+                           bool exit_before_ack, uint32_t durable_deliveries,
+                           std::shared_ptr<mailbox_gate> gate) {
   auto& st = self->state;
+  st.gate = std::move(gate);
   st.durable_deliveries = durable_deliveries;
   st.records = std::move(records);
   st.exit_before_ack = exit_before_ack;
@@ -490,6 +588,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
         auto& st = self->state;
+        gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.mesh.subj.route()) {
           const auto since = took(self, intake::core);
           auto r = decode_route(st, payload);
@@ -696,6 +795,7 @@ struct directory_state {
   std::map<std::string, router_entry> routers;
   std::map<uint32_t, shard_entry> shards;
   std::vector<remote_shard_actor> shard_proxies;
+  std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (heartbeats)
 };
 
 using dir_pointer = directory_actor::stateful_pointer<directory_state>;
@@ -747,9 +847,10 @@ void directory_shard_beat(dir_pointer self, shard_status s) {
 
 directory_actor::behavior_type directory(dir_pointer self,
                                          std::shared_ptr<inbox> box,
-                                         mesh_options mesh,
-                                         router_actor router) {
+                                         mesh_options mesh, router_actor router,
+                                         std::shared_ptr<mailbox_gate> gate) {
   auto& st = self->state;
+  st.gate = std::move(gate);
   st.box = box;
   st.mesh = std::move(mesh);
   st.router = std::move(router);
@@ -758,6 +859,7 @@ directory_actor::behavior_type directory(dir_pointer self,
       [=](nats_atom, const std::string& subject, const std::string&,
           const bytes& payload) {
         auto& st = self->state;
+        gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.mesh.subj.worker_beat()) {
           if (auto s = decode<worker_status>(payload))
             directory_worker_beat(self, std::move(*s));
@@ -875,6 +977,7 @@ struct admin_front_state {
   nats_bus* bus = nullptr;
   admin_actor admin;
   caf::timespan timeout{};
+  std::shared_ptr<mailbox_gate> gate;  // what NATS handed it
 };
 
 using admin_front_pointer = caf::stateful_actor<admin_front_state>*;
@@ -899,13 +1002,16 @@ void relay(admin_front_pointer self, const std::string& reply, Fill fill,
 }
 
 caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
-                          admin_actor admin, caf::timespan timeout) {
+                          admin_actor admin, caf::timespan timeout,
+                          std::shared_ptr<mailbox_gate> gate) {
+  self->state.gate = std::move(gate);
   self->state.bus = bus;
   self->state.admin = std::move(admin);
   self->state.timeout = timeout;
   return {
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
+        gate_pass pass(self->state.gate.get(), payload.size());
         if (reply.empty()) return;  // nobody to tell
         const std::string verb =
             subject.substr(subject.find(".admin.") + std::strlen(".admin."));
@@ -991,11 +1097,14 @@ struct remote_router_state {
   pending_calls calls;
   listener_actor listener;
   uint64_t decisions = 0;
+  std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (events)
 };
 
 remote_router_actor::behavior_type remote_router(
     remote_router_actor::stateful_pointer<remote_router_state> self,
-    std::shared_ptr<inbox> box, subjects subj, listener_actor listener) {
+    std::shared_ptr<inbox> box, subjects subj, listener_actor listener,
+    std::shared_ptr<mailbox_gate> gate) {
+  self->state.gate = std::move(gate);
   self->state.subj = std::move(subj);
   self->state.calls.attach(std::move(box));
   self->state.listener = std::move(listener);
@@ -1039,6 +1148,7 @@ remote_router_actor::behavior_type remote_router(
       [=](nats_atom, const std::string&, const std::string&,
           const bytes& payload) {
         auto& st = self->state;
+        gate_pass pass(st.gate.get(), payload.size());
         if (!st.listener) return;
         auto ev = decode<request_events>(payload);
         if (!ev) return;
@@ -1066,8 +1176,8 @@ struct node_base {
   std::shared_ptr<inbox> box;
 
   status listen(const std::string& subject, const std::string& queue,
-                caf::actor to) {
-    auto id = forward(*bus, subject, queue, std::move(to));
+                caf::actor to, admission adm) {
+    auto id = forward(*bus, subject, queue, std::move(to), std::move(adm));
     if (!id) return id.err();
     subs.push_back(*id);
     return ok;
@@ -1077,12 +1187,13 @@ struct node_base {
   // verb the sender's NATS permissions refuse (weights.set inside
   // admin.weights.batch).
   status listen_single(const std::string& subject, const std::string& queue,
-                       caf::actor to) {
-    auto id = bus->subscribe(subject, queue, [to](nats_message m) {
-      if (is_batch(m.subject)) return;
-      caf::anon_send(to, nats_atom::value, std::move(m.subject),
-                     std::move(m.reply), std::move(m.payload));
-    });
+                       caf::actor to, admission adm) {
+    nats_bus* b = bus;
+    auto id = bus->subscribe(subject, queue,
+                             [b, to, adm = std::move(adm)](nats_message m) {
+                               if (is_batch(m.subject)) return;
+                               (void)admit(*b, adm, to, std::move(m));
+                             });
     if (!id) return id.err();
     subs.push_back(*id);
     return ok;
@@ -1162,15 +1273,21 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
     p->actors.push_back(caf::actor_cast<caf::actor>(*w));
     ws.emplace_back(id, *w);
   }
-  auto ep = sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws);
+  auto gate = new_gate();
+  auto ep =
+      sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws, gate);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   for (const char* verb : {"bid", "award", "release", "drain", "batch"})
-    if (auto st = p->listen(s.agent(opt.name, verb), "", ep); !st) {
+    if (auto st = p->listen(s.agent(opt.name, verb), "", ep,
+                            {gate, feed_kind::agent, agent_overloaded});
+        !st) {
       p->stop();
       return st.err();
     }
-  if (auto st = p->listen(s.shard_beat(), "", ep); !st) {
+  if (auto st = p->listen(s.shard_beat(), "", ep,
+                          {gate, feed_kind::heartbeat, nullptr});
+      !st) {
     p->stop();
     return st.err();
   }
@@ -1226,7 +1343,8 @@ expected<std::unique_ptr<router_node>> router_node::start(
   ro.missed_beats = 1;
   p->router = sys.spawn(kvmesh::router, ro);
   p->actors.push_back(caf::actor_cast<caf::actor>(p->router));
-  auto dir = sys.spawn(directory, p->box, opt.mesh, p->router);
+  auto dir_gate = new_gate();
+  auto dir = sys.spawn(directory, p->box, opt.mesh, p->router, dir_gate);
   p->admin = caf::actor_cast<admin_actor>(dir);
   p->actors.push_back(caf::actor_cast<caf::actor>(dir));
   // Durable intake keeps its answers (record_store) before the front may
@@ -1249,11 +1367,15 @@ expected<std::unique_ptr<router_node>> router_node::start(
           "KVMESH_TEST_FAULT=exit_before_ack: exits after its first "
           "durable answer, before acking it (a test's fault)");
   }
-  auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
-                         opt.router.block_tokens, p->stopping, opt.meters,
-                         p->records, exit_before_ack, opt.durable_deliveries);
+  auto front_gate = new_gate();
+  auto front =
+      sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
+                opt.router.block_tokens, p->stopping, opt.meters, p->records,
+                exit_before_ack, opt.durable_deliveries, front_gate);
   p->actors.push_back(front);
-  auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout);
+  auto admin_gate = new_gate();
+  auto admin_ep =
+      sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout, admin_gate);
   p->actors.push_back(admin_ep);
   const auto& s = opt.mesh.subj;
   const auto dir_handle = caf::actor_cast<caf::actor>(dir);
@@ -1263,7 +1385,9 @@ expected<std::unique_ptr<router_node>> router_node::start(
            {s.router_beat(), "", dir_handle},
            {s.shard_beat(), "", dir_handle},
        }) {
-    if (auto st = p->listen(subject, queue, to); !st) {
+    if (auto st = p->listen(subject, queue, to,
+                            {dir_gate, feed_kind::heartbeat, nullptr});
+        !st) {
       p->stop();
       return st.err();
     }
@@ -1285,19 +1409,33 @@ expected<std::unique_ptr<router_node>> router_node::start(
       if (!heard) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  for (auto [subject, queue, to] :
-       std::vector<std::tuple<std::string, std::string, caf::actor>>{
-           {s.route(), "routers", front},
-           {s.route_json(), "routers", front},
-           {s.router(opt.name, "weights.get"), "", front},
-           {s.router(opt.name, "weights.set"), "", front},
+  const subjects subj = s;
+  auto route_overloaded = [subj](
+                              const std::string& subject,
+                              const std::string& why) -> std::optional<bytes> {
+    decision d;
+    d.error = why;
+    if (subject != subj.route_json()) return encode(d);
+    const std::string text = decision_json(d);
+    return bytes(text.begin(), text.end());
+  };
+  for (auto [subject, queue, kind] :
+       std::vector<std::tuple<std::string, std::string, feed_kind>>{
+           {s.route(), "routers", feed_kind::route},
+           {s.route_json(), "routers", feed_kind::route},
+           {s.router(opt.name, "weights.get"), "", feed_kind::admin},
+           {s.router(opt.name, "weights.set"), "", feed_kind::admin},
        }) {
-    if (auto st = p->listen(subject, queue, to); !st) {
+    admission adm{front_gate, kind, route_overloaded};
+    if (kind == feed_kind::admin) adm.overloaded = admin_overloaded;
+    if (auto st = p->listen(subject, queue, front, std::move(adm)); !st) {
       p->stop();
       return st.err();
     }
   }
-  if (auto st = p->listen_single(s.prefix + ".admin.>", "admin", admin_ep);
+  if (auto st =
+          p->listen_single(s.prefix + ".admin.>", "admin", admin_ep,
+                           {admin_gate, feed_kind::admin, admin_overloaded});
       !st) {
     p->stop();
     return st.err();
@@ -1370,15 +1508,23 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
   if (!shard) return shard.err();
   p->shard = *shard;
   p->actors.push_back(caf::actor_cast<caf::actor>(*shard));
+  auto gate = new_gate();
   auto ep = sys.spawn(shard_endpoint, &bus, opt.mesh, *shard, opt.shard.shard,
-                      opt.shards, opt.meters);
+                      opt.shards, opt.meters, gate);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   // Queries also come batched, on the query subject's parent + ".batch".
-  for (const auto& subject :
-       {s.kv(opt.shard.shard), s.index_query(opt.shard.shard),
-        s.index_batch(opt.shard.shard)})
-    if (auto st = p->listen(subject, "", ep); !st) {
+  // A refused KV message is lost to the index (KvBatch has no reply): it
+  // is counted and logged; the holders it named are found again when the
+  // workers announce their caches.
+  for (const auto& [subject, kind] :
+       {std::make_pair(s.kv(opt.shard.shard), feed_kind::kv),
+        std::make_pair(s.index_query(opt.shard.shard), feed_kind::query),
+        std::make_pair(s.index_batch(opt.shard.shard), feed_kind::query)})
+    if (auto st = p->listen(
+            subject, "", ep,
+            {gate, kind, kind == feed_kind::kv ? nullptr : query_overloaded});
+        !st) {
       p->stop();
       return st.err();
     }
@@ -1464,9 +1610,10 @@ expected<router_actor> spawn_remote_router(caf::actor_system& sys,
                                            listener_actor listener) {
   auto box = inbox::open(bus);
   if (!box) return box.err();
-  auto r = sys.spawn(remote_router, *box, opt.subj, listener);
-  auto sub =
-      forward(bus, opt.subj.events(), "", caf::actor_cast<caf::actor>(r));
+  auto gate = new_gate();
+  auto r = sys.spawn(remote_router, *box, opt.subj, listener, gate);
+  auto sub = forward(bus, opt.subj.events(), "", caf::actor_cast<caf::actor>(r),
+                     {gate, feed_kind::events, nullptr});
   if (!sub) {
     caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
     return sub.err();
