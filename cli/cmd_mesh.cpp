@@ -1275,7 +1275,8 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"entries", s.entries},
                         {"disk_bytes", s.disk_bytes},
                         {"events", s.events},
-                        {"errors", s.errors}});
+                        {"errors", s.errors},
+                        {"refused_events", s.refused_events}});
       out = {{"shards", list}};
     } else if (v == "prefix") {
       json list = json::array();

@@ -196,6 +196,7 @@ bool admit(nats_bus& bus, const admission& adm, const caf::actor& to,
            nats_message m) {
   if (adm.gate && !adm.gate->enter(m.payload.size())) {
     count_refusal(adm, m.subject);
+    if (adm.refused) adm.refused->fetch_add(1, std::memory_order_relaxed);
     if (!m.reply.empty() && adm.overloaded) {
       const auto& g = *adm.gate;
       const std::string why =

@@ -163,14 +163,27 @@ class gate_pass {
 
 // How forward() admits messages: unbounded without a gate.
 struct admission {
-  std::shared_ptr<mailbox_gate> gate;
-  feed_kind kind = feed_kind::route;
   // The answer to a refused message that has a reply subject, in the type
   // its callers decode, carrying `why`; none (the caller times out) when
   // unset or when it returns nothing.
-  std::function<std::optional<bytes>(const std::string& subject,
-                                     const std::string& why)>
-      overloaded;
+  using answer_fn = std::function<std::optional<bytes>(
+      const std::string& subject, const std::string& why)>;
+
+  admission() = default;
+  admission(std::shared_ptr<mailbox_gate> gate, feed_kind kind,
+            answer_fn overloaded = nullptr,
+            std::shared_ptr<std::atomic<uint64_t>> refused = nullptr)
+      : gate(std::move(gate)),
+        kind(kind),
+        overloaded(std::move(overloaded)),
+        refused(std::move(refused)) {}
+
+  std::shared_ptr<mailbox_gate> gate;
+  feed_kind kind = feed_kind::route;
+  answer_fn overloaded;
+  // Also counts this subscription's refusals when set (an index shard's
+  // KV events, which its heartbeat reports).
+  std::shared_ptr<std::atomic<uint64_t>> refused;
 };
 
 // Subscribes `subject` (in queue group `queue` when set) and hands every

@@ -129,6 +129,15 @@ struct agent_state {
   struct shard_seen {
     steady::time_point at;
     uint64_t events = 0;
+    uint64_t refused = 0;  // KV messages it refused (overloaded)
+    // It refused some since: the workers announce their caches again
+    // once it has stopped (sooner would add to its load).
+    bool announce_due = false;
+    // An announcement can overflow the shard again and be refused in
+    // turn: the next one for refusals waits this many heartbeats (doubling
+    // to 32; back to 0 after twice that without refusals).
+    uint32_t backoff = 0;
+    steady::time_point quiet_until{};
   };
   std::map<uint32_t, shard_seen> seen;
   batcher out;  // replies, sent when the mailbox has drained
@@ -241,11 +250,38 @@ void agent_shard_beat(agent_pointer self, const shard_status& s) {
   auto it = st.seen.find(s.shard);
   // Heard first right after learning the count: the workers have just
   // announced themselves to every shard.
-  const bool lost_track = it == st.seen.end()
-                              ? !learnt
-                              : now - it->second.at > stale_after(st.mesh) ||
-                                    s.events < it->second.events;
-  st.seen[s.shard] = {now, s.events};
+  bool lost_track = it == st.seen.end()
+                        ? !learnt
+                        : now - it->second.at > stale_after(st.mesh) ||
+                              s.events < it->second.events;
+  // Refused KV events are missing from its index, and the refusals'
+  // senders are unknown (the message was not read): every worker
+  // announces again, once the shard refused nothing for a heartbeat.
+  agent_state::shard_seen next{now, s.events, s.refused_events, false, 0, {}};
+  if (it != st.seen.end() && !lost_track) {
+    const auto& last = it->second;
+    next.announce_due = last.announce_due;
+    next.backoff = last.backoff;
+    next.quiet_until = last.quiet_until;
+    if (s.refused_events > last.refused) {
+      next.announce_due = true;
+    } else if (next.announce_due && now >= last.quiet_until) {
+      next.announce_due = false;
+      next.backoff =
+          std::min<uint32_t>(std::max<uint32_t>(1, last.backoff * 2), 32);
+      next.quiet_until = now + st.mesh.heartbeat * next.backoff;
+      lost_track = true;
+      KVMESH_WARN(
+          "shard %u refused KV events (%llu since it started, overloaded): "
+          "workers of agent %s re-announce their caches",
+          s.shard, static_cast<unsigned long long>(s.refused_events),
+          st.agent.c_str());
+    } else if (!next.announce_due && next.backoff > 0 &&
+               now >= last.quiet_until + st.mesh.heartbeat * next.backoff) {
+      next.backoff = 0;
+    }
+  }
+  st.seen[s.shard] = next;
   if (!lost_track) return;
   KVMESH_INFO("shard %u is new or back: workers of agent %s re-announce",
               s.shard, st.agent.c_str());
@@ -343,6 +379,8 @@ struct shard_host_state {
   // written it, a query until the shard answered: the shard's own mailbox
   // (RocksDB writes) is where a flood would wait.
   std::shared_ptr<mailbox_gate> gate;
+  // KV messages the gate refused, for the heartbeat (null: not counted).
+  std::shared_ptr<std::atomic<uint64_t>> kv_refused;
   // KV messages sent on to the shard and not yet known written, and their
   // bytes; a status request confirms them all (the shard handles this
   // endpoint's messages in order), one in flight at a time.
@@ -376,13 +414,15 @@ void confirm_kv(shard_host_pointer self) {
             [done](caf::error&) { done(); });
 }
 
-caf::behavior shard_endpoint(shard_host_pointer self, nats_bus* bus,
-                             mesh_options mesh, index_shard_actor shard,
-                             uint32_t index, uint32_t shards,
-                             std::shared_ptr<const shard_meters> meters,
-                             std::shared_ptr<mailbox_gate> gate) {
+caf::behavior shard_endpoint(
+    shard_host_pointer self, nats_bus* bus, mesh_options mesh,
+    index_shard_actor shard, uint32_t index, uint32_t shards,
+    std::shared_ptr<const shard_meters> meters,
+    std::shared_ptr<mailbox_gate> gate,
+    std::shared_ptr<std::atomic<uint64_t>> kv_refused) {
   auto& st = self->state;
   st.gate = std::move(gate);
+  st.kv_refused = std::move(kv_refused);
   st.meters = std::move(meters);
   st.bus = bus;
   st.mesh = std::move(mesh);
@@ -445,6 +485,8 @@ caf::behavior shard_endpoint(shard_host_pointer self, nats_bus* bus,
             .then(
                 [self](shard_status s) {
                   s.shards = self->state.shards;
+                  if (self->state.kv_refused)
+                    s.refused_events = self->state.kv_refused->load();
                   (void)self->state.bus->publish(
                       self->state.mesh.subj.shard_beat(), encode(s));
                 },
@@ -1509,21 +1551,23 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
   p->shard = *shard;
   p->actors.push_back(caf::actor_cast<caf::actor>(*shard));
   auto gate = new_gate();
+  auto kv_refused = std::make_shared<std::atomic<uint64_t>>(0);
   auto ep = sys.spawn(shard_endpoint, &bus, opt.mesh, *shard, opt.shard.shard,
-                      opt.shards, opt.meters, gate);
+                      opt.shards, opt.meters, gate, kv_refused);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   // Queries also come batched, on the query subject's parent + ".batch".
   // A refused KV message is lost to the index (KvBatch has no reply): it
-  // is counted and logged; the holders it named are found again when the
-  // workers announce their caches.
+  // is counted, logged and reported in the shard's heartbeat, on which
+  // the agents have their workers announce their caches again.
   for (const auto& [subject, kind] :
        {std::make_pair(s.kv(opt.shard.shard), feed_kind::kv),
         std::make_pair(s.index_query(opt.shard.shard), feed_kind::query),
         std::make_pair(s.index_batch(opt.shard.shard), feed_kind::query)})
     if (auto st = p->listen(
             subject, "", ep,
-            {gate, kind, kind == feed_kind::kv ? nullptr : query_overloaded});
+            {gate, kind, kind == feed_kind::kv ? nullptr : query_overloaded,
+             kind == feed_kind::kv ? kv_refused : nullptr});
         !st) {
       p->stop();
       return st.err();
