@@ -56,7 +56,7 @@ typename Inspector::result_type inspect(Inspector& f, holder_match& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_status& x) {
   return f(caf::meta::type_name("shard_status"), x.shard, x.blocks, x.entries,
-           x.disk_bytes, x.events, x.errors, x.shards);
+           x.disk_bytes, x.events, x.errors, x.shards, x.refused_events);
 }
 
 // KV events travel with their enums as bytes.

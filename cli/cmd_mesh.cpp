@@ -104,9 +104,9 @@ void add_metrics_flags(CLI::App& cmd, metrics_flags& m) {
       ->capture_default_str();
 }
 
-// --max-payload-bytes, --max-request-blocks, --max-call-workers: the size
-// limits on what a process of the mesh takes from the wire
-// (messages/limits.hpp, docs/reliability.md), one [limits] key each.
+// --max-payload-bytes, --max-request-blocks, --max-call-workers and the
+// mailbox bounds: the limits on what a process of the mesh takes from the
+// wire (messages/limits.hpp, docs/reliability.md), one [limits] key each.
 void add_limit_flags(CLI::App& cmd, wire_limits& l) {
   cmd.add_option("--max-payload-bytes", l.max_payload_bytes,
                  "refuse NATS payloads larger than this before decoding")
@@ -119,6 +119,17 @@ void add_limit_flags(CLI::App& cmd, wire_limits& l) {
   cmd.add_option("--max-call-workers", l.max_call_workers,
                  "refuse calls for bids (and releases) naming more workers "
                  "than this")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-mailbox-messages", l.max_mailbox_messages,
+                 "refuse NATS messages (answered \"overloaded\") while this "
+                 "many wait to be handled by the actor they are for")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-mailbox-bytes", l.max_mailbox_bytes,
+                 "refuse NATS messages (answered \"overloaded\") while "
+                 "this many payload bytes wait to be handled by the actor "
+                 "they are for")
       ->check(positive)
       ->capture_default_str();
 }
@@ -1260,7 +1271,8 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"entries", s.entries},
                         {"disk_bytes", s.disk_bytes},
                         {"events", s.events},
-                        {"errors", s.errors}});
+                        {"errors", s.errors},
+                        {"refused_events", s.refused_events}});
       out = {{"shards", list}};
     } else if (v == "prefix") {
       json list = json::array();

@@ -96,7 +96,15 @@ constexpr shared_key shared_keys[] = {
      "client is answered with the error); read by agent, router and index"},
     {"--max-call-workers", "limits.max_call_workers",
      "refuse calls for bids and releases naming more workers than this (the "
-     "router is answered with the error); read by agent, router and index"}};
+     "router is answered with the error); read by agent, router and index"},
+    {"--max-mailbox-messages", "limits.max_mailbox_messages",
+     "refuse NATS messages for an actor while this many it was handed wait "
+     "to be handled (answered \"overloaded\" when they await a reply, "
+     "counted in kvmesh_nats_refused_total); read by agent, router and "
+     "index"},
+    {"--max-mailbox-bytes", "limits.max_mailbox_bytes",
+     "the same bound in payload bytes (one message always fits); read by "
+     "agent, router and index"}};
 
 // Keys whose values are secrets: shown as "***", never printed.
 bool is_secret(const std::string& key) {

@@ -3,9 +3,12 @@
 #include "cluster/bridge.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <random>
 #include <string_view>
 
+#include "core/log.hpp"
 #include "messages/batch.hpp"
 #include "messages/codec.hpp"
 
@@ -102,13 +105,127 @@ std::vector<nats_message> unbatch(nats_message m) {
   return out;
 }
 
+namespace {
+
+std::array<std::atomic<uint64_t>, feed_kind_count> refusals;
+
+// Counted always, logged at powers of two of the kind's count: a flood
+// would otherwise log a line per refused message.
+void count_refusal(const admission& adm, const std::string& subject) {
+  const uint64_t n = refusals[static_cast<size_t>(adm.kind)].fetch_add(
+                         1, std::memory_order_relaxed) +
+                     1;
+  if ((n & (n - 1)) != 0) return;
+  const auto& g = *adm.gate;
+  if (adm.kind == feed_kind::kv)
+    KVMESH_WARN(
+        "KV events on %s refused: the index shard has %llu messages (%llu "
+        "bytes) not yet handled (limits.max_mailbox_messages = %llu, "
+        "limits.max_mailbox_bytes = %llu); its index misses them until the "
+        "workers announce their caches again (%llu refused so far)",
+        subject.c_str(), static_cast<unsigned long long>(g.messages()),
+        static_cast<unsigned long long>(g.bytes()),
+        static_cast<unsigned long long>(g.max_messages()),
+        static_cast<unsigned long long>(g.max_bytes()),
+        static_cast<unsigned long long>(n));
+  else
+    KVMESH_WARN(
+        "%s message on %s refused: overloaded, %llu messages (%llu bytes) "
+        "not yet handled (limits.max_mailbox_messages = %llu, "
+        "limits.max_mailbox_bytes = %llu; %llu refused so far)",
+        to_string(adm.kind), subject.c_str(),
+        static_cast<unsigned long long>(g.messages()),
+        static_cast<unsigned long long>(g.bytes()),
+        static_cast<unsigned long long>(g.max_messages()),
+        static_cast<unsigned long long>(g.max_bytes()),
+        static_cast<unsigned long long>(n));
+}
+
+}  // namespace
+
+const char* to_string(feed_kind k) {
+  switch (k) {
+    case feed_kind::route:
+      return "route";
+    case feed_kind::agent:
+      return "agent";
+    case feed_kind::kv:
+      return "kv";
+    case feed_kind::query:
+      return "query";
+    case feed_kind::heartbeat:
+      return "heartbeat";
+    case feed_kind::admin:
+      return "admin";
+    case feed_kind::events:
+      return "events";
+  }
+  return "unknown";
+}
+
+uint64_t nats_refusals(feed_kind k) {
+  const auto i = static_cast<size_t>(k);
+  return i < feed_kind_count ? refusals[i].load(std::memory_order_relaxed) : 0;
+}
+
+bool mailbox_gate::enter(size_t size) {
+  const auto b = static_cast<int64_t>(size);
+  const int64_t n = messages_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int64_t total = bytes_.fetch_add(b, std::memory_order_relaxed) + b;
+  // One message always fits an empty gate, however big (the payload limit
+  // bounds it): a byte bound below max_payload_bytes must not refuse all.
+  if (n > max_messages_ || (total > max_bytes_ && n > 1)) {
+    messages_.fetch_sub(1, std::memory_order_relaxed);
+    bytes_.fetch_sub(b, std::memory_order_relaxed);
+    return false;
+  }
+  uint64_t peak = peak_.load(std::memory_order_relaxed);
+  while (static_cast<uint64_t>(n) > peak &&
+         !peak_.compare_exchange_weak(peak, static_cast<uint64_t>(n),
+                                      std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void mailbox_gate::leave(size_t size, uint64_t count) {
+  messages_.fetch_sub(static_cast<int64_t>(count), std::memory_order_relaxed);
+  bytes_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+}
+
+bool admit(nats_bus& bus, const admission& adm, const caf::actor& to,
+           nats_message m) {
+  if (adm.gate && !adm.gate->enter(m.payload.size())) {
+    count_refusal(adm, m.subject);
+    if (adm.refused) adm.refused->fetch_add(1, std::memory_order_relaxed);
+    if (!m.reply.empty() && adm.overloaded) {
+      const auto& g = *adm.gate;
+      const std::string why =
+          std::string("overloaded: ") + to_string(adm.kind) + " refused, " +
+          std::to_string(g.messages()) + " messages (" +
+          std::to_string(g.bytes()) +
+          " bytes) wait here already (limits.max_mailbox_messages = " +
+          std::to_string(g.max_messages()) +
+          ", limits.max_mailbox_bytes = " + std::to_string(g.max_bytes()) +
+          "); try again later";
+      if (auto answer = adm.overloaded(m.subject, why))
+        (void)bus.publish_reply(m.reply, *answer);
+    }
+    return false;
+  }
+  caf::anon_send(to, nats_atom::value, std::move(m.subject), std::move(m.reply),
+                 std::move(m.payload));
+  return true;
+}
+
 expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
-                           const std::string& queue, caf::actor to) {
-  return bus.subscribe(subject, queue, [to](nats_message m) {
-    for (auto& one : unbatch(std::move(m)))
-      caf::anon_send(to, nats_atom::value, std::move(one.subject),
-                     std::move(one.reply), std::move(one.payload));
-  });
+                           const std::string& queue, caf::actor to,
+                           admission adm) {
+  nats_bus* b = &bus;
+  return bus.subscribe(subject, queue,
+                       [b, to, adm = std::move(adm)](nats_message m) {
+                         for (auto& one : unbatch(std::move(m)))
+                           (void)admit(*b, adm, to, std::move(one));
+                       });
 }
 
 expected<std::shared_ptr<inbox>> inbox::open(nats_bus& bus) {

@@ -4,11 +4,13 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,11 +78,126 @@ std::vector<nats_message> unbatch(nats_message m);
 // their message; others are CAF's rendering.
 std::string describe(const caf::error& e);
 
+// What a subscription feeds, for the refusals' counter
+// (kvmesh_nats_refused_total{kind}).
+enum class feed_kind : uint8_t {
+  route,      // route requests, binary and JSON (router fronts)
+  agent,      // calls for bids, awards, releases, drains (node agents)
+  kv,         // KV events (index shards)
+  query,      // holder queries (index shards)
+  heartbeat,  // workers', routers' and shards' heartbeats
+  admin,      // ADMIN verbs and a router's weights
+  events,     // request events (a client's remote router)
+};
+inline constexpr size_t feed_kind_count = 7;
+const char* to_string(feed_kind k);
+
+// Messages of `k` refused by a full mailbox_gate since the process started.
+uint64_t nats_refusals(feed_kind k);
+
+// Bounds what NATS callbacks hand to one actor and it has not yet handled:
+// CAF mailboxes are unbounded, and libnats' pending limits only bound its
+// own queue, which the callback empties at once. The callback enters the
+// gate before it sends; the actor leaves it when it has handled the
+// message (a gate_pass at the top of its nats_atom handler, or later
+// when the work goes on elsewhere and must be bounded too).
+//
+// A count rather than a ticket inside each message (a shared_ptr whose
+// destructor leaves): no allocation per message, no change to the actors'
+// typed interfaces, and the actor can hold the place past its handler (an
+// index shard's writes). The cost: every path of a gated actor's handler
+// must leave exactly once, and only gated callbacks may send it nats_atom.
+class mailbox_gate {
+ public:
+  mailbox_gate(uint64_t max_messages, uint64_t max_bytes)
+      : max_messages_(static_cast<int64_t>(max_messages)),
+        max_bytes_(static_cast<int64_t>(max_bytes)) {}
+
+  // Takes a place for a message of `size` payload bytes; false (nothing
+  // taken) when that would pass either bound. Any thread.
+  bool enter(size_t size);
+  // Gives back a place taken by enter(size). Any thread.
+  void leave(size_t size, uint64_t count = 1);
+
+  uint64_t messages() const {
+    const auto n = messages_.load(std::memory_order_relaxed);
+    return n > 0 ? static_cast<uint64_t>(n) : 0;
+  }
+  uint64_t bytes() const {
+    const auto n = bytes_.load(std::memory_order_relaxed);
+    return n > 0 ? static_cast<uint64_t>(n) : 0;
+  }
+  // The most messages in at once since the gate was made.
+  uint64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  uint64_t max_messages() const { return static_cast<uint64_t>(max_messages_); }
+  uint64_t max_bytes() const { return static_cast<uint64_t>(max_bytes_); }
+
+ private:
+  const int64_t max_messages_;
+  const int64_t max_bytes_;
+  // Signed: a stray leave() (a bug) lets a few more in rather than
+  // wrapping around and refusing everything for good.
+  std::atomic<int64_t> messages_{0};
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<uint64_t> peak_{0};
+};
+
+// Leaves `gate` (when set) for one message of `size` bytes at the end of
+// the scope: the usual case, a handler that finishes the message itself.
+class gate_pass {
+ public:
+  gate_pass(mailbox_gate* gate, size_t size) : gate_(gate), size_(size) {}
+  ~gate_pass() {
+    if (gate_) gate_->leave(size_);
+  }
+  // The handler passed the place on (it leaves later itself).
+  void keep() { gate_ = nullptr; }
+  gate_pass(const gate_pass&) = delete;
+  gate_pass& operator=(const gate_pass&) = delete;
+
+ private:
+  mailbox_gate* gate_;
+  size_t size_;
+};
+
+// How forward() admits messages: unbounded without a gate.
+struct admission {
+  // The answer to a refused message that has a reply subject, in the type
+  // its callers decode, carrying `why`; none (the caller times out) when
+  // unset or when it returns nothing.
+  using answer_fn = std::function<std::optional<bytes>(
+      const std::string& subject, const std::string& why)>;
+
+  admission() = default;
+  admission(std::shared_ptr<mailbox_gate> gate, feed_kind kind,
+            answer_fn overloaded = nullptr,
+            std::shared_ptr<std::atomic<uint64_t>> refused = nullptr)
+      : gate(std::move(gate)),
+        kind(kind),
+        overloaded(std::move(overloaded)),
+        refused(std::move(refused)) {}
+
+  std::shared_ptr<mailbox_gate> gate;
+  feed_kind kind = feed_kind::route;
+  answer_fn overloaded;
+  // Also counts this subscription's refusals when set (an index shard's
+  // KV events, which its heartbeat reports).
+  std::shared_ptr<std::atomic<uint64_t>> refused;
+};
+
 // Subscribes `subject` (in queue group `queue` when set) and hands every
 // message to `to` as (nats_atom, subject, reply, payload). The callback
-// copies and returns: it never blocks a libnats thread.
+// copies and returns: it never blocks a libnats thread. With a gate, a
+// message (each item of a batch) that finds it full is refused: counted,
+// answered "overloaded: ..." when it has a reply subject, never queued.
 expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
-                           const std::string& queue, caf::actor to);
+                           const std::string& queue, caf::actor to,
+                           admission adm = {});
+
+// What forward() does with one message: sends it to `to`, or refuses it
+// (false) as above. For subscriptions that filter before (listen_single).
+bool admit(nats_bus& bus, const admission& adm, const caf::actor& to,
+           nats_message m);
 
 // One wildcard subscription per process for the replies to its calls; each
 // call registers the actor that awaits it.

@@ -16,6 +16,7 @@
 #include "core/log.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
+#include "messages/limits.hpp"
 
 // A durable request's delivery travels with it to the front, which acks it
 // once the decision is out; it never leaves the process.
@@ -81,6 +82,42 @@ void answer(nats_bus& bus, const std::string& reply, const bytes& payload) {
   if (!reply.empty()) (void)bus.publish_reply(reply, payload);
 }
 
+// A gate for one actor's NATS feeds, by the [limits] in force.
+std::shared_ptr<mailbox_gate> new_gate() {
+  const auto l = current_wire_limits();
+  return std::make_shared<mailbox_gate>(l.max_mailbox_messages,
+                                        l.max_mailbox_bytes);
+}
+
+// The "overloaded" answers, each in the type its subject's callers decode.
+std::optional<bytes> agent_overloaded(const std::string& subject,
+                                      const std::string& why) {
+  const std::string verb = verb_of(subject);
+  if (verb == "bid") return encode(bid_list{{}, why});
+  if (verb == "award") return encode(award_reply{false, why, {}});
+  if (verb == "drain") {
+    admin_reply r;
+    r.error = why;
+    return encode(r);
+  }
+  return std::nullopt;  // releases await no answer
+}
+
+std::optional<bytes> query_overloaded(const std::string&,
+                                      const std::string& why) {
+  return encode(index_reply{{}, why});
+}
+
+std::optional<bytes> admin_overloaded(const std::string& subject,
+                                      const std::string& why) {
+  // weights.get answers a PriceConfig, which has no room for an error: its
+  // caller times out, as it would with a router gone.
+  if (verb_of(subject) == "get") return std::nullopt;
+  admin_reply r;
+  r.error = why;
+  return encode(r);
+}
+
 // A worker is gone once its heartbeat is older than this: half a beat
 // before the last of `missed_beats`, so a dead worker is out within
 // missed_beats heartbeats of its death even when it died right after one.
@@ -105,9 +142,19 @@ struct agent_state {
   struct shard_seen {
     steady::time_point at;
     uint64_t events = 0;
+    uint64_t refused = 0;  // KV messages it refused (overloaded)
+    // It refused some since: the workers announce their caches again
+    // once it has stopped (sooner would add to its load).
+    bool announce_due = false;
+    // An announcement can overflow the shard again and be refused in
+    // turn: the next one for refusals waits this many heartbeats (doubling
+    // to 32; back to 0 after twice that without refusals).
+    uint32_t backoff = 0;
+    steady::time_point quiet_until{};
   };
   std::map<uint32_t, shard_seen> seen;
   batcher out;  // replies, sent when the mailbox has drained
+  std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (bridge)
 };
 
 using agent_pointer = caf::stateful_actor<agent_state>*;
@@ -216,11 +263,38 @@ void agent_shard_beat(agent_pointer self, const shard_status& s) {
   auto it = st.seen.find(s.shard);
   // Heard first right after learning the count: the workers have just
   // announced themselves to every shard.
-  const bool lost_track = it == st.seen.end()
-                              ? !learnt
-                              : now - it->second.at > stale_after(st.mesh) ||
-                                    s.events < it->second.events;
-  st.seen[s.shard] = {now, s.events};
+  bool lost_track = it == st.seen.end()
+                        ? !learnt
+                        : now - it->second.at > stale_after(st.mesh) ||
+                              s.events < it->second.events;
+  // Refused KV events are missing from its index, and the refusals'
+  // senders are unknown (the message was not read): every worker
+  // announces again, once the shard refused nothing for a heartbeat.
+  agent_state::shard_seen next{now, s.events, s.refused_events, false, 0, {}};
+  if (it != st.seen.end() && !lost_track) {
+    const auto& last = it->second;
+    next.announce_due = last.announce_due;
+    next.backoff = last.backoff;
+    next.quiet_until = last.quiet_until;
+    if (s.refused_events > last.refused) {
+      next.announce_due = true;
+    } else if (next.announce_due && now >= last.quiet_until) {
+      next.announce_due = false;
+      next.backoff =
+          std::min<uint32_t>(std::max<uint32_t>(1, last.backoff * 2), 32);
+      next.quiet_until = now + st.mesh.heartbeat * next.backoff;
+      lost_track = true;
+      KVMESH_WARN(
+          "shard %u refused KV events (%llu since it started, overloaded): "
+          "workers of agent %s re-announce their caches",
+          s.shard, static_cast<unsigned long long>(s.refused_events),
+          st.agent.c_str());
+    } else if (!next.announce_due && next.backoff > 0 &&
+               now >= last.quiet_until + st.mesh.heartbeat * next.backoff) {
+      next.backoff = 0;
+    }
+  }
+  st.seen[s.shard] = next;
   if (!lost_track) return;
   KVMESH_INFO("shard %u is new or back: workers of agent %s re-announce",
               s.shard, st.agent.c_str());
@@ -228,11 +302,13 @@ void agent_shard_beat(agent_pointer self, const shard_status& s) {
     self->send(w, put_atom::value, shards_atom::value, st.proxies);
 }
 
-caf::behavior agent_endpoint(
-    agent_pointer self, nats_bus* bus, std::shared_ptr<inbox> box,
-    mesh_options mesh, std::string agent,
-    std::vector<std::pair<uint32_t, worker_actor>> ws) {
+caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
+                             std::shared_ptr<inbox> box, mesh_options mesh,
+                             std::string agent,
+                             std::vector<std::pair<uint32_t, worker_actor>> ws,
+                             std::shared_ptr<mailbox_gate> gate) {
   auto& st = self->state;
+  st.gate = std::move(gate);
   st.bus = bus;
   st.box = std::move(box);
   st.mesh = std::move(mesh);
@@ -246,6 +322,9 @@ caf::behavior agent_endpoint(
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
         auto& st = self->state;
+        // Handled once asked: the workers answer bids at once, and what
+        // they queue is bounded by their own ledgers.
+        gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.mesh.subj.shard_beat()) {
           if (auto s = decode<shard_status>(payload))
             agent_shard_beat(self, *s);
@@ -309,14 +388,57 @@ struct shard_host_state {
   uint32_t shards = 1;
   batcher out;  // replies, sent when the mailbox has drained
   std::shared_ptr<const shard_meters> meters;  // null: not counted
+  // What NATS handed it. A KV message keeps its place until the shard has
+  // written it, a query until the shard answered: the shard's own mailbox
+  // (RocksDB writes) is where a flood would wait.
+  std::shared_ptr<mailbox_gate> gate;
+  // KV messages the gate refused, for the heartbeat (null: not counted).
+  std::shared_ptr<std::atomic<uint64_t>> kv_refused;
+  // KV messages sent on to the shard and not yet known written, and their
+  // bytes; an empty query confirms them all (the shard handles this
+  // endpoint's messages in order), one in flight at a time.
+  uint64_t kv_unconfirmed = 0;
+  uint64_t kv_unconfirmed_bytes = 0;
+  bool kv_confirming = false;
 };
 
-caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
-                             nats_bus* bus, mesh_options mesh,
-                             index_shard_actor shard, uint32_t index,
-                             uint32_t shards,
-                             std::shared_ptr<const shard_meters> meters) {
+using shard_host_pointer = caf::stateful_actor<shard_host_state>*;
+
+// Gives back the gate's places of the KV messages sent to the shard so far
+// once it has handled them: one request per round rather than a reply per
+// batch (kv_atom has none, and a shard's interface need not know about
+// NATS). The request is a query of no blocks, which costs a loop over the
+// workers; not a status request, which lists the RocksDB directory (the
+// chaos run's timings suffered from one per round).
+void confirm_kv(shard_host_pointer self) {
   auto& st = self->state;
+  if (st.kv_confirming || st.kv_unconfirmed == 0) return;
+  st.kv_confirming = true;
+  const uint64_t n = st.kv_unconfirmed;
+  const uint64_t b = st.kv_unconfirmed_bytes;
+  st.kv_unconfirmed = 0;
+  st.kv_unconfirmed_bytes = 0;
+  auto done = [self, n, b] {
+    auto& st = self->state;
+    if (st.gate) st.gate->leave(b, n);
+    st.kv_confirming = false;
+    confirm_kv(self);
+  };
+  self->request(st.shard, caf::infinite, query_atom::value,
+                std::vector<uint64_t>{})
+      .then([done](const std::vector<holder_match>&) { done(); },
+            [done](caf::error&) { done(); });
+}
+
+caf::behavior shard_endpoint(
+    shard_host_pointer self, nats_bus* bus, mesh_options mesh,
+    index_shard_actor shard, uint32_t index, uint32_t shards,
+    std::shared_ptr<const shard_meters> meters,
+    std::shared_ptr<mailbox_gate> gate,
+    std::shared_ptr<std::atomic<uint64_t>> kv_refused) {
+  auto& st = self->state;
+  st.gate = std::move(gate);
+  st.kv_refused = std::move(kv_refused);
   st.meters = std::move(meters);
   st.bus = bus;
   st.mesh = std::move(mesh);
@@ -328,6 +450,7 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
         auto& st = self->state;
+        gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.mesh.subj.kv(st.index)) {
           // A malformed batch is counted by the codec and dropped: nobody
           // awaits an answer to KV events.
@@ -336,6 +459,12 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
             if (!b->events.empty())
               self->send(st.shard, kv_atom::value, b->worker,
                          std::move(b->events));
+            if (st.gate && (b->resync || !b->events.empty())) {
+              pass.keep();
+              ++st.kv_unconfirmed;
+              st.kv_unconfirmed_bytes += payload.size();
+              confirm_kv(self);
+            }
           }
           return;
         }
@@ -344,16 +473,23 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
           answer(*st.bus, reply, encode(index_reply{{}, q.err().message}));
           return;
         }
+        pass.keep();
+        const size_t size = payload.size();
+        auto leave = [self, size] {
+          if (self->state.gate) self->state.gate->leave(size);
+        };
         // The local shard always answers (a dead one fails at once).
         self->request(st.shard, caf::infinite, query_atom::value,
                       std::move(q->chain))
             .then(
-                [self, reply](std::vector<holder_match>& h) {
+                [self, reply, leave](std::vector<holder_match>& h) {
+                  leave();
                   if (self->state.meters) self->state.meters->queries->inc();
                   answer_batched(self, *self->state.bus, self->state.out, reply,
                                  encode(index_reply{std::move(h), {}}));
                 },
-                [self, reply](caf::error& e) {
+                [self, reply, leave](caf::error& e) {
+                  leave();
                   answer_batched(self, *self->state.bus, self->state.out, reply,
                                  encode(index_reply{{}, describe(e)}));
                 });
@@ -365,6 +501,8 @@ caf::behavior shard_endpoint(caf::stateful_actor<shard_host_state>* self,
             .then(
                 [self](shard_status s) {
                   s.shards = self->state.shards;
+                  if (self->state.kv_refused)
+                    s.refused_events = self->state.kv_refused->load();
                   (void)self->state.bus->publish(
                       self->state.mesh.subj.shard_beat(), encode(s));
                 },
@@ -388,6 +526,9 @@ struct front_state {
   // unacked, as a killed process leaves them, for another router.
   std::shared_ptr<std::atomic<bool>> stopping;
   std::shared_ptr<const router_meters> meters;  // null: not counted
+  // What NATS handed it. A route request leaves it once passed to the
+  // ROUTER, which bounds what it holds itself (--max-held: "overloaded").
+  std::shared_ptr<mailbox_gate> gate;
   uint64_t block_mismatches = 0;
   // Durable intake: where each durable request's answer is kept before it
   // goes out (null: not kept), and the test-only fault of dying between
@@ -479,8 +620,10 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                            std::shared_ptr<std::atomic<bool>> stopping,
                            std::shared_ptr<const router_meters> meters,
                            std::shared_ptr<record_store> records,
-                           bool exit_before_ack, uint32_t durable_deliveries) {
+                           bool exit_before_ack, uint32_t durable_deliveries,
+                           std::shared_ptr<mailbox_gate> gate) {
   auto& st = self->state;
+  st.gate = std::move(gate);
   st.durable_deliveries = durable_deliveries;
   st.records = std::move(records);
   st.exit_before_ack = exit_before_ack;
@@ -496,6 +639,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
         auto& st = self->state;
+        gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.mesh.subj.route()) {
           const auto since = took(self, intake::core);
           auto r = decode_route(st, payload);
@@ -702,6 +846,7 @@ struct directory_state {
   std::map<std::string, router_entry> routers;
   std::map<uint32_t, shard_entry> shards;
   std::vector<remote_shard_actor> shard_proxies;
+  std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (heartbeats)
 };
 
 using dir_pointer = directory_actor::stateful_pointer<directory_state>;
@@ -753,9 +898,10 @@ void directory_shard_beat(dir_pointer self, shard_status s) {
 
 directory_actor::behavior_type directory(dir_pointer self,
                                          std::shared_ptr<inbox> box,
-                                         mesh_options mesh,
-                                         router_actor router) {
+                                         mesh_options mesh, router_actor router,
+                                         std::shared_ptr<mailbox_gate> gate) {
   auto& st = self->state;
+  st.gate = std::move(gate);
   st.box = box;
   st.mesh = std::move(mesh);
   st.router = std::move(router);
@@ -764,6 +910,7 @@ directory_actor::behavior_type directory(dir_pointer self,
       [=](nats_atom, const std::string& subject, const std::string&,
           const bytes& payload) {
         auto& st = self->state;
+        gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.mesh.subj.worker_beat()) {
           if (auto s = decode<worker_status>(payload))
             directory_worker_beat(self, std::move(*s));
@@ -881,6 +1028,7 @@ struct admin_front_state {
   nats_bus* bus = nullptr;
   admin_actor admin;
   caf::timespan timeout{};
+  std::shared_ptr<mailbox_gate> gate;  // what NATS handed it
 };
 
 using admin_front_pointer = caf::stateful_actor<admin_front_state>*;
@@ -905,13 +1053,16 @@ void relay(admin_front_pointer self, const std::string& reply, Fill fill,
 }
 
 caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
-                          admin_actor admin, caf::timespan timeout) {
+                          admin_actor admin, caf::timespan timeout,
+                          std::shared_ptr<mailbox_gate> gate) {
+  self->state.gate = std::move(gate);
   self->state.bus = bus;
   self->state.admin = std::move(admin);
   self->state.timeout = timeout;
   return {
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
+        gate_pass pass(self->state.gate.get(), payload.size());
         if (reply.empty()) return;  // nobody to tell
         const std::string verb =
             subject.substr(subject.find(".admin.") + std::strlen(".admin."));
@@ -997,11 +1148,14 @@ struct remote_router_state {
   pending_calls calls;
   listener_actor listener;
   uint64_t decisions = 0;
+  std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (events)
 };
 
 remote_router_actor::behavior_type remote_router(
     remote_router_actor::stateful_pointer<remote_router_state> self,
-    std::shared_ptr<inbox> box, subjects subj, listener_actor listener) {
+    std::shared_ptr<inbox> box, subjects subj, listener_actor listener,
+    std::shared_ptr<mailbox_gate> gate) {
+  self->state.gate = std::move(gate);
   self->state.subj = std::move(subj);
   self->state.calls.attach(std::move(box));
   self->state.listener = std::move(listener);
@@ -1045,6 +1199,7 @@ remote_router_actor::behavior_type remote_router(
       [=](nats_atom, const std::string&, const std::string&,
           const bytes& payload) {
         auto& st = self->state;
+        gate_pass pass(st.gate.get(), payload.size());
         if (!st.listener) return;
         auto ev = decode<request_events>(payload);
         if (!ev) return;
@@ -1072,8 +1227,8 @@ struct node_base {
   std::shared_ptr<inbox> box;
 
   status listen(const std::string& subject, const std::string& queue,
-                caf::actor to) {
-    auto id = forward(*bus, subject, queue, std::move(to));
+                caf::actor to, admission adm) {
+    auto id = forward(*bus, subject, queue, std::move(to), std::move(adm));
     if (!id) return id.err();
     subs.push_back(*id);
     return ok;
@@ -1083,12 +1238,13 @@ struct node_base {
   // verb the sender's NATS permissions refuse (weights.set inside
   // admin.weights.batch).
   status listen_single(const std::string& subject, const std::string& queue,
-                       caf::actor to) {
-    auto id = bus->subscribe(subject, queue, [to](nats_message m) {
-      if (is_batch(m.subject)) return;
-      caf::anon_send(to, nats_atom::value, std::move(m.subject),
-                     std::move(m.reply), std::move(m.payload));
-    });
+                       caf::actor to, admission adm) {
+    nats_bus* b = bus;
+    auto id = bus->subscribe(subject, queue,
+                             [b, to, adm = std::move(adm)](nats_message m) {
+                               if (is_batch(m.subject)) return;
+                               (void)admit(*b, adm, to, std::move(m));
+                             });
     if (!id) return id.err();
     subs.push_back(*id);
     return ok;
@@ -1168,15 +1324,21 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
     p->actors.push_back(caf::actor_cast<caf::actor>(*w));
     ws.emplace_back(id, *w);
   }
-  auto ep = sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws);
+  auto gate = new_gate();
+  auto ep =
+      sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws, gate);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   for (const char* verb : {"bid", "award", "release", "drain", "batch"})
-    if (auto st = p->listen(s.agent(opt.name, verb), "", ep); !st) {
+    if (auto st = p->listen(s.agent(opt.name, verb), "", ep,
+                            {gate, feed_kind::agent, agent_overloaded});
+        !st) {
       p->stop();
       return st.err();
     }
-  if (auto st = p->listen(s.shard_beat(), "", ep); !st) {
+  if (auto st = p->listen(s.shard_beat(), "", ep,
+                          {gate, feed_kind::heartbeat, nullptr});
+      !st) {
     p->stop();
     return st.err();
   }
@@ -1232,7 +1394,8 @@ expected<std::unique_ptr<router_node>> router_node::start(
   ro.missed_beats = 1;
   p->router = sys.spawn(kvmesh::router, ro);
   p->actors.push_back(caf::actor_cast<caf::actor>(p->router));
-  auto dir = sys.spawn(directory, p->box, opt.mesh, p->router);
+  auto dir_gate = new_gate();
+  auto dir = sys.spawn(directory, p->box, opt.mesh, p->router, dir_gate);
   p->admin = caf::actor_cast<admin_actor>(dir);
   p->actors.push_back(caf::actor_cast<caf::actor>(dir));
   // Durable intake keeps its answers (record_store) before the front may
@@ -1254,11 +1417,15 @@ expected<std::unique_ptr<router_node>> router_node::start(
           "KVMESH_TEST_FAULT=exit_before_ack: exits after its first "
           "durable answer, before acking it (a test's fault)");
   }
-  auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
-                         opt.router.block_tokens, p->stopping, opt.meters,
-                         p->records, exit_before_ack, opt.durable_deliveries);
+  auto front_gate = new_gate();
+  auto front =
+      sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
+                opt.router.block_tokens, p->stopping, opt.meters, p->records,
+                exit_before_ack, opt.durable_deliveries, front_gate);
   p->actors.push_back(front);
-  auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout);
+  auto admin_gate = new_gate();
+  auto admin_ep =
+      sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout, admin_gate);
   p->actors.push_back(admin_ep);
   const auto& s = opt.mesh.subj;
   const auto dir_handle = caf::actor_cast<caf::actor>(dir);
@@ -1268,7 +1435,9 @@ expected<std::unique_ptr<router_node>> router_node::start(
            {s.router_beat(), "", dir_handle},
            {s.shard_beat(), "", dir_handle},
        }) {
-    if (auto st = p->listen(subject, queue, to); !st) {
+    if (auto st = p->listen(subject, queue, to,
+                            {dir_gate, feed_kind::heartbeat, nullptr});
+        !st) {
       p->stop();
       return st.err();
     }
@@ -1290,19 +1459,33 @@ expected<std::unique_ptr<router_node>> router_node::start(
       if (!heard) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  for (auto [subject, queue, to] :
-       std::vector<std::tuple<std::string, std::string, caf::actor>>{
-           {s.route(), "routers", front},
-           {s.route_json(), "routers", front},
-           {s.router(opt.name, "weights.get"), "", front},
-           {s.router(opt.name, "weights.set"), "", front},
+  const subjects subj = s;
+  auto route_overloaded = [subj](
+                              const std::string& subject,
+                              const std::string& why) -> std::optional<bytes> {
+    decision d;
+    d.error = why;
+    if (subject != subj.route_json()) return encode(d);
+    const std::string text = decision_json(d);
+    return bytes(text.begin(), text.end());
+  };
+  for (auto [subject, queue, kind] :
+       std::vector<std::tuple<std::string, std::string, feed_kind>>{
+           {s.route(), "routers", feed_kind::route},
+           {s.route_json(), "routers", feed_kind::route},
+           {s.router(opt.name, "weights.get"), "", feed_kind::admin},
+           {s.router(opt.name, "weights.set"), "", feed_kind::admin},
        }) {
-    if (auto st = p->listen(subject, queue, to); !st) {
+    admission adm{front_gate, kind, route_overloaded};
+    if (kind == feed_kind::admin) adm.overloaded = admin_overloaded;
+    if (auto st = p->listen(subject, queue, front, std::move(adm)); !st) {
       p->stop();
       return st.err();
     }
   }
-  if (auto st = p->listen_single(s.prefix + ".admin.>", "admin", admin_ep);
+  if (auto st =
+          p->listen_single(s.prefix + ".admin.>", "admin", admin_ep,
+                           {admin_gate, feed_kind::admin, admin_overloaded});
       !st) {
     p->stop();
     return st.err();
@@ -1375,15 +1558,25 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
   if (!shard) return shard.err();
   p->shard = *shard;
   p->actors.push_back(caf::actor_cast<caf::actor>(*shard));
+  auto gate = new_gate();
+  auto kv_refused = std::make_shared<std::atomic<uint64_t>>(0);
   auto ep = sys.spawn(shard_endpoint, &bus, opt.mesh, *shard, opt.shard.shard,
-                      opt.shards, opt.meters);
+                      opt.shards, opt.meters, gate, kv_refused);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   // Queries also come batched, on the query subject's parent + ".batch".
-  for (const auto& subject :
-       {s.kv(opt.shard.shard), s.index_query(opt.shard.shard),
-        s.index_batch(opt.shard.shard)})
-    if (auto st = p->listen(subject, "", ep); !st) {
+  // A refused KV message is lost to the index (KvBatch has no reply): it
+  // is counted, logged and reported in the shard's heartbeat, on which
+  // the agents have their workers announce their caches again.
+  for (const auto& [subject, kind] :
+       {std::make_pair(s.kv(opt.shard.shard), feed_kind::kv),
+        std::make_pair(s.index_query(opt.shard.shard), feed_kind::query),
+        std::make_pair(s.index_batch(opt.shard.shard), feed_kind::query)})
+    if (auto st = p->listen(
+            subject, "", ep,
+            {gate, kind, kind == feed_kind::kv ? nullptr : query_overloaded,
+             kind == feed_kind::kv ? kv_refused : nullptr});
+        !st) {
       p->stop();
       return st.err();
     }
@@ -1496,9 +1689,10 @@ expected<router_actor> spawn_remote_router(caf::actor_system& sys,
                                            listener_actor listener) {
   auto box = inbox::open(bus);
   if (!box) return box.err();
-  auto r = sys.spawn(remote_router, *box, opt.subj, listener);
-  auto sub =
-      forward(bus, opt.subj.events(), "", caf::actor_cast<caf::actor>(r));
+  auto gate = new_gate();
+  auto r = sys.spawn(remote_router, *box, opt.subj, listener, gate);
+  auto sub = forward(bus, opt.subj.events(), "", caf::actor_cast<caf::actor>(r),
+                     {gate, feed_kind::events, nullptr});
   if (!sub) {
     caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
     return sub.err();

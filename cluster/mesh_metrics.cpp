@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 
+#include "cluster/bridge.hpp"
 #include "core/log.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
@@ -131,6 +132,7 @@ struct process_metrics::impl {
   counter* nats_errors = nullptr;
   counter* nats_denied = nullptr;
   counter* nats_refused_replies = nullptr;
+  counter* nats_refused[feed_kind_count] = {};
   counter* nats_in = nullptr;
   counter* nats_out = nullptr;
   counter* decode[msg_kind_count + 1] = {};  // the last: json
@@ -173,6 +175,15 @@ struct process_metrics::impl {
         "kvmesh_nats_refused_replies_total",
         "Answers not sent because the request's reply subject was not an "
         "inbox (_INBOX.>)."));
+    auto* refused = b.counters(
+        "kvmesh_nats_refused_total",
+        "NATS messages refused because the actor they were for had "
+        "limits.max_mailbox_messages (or _bytes) waiting to be handled, by "
+        "what they were; those awaiting a reply were answered "
+        "\"overloaded\".",
+        {"kind"});
+    for (size_t i = 0; i < feed_kind_count; ++i)
+      nats_refused[i] = b.at(refused, {to_string(static_cast<feed_kind>(i))});
     auto* msgs = b.counters("kvmesh_nats_messages_total",
                             "Messages received (in) and sent (out) on the "
                             "NATS connection.",
@@ -206,6 +217,9 @@ struct process_metrics::impl {
       nats_in->set(static_cast<double>(t.in_msgs));
       nats_out->set(static_cast<double>(t.out_msgs));
     }
+    for (size_t i = 0; i < feed_kind_count; ++i)
+      nats_refused[i]->set(
+          static_cast<double>(nats_refusals(static_cast<feed_kind>(i))));
     for (size_t i = 0; i < msg_kind_count; ++i)
       decode[i]->set(
           static_cast<double>(decode_errors(static_cast<msg_kind>(i))));

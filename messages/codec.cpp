@@ -258,6 +258,7 @@ void write(const shard_status& x, wire::ShardStatus::Builder b) {
   b.setEvents(x.events);
   b.setErrors(x.errors);
   b.setShards(x.shards);
+  b.setRefusedEvents(x.refused_events);
 }
 
 void write(const index_query& x, wire::IndexQuery::Builder b) {
@@ -549,6 +550,7 @@ shard_status read(wire::ShardStatus::Reader r) {
   x.events = r.getEvents();
   x.errors = r.getErrors();
   x.shards = r.getShards();
+  x.refused_events = r.getRefusedEvents();
   return x;
 }
 

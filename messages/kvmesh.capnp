@@ -228,6 +228,9 @@ struct ShardStatus {
   errors @6 :UInt64;
   # How many shards the index has: routers and agents learn it here.
   shards @7 :UInt32 = 1;
+  # KV messages refused (the shard overloaded) since it started: agents
+  # have their workers announce their caches again once it stops growing.
+  refusedEvents @8 :UInt64;
 }
 
 # "Who holds how much of this prefix": a chain of block hashes.

@@ -14,6 +14,9 @@ std::array<std::atomic<uint64_t>, wire_limit_count> limit_values{
     wire_limits{}.max_payload_bytes, wire_limits{}.max_request_blocks,
     wire_limits{}.max_call_workers};
 std::array<std::atomic<uint64_t>, wire_limit_count> refusals;
+// Read when a node starts (its gates), not per message.
+std::atomic<uint64_t> mailbox_messages{wire_limits{}.max_mailbox_messages};
+std::atomic<uint64_t> mailbox_bytes{wire_limits{}.max_mailbox_bytes};
 
 size_t index_of(wire_limit l) {
   return static_cast<size_t>(l);
@@ -38,6 +41,8 @@ wire_limits current_wire_limits() {
   l.max_payload_bytes = limit_values[0].load(std::memory_order_relaxed);
   l.max_request_blocks = limit_values[1].load(std::memory_order_relaxed);
   l.max_call_workers = limit_values[2].load(std::memory_order_relaxed);
+  l.max_mailbox_messages = mailbox_messages.load(std::memory_order_relaxed);
+  l.max_mailbox_bytes = mailbox_bytes.load(std::memory_order_relaxed);
   return l;
 }
 
@@ -45,6 +50,8 @@ void set_wire_limits(const wire_limits& l) {
   limit_values[0].store(l.max_payload_bytes, std::memory_order_relaxed);
   limit_values[1].store(l.max_request_blocks, std::memory_order_relaxed);
   limit_values[2].store(l.max_call_workers, std::memory_order_relaxed);
+  mailbox_messages.store(l.max_mailbox_messages, std::memory_order_relaxed);
+  mailbox_bytes.store(l.max_mailbox_bytes, std::memory_order_relaxed);
 }
 
 uint64_t wire_limit_refusals(wire_limit l) {

@@ -21,6 +21,13 @@ struct wire_limits {
   // A node agent hosts a few GPUs; a call naming more workers (or one many
   // times) would make it ask its workers that many times.
   uint64_t max_call_workers = 1024;
+  // Messages NATS callbacks handed to one actor of a process that it has
+  // not yet handled (cluster/bridge's mailbox_gate); past either bound a
+  // message is refused, counted and answered "overloaded". The same as
+  // libnats' pending limits per subscription: the actor's queue may hold
+  // what the subscription's may.
+  uint64_t max_mailbox_messages = 65536;
+  uint64_t max_mailbox_bytes = uint64_t{64} << 20;
 };
 
 enum class wire_limit : uint8_t { payload_bytes, request_blocks, call_workers };

@@ -144,6 +144,9 @@ struct shard_status {
   uint64_t events = 0;  // KV events applied
   uint64_t errors = 0;  // batches refused or failed to persist
   uint32_t shards = 1;  // how many shards the index has
+  // KV messages its endpoint refused (overloaded) since it started: events
+  // the index misses until the workers announce their caches again.
+  uint64_t refused_events = 0;
 };
 
 // -- envelopes --------------------------------------------------------------

@@ -1,11 +1,15 @@
-// Tests of cluster/bridge's batcher and unbatch against a real nats-server.
+// Tests of cluster/bridge's batcher, unbatch and forward()'s mailbox bound
+// against a real nats-server.
 #include "cluster/bridge.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
+#include "actors/actors.hpp"
 #include "messages/codec.hpp"
 #include "nats_server.hpp"
 
@@ -122,6 +126,150 @@ TEST_F(bridge_test, a_big_flush_goes_in_parts_below_the_payload_limit) {
     items += unbatch(std::move(m)).size();
   }
   EXPECT_EQ(items, 10u);
+}
+
+// What the slow actor saw, shared with the test.
+struct slow_log {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool blocked = false;   // inside its first message
+  bool released = false;  // the test let it go on
+  size_t handled = 0;
+  size_t most_waiting = 0;  // its mailbox and the message in hand
+  uint64_t most_in_gate = 0;
+
+  template <class F>
+  bool wait_until(F done,
+                  std::chrono::seconds limit = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, limit, done);
+  }
+};
+
+// An actor behind forward() that blocks in its first message until
+// released, as an index shard busy writing does.
+caf::behavior slow_actor(caf::event_based_actor* self,
+                         std::shared_ptr<mailbox_gate> gate,
+                         std::shared_ptr<slow_log> log) {
+  return {
+      [=](nats_atom, const std::string&, const std::string&,
+          const bytes& payload) {
+        gate_pass pass(gate.get(), payload.size());
+        std::unique_lock<std::mutex> l(log->mu);
+        auto look = [&] {
+          log->most_waiting =
+              std::max(log->most_waiting, self->mailbox().size() + 1);
+          log->most_in_gate = std::max(log->most_in_gate, gate->messages());
+        };
+        look();
+        if (log->handled++ == 0) {
+          log->blocked = true;
+          log->cv.notify_all();
+          log->cv.wait_for(l, std::chrono::seconds(20),
+                           [&] { return log->released; });
+          look();  // what queued meanwhile
+        }
+        log->cv.notify_all();
+      },
+  };
+}
+
+TEST_F(bridge_test, a_full_mailbox_refuses_counts_and_answers_overloaded) {
+  caf::actor_system_config cfg;
+  register_types(cfg);
+  caf::actor_system sys{cfg};
+  constexpr uint64_t bound = 8;
+  auto gate = std::make_shared<mailbox_gate>(bound, uint64_t{1} << 20);
+  auto log = std::make_shared<slow_log>();
+  auto to = sys.spawn<caf::detached>(slow_actor, gate, log);
+  admission adm;
+  adm.gate = gate;
+  adm.kind = feed_kind::query;
+  adm.overloaded = [](const std::string&,
+                      const std::string& why) -> std::optional<bytes> {
+    return bytes(why.begin(), why.end());
+  };
+  auto sub = forward(*bus, "slow.in", "", to, adm);
+  ASSERT_TRUE(sub) << sub.err().message;
+  auto batch_sub = forward(*bus, "slow.batch", "", to, adm);
+  ASSERT_TRUE(batch_sub) << batch_sub.err().message;
+  ASSERT_TRUE(bus->flush(std::chrono::seconds(2)));
+  const uint64_t refused_before = nats_refusals(feed_kind::query);
+  auto refused = [&] {
+    return nats_refusals(feed_kind::query) - refused_before;
+  };
+
+  ASSERT_TRUE(bus->publish("slow.in", {0}));
+  ASSERT_TRUE(log->wait_until([&] { return log->blocked; }));
+  // Busy with the first: 7 more fit, the rest is refused.
+  constexpr size_t sent = 50;
+  for (size_t i = 1; i < sent; ++i)
+    ASSERT_TRUE(bus->publish("slow.in", {static_cast<uint8_t>(i)}));
+  // A batch counts per item: all three refused.
+  batch_msg b;
+  for (uint8_t i = 0; i < 3; ++i)
+    b.items.push_back({"slow.in", "", {i}});
+  ASSERT_TRUE(bus->publish("slow.batch", encode(b)));
+  ASSERT_TRUE(bus->flush(std::chrono::seconds(2)));
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (refused() < sent - bound + 3 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(refused(), sent - bound + 3);
+  EXPECT_EQ(gate->messages(), bound);
+
+  // A caller awaiting a reply hears why at once, not at its timeout.
+  auto answer = bus->request("slow.in", {42}, std::chrono::milliseconds(2000));
+  ASSERT_TRUE(answer) << answer.err().message;
+  const std::string text(answer->begin(), answer->end());
+  EXPECT_EQ(text.rfind("overloaded: query refused, 8 messages", 0), 0u) << text;
+  EXPECT_NE(text.find("limits.max_mailbox_messages = 8"), std::string::npos)
+      << text;
+  EXPECT_EQ(refused(), sent - bound + 4);
+
+  {
+    std::lock_guard<std::mutex> g(log->mu);
+    log->released = true;
+    log->cv.notify_all();
+  }
+  ASSERT_TRUE(log->wait_until([&] { return log->handled == bound; }));
+  // Caught up: the gate is empty and messages flow again.
+  const auto drained =
+      std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (gate->messages() != 0 && std::chrono::steady_clock::now() < drained)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(gate->messages(), 0u);
+  EXPECT_EQ(gate->bytes(), 0u);
+  for (uint8_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(bus->publish("slow.in", {i}));
+  ASSERT_TRUE(bus->publish("slow.batch", encode(b)));
+  ASSERT_TRUE(log->wait_until([&] { return log->handled == bound + 6; }));
+  EXPECT_EQ(refused(), sent - bound + 4);
+  {
+    std::lock_guard<std::mutex> g(log->mu);
+    EXPECT_EQ(log->most_waiting, bound);  // full, never more
+    EXPECT_EQ(log->most_in_gate, bound);
+  }
+  EXPECT_EQ(gate->peak(), bound);
+  (void)bus->unsubscribe(*sub);
+  (void)bus->unsubscribe(*batch_sub);
+  caf::anon_send_exit(to, caf::exit_reason::user_shutdown);
+}
+
+TEST(mailbox_gate, one_message_always_fits_and_bytes_bound_the_rest) {
+  mailbox_gate g(100, 1000);
+  EXPECT_TRUE(g.enter(5000));  // alone: bigger than the byte bound, let in
+  EXPECT_FALSE(g.enter(1));    // past the byte bound
+  g.leave(5000);
+  EXPECT_TRUE(g.enter(600));
+  EXPECT_FALSE(g.enter(600));
+  EXPECT_TRUE(g.enter(400));
+  EXPECT_EQ(g.messages(), 2u);
+  EXPECT_EQ(g.bytes(), 1000u);
+  g.leave(1000, 2);
+  EXPECT_EQ(g.messages(), 0u);
+  EXPECT_EQ(g.bytes(), 0u);
 }
 
 }  // namespace
