@@ -9,27 +9,18 @@
 
 namespace kvmesh::cli {
 
-namespace {
-
-struct hash_options {
-  uint32_t block_tokens = 0;
-  std::string tokens;
-  std::string salt;
-};
-
-// Parses "1,2,3" into token ids; a malformed entry is named by position.
-expected<std::vector<uint32_t>> parse_tokens(const std::string& text) {
+expected<std::vector<uint32_t>> parse_token_list(const std::string& text) {
   std::vector<uint32_t> out;
+  if (text.empty())
+    return make_error(ec::empty_input, "--tokens: the token list is empty");
   size_t pos = 0;
-  size_t index = 0;
-  while (pos <= text.size() && !text.empty()) {
+  while (true) {
     const size_t comma = text.find(',', pos);
     const std::string item = text.substr(
         pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    ++index;
     size_t used = 0;
     unsigned long long v = 0;
-    bool good = !item.empty() && item[0] != '-' && item[0] != '+';
+    bool good = !item.empty() && item[0] >= '0' && item[0] <= '9';
     if (good) {
       try {
         v = std::stoull(item, &used, 10);
@@ -39,19 +30,25 @@ expected<std::vector<uint32_t>> parse_tokens(const std::string& text) {
     }
     if (!good || used != item.size() || v > UINT32_MAX)
       return make_error(ec::parse_error,
-                        "--tokens: entry " + std::to_string(index) + " '" +
-                            item + "' is not a token id (0..4294967295)");
+                        "--tokens: entry " + std::to_string(out.size() + 1) +
+                            " '" + item +
+                            "' is not a token id (0..4294967295)");
     out.push_back(static_cast<uint32_t>(v));
-    if (comma == std::string::npos) break;
+    if (comma == std::string::npos) return out;
     pos = comma + 1;
   }
-  if (out.empty())
-    return make_error(ec::empty_input, "--tokens: the token list is empty");
-  return out;
 }
 
+namespace {
+
+struct hash_options {
+  uint32_t block_tokens = 0;
+  std::string tokens;
+  std::string salt;
+};
+
 int run_hash(const hash_options& opt) {
-  auto tokens = parse_tokens(opt.tokens);
+  auto tokens = parse_token_list(opt.tokens);
   if (!tokens) {
     std::fprintf(stderr, "kvmesh hash: %s\n", tokens.err().message.c_str());
     return 2;

@@ -3,8 +3,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/sim.hpp"
 
@@ -32,6 +34,10 @@ void add_load(CLI::App& app, std::function<int()>& run);
 // --workers, --routers, --gpu-blocks, --host-blocks, --disk-blocks,
 // --block-tokens, --speedup, --seed.
 void add_fleet_options(CLI::App& cmd, sim_config& cfg);
+
+// Parses --tokens "1,2,3" into token ids (hash, route); a malformed entry
+// is named by position.
+expected<std::vector<uint32_t>> parse_token_list(const std::string& text);
 
 // Checks a --prefix: subject tokens (letters, digits, '-', '_') separated by
 // dots, so that every subject under it is valid. Errors name --prefix.
