@@ -142,6 +142,7 @@ struct agent_state {
   struct shard_seen {
     steady::time_point at;
     uint64_t events = 0;
+    uint64_t incarnation = 0;
     uint64_t refused = 0;  // KV messages it refused (overloaded)
     // It refused some since: the workers announce their caches again
     // once it has stopped (sooner would add to its load).
@@ -249,11 +250,15 @@ void agent_learn_shards(agent_pointer self, uint32_t n) {
     self->send(w, put_atom::value, shards_atom::value, st.proxies);
 }
 
-// A shard's heartbeat: one heard for the first time, after a silence of
-// more than the missed beats, or with fewer applied events than before (it
-// restarted between two beats) has missed KV events. Its RocksDB kept what
-// it had, not what came meanwhile: the workers announce their caches again
-// (to every shard: one message names them all; a shard restart is rare).
+// A shard's heartbeat: one heard for the first time, or from a new
+// incarnation (it restarted) has missed KV events. Its RocksDB kept what it
+// had, not what came meanwhile: the workers announce their caches again (to
+// every shard: one message names them all; a shard restart is rare). A
+// shard that was only late is not new: announcing every cache to a busy
+// shard (a million events at 64 workers) made it later still, and the
+// mesh collapsed under its own announcements. Shards that do not tell
+// their incarnation are judged as before: by a silence past the missed
+// beats or fewer applied events.
 void agent_shard_beat(agent_pointer self, const shard_status& s) {
   auto& st = self->state;
   const bool learnt = s.shards != st.shards;
@@ -263,14 +268,16 @@ void agent_shard_beat(agent_pointer self, const shard_status& s) {
   auto it = st.seen.find(s.shard);
   // Heard first right after learning the count: the workers have just
   // announced themselves to every shard.
-  bool lost_track = it == st.seen.end()
-                        ? !learnt
+  bool lost_track = it == st.seen.end() ? !learnt
+                    : s.incarnation != 0 && it->second.incarnation != 0
+                        ? s.incarnation != it->second.incarnation
                         : now - it->second.at > stale_after(st.mesh) ||
                               s.events < it->second.events;
   // Refused KV events are missing from its index, and the refusals'
   // senders are unknown (the message was not read): every worker
   // announces again, once the shard refused nothing for a heartbeat.
-  agent_state::shard_seen next{now, s.events, s.refused_events, false, 0, {}};
+  agent_state::shard_seen next{
+      now, s.events, s.incarnation, s.refused_events, false, 0, {}};
   if (it != st.seen.end() && !lost_track) {
     const auto& last = it->second;
     next.announce_due = last.announce_due;
@@ -389,9 +396,10 @@ struct shard_host_state {
   batcher out;  // replies, sent when the mailbox has drained
   std::shared_ptr<const shard_meters> meters;  // null: not counted
   // What NATS handed it. A KV message keeps its place until the shard has
-  // written it, a query until the shard answered: the shard's own mailbox
-  // (RocksDB writes) is where a flood would wait.
+  // applied it, a query until the shard answered: the shard's own mailbox
+  // is where a flood would wait.
   std::shared_ptr<mailbox_gate> gate;
+  uint64_t incarnation = 0;  // random, nonzero: tells restarts (heartbeat)
   // KV messages the gate refused, for the heartbeat (null: not counted).
   std::shared_ptr<std::atomic<uint64_t>> kv_refused;
   // KV messages sent on to the shard and not yet known written, and their
@@ -445,6 +453,9 @@ caf::behavior shard_endpoint(
   st.shard = std::move(shard);
   st.index = index;
   st.shards = shards;
+  std::random_device rd;
+  while (st.incarnation == 0)
+    st.incarnation = uint64_t{rd()} << 32 | rd();
   self->send(self, beat_atom::value);
   return {
       [=](nats_atom, const std::string& subject, const std::string& reply,
@@ -501,6 +512,7 @@ caf::behavior shard_endpoint(
             .then(
                 [self](shard_status s) {
                   s.shards = self->state.shards;
+                  s.incarnation = self->state.incarnation;
                   if (self->state.kv_refused)
                     s.refused_events = self->state.kv_refused->load();
                   (void)self->state.bus->publish(

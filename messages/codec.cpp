@@ -259,6 +259,7 @@ void write(const shard_status& x, wire::ShardStatus::Builder b) {
   b.setErrors(x.errors);
   b.setShards(x.shards);
   b.setRefusedEvents(x.refused_events);
+  b.setIncarnation(x.incarnation);
 }
 
 void write(const index_query& x, wire::IndexQuery::Builder b) {
@@ -551,6 +552,7 @@ shard_status read(wire::ShardStatus::Reader r) {
   x.errors = r.getErrors();
   x.shards = r.getShards();
   x.refused_events = r.getRefusedEvents();
+  x.incarnation = r.getIncarnation();
   return x;
 }
 

@@ -231,6 +231,10 @@ struct ShardStatus {
   # KV messages refused (the shard overloaded) since it started: agents
   # have their workers announce their caches again once it stops growing.
   refusedEvents @8 :UInt64;
+  # Random, fixed for the life of the shard's process (0: not told): a new
+  # one means a restart, whose index misses what came meanwhile. A late
+  # heartbeat alone means a busy shard, not a restarted one.
+  incarnation @9 :UInt64;
 }
 
 # "Who holds how much of this prefix": a chain of block hashes.

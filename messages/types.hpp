@@ -147,6 +147,8 @@ struct shard_status {
   // KV messages its endpoint refused (overloaded) since it started: events
   // the index misses until the workers announce their caches again.
   uint64_t refused_events = 0;
+  // Random per shard process (0: unknown): a change means a restart.
+  uint64_t incarnation = 0;
 };
 
 // -- envelopes --------------------------------------------------------------

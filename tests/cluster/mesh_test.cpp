@@ -648,6 +648,45 @@ TEST_F(mesh_test, a_shard_that_refused_kv_events_hears_the_caches_again) {
   EXPECT_TRUE(eventually(holds));
 }
 
+// A shard's heartbeat that comes late is a busy shard, not a new one: the
+// workers announce their caches again only to a restarted shard (a new
+// incarnation). Announcing a million events to a shard that was only slow
+// made it slower, and the mesh collapsed (the soak, session 5).
+TEST_F(mesh_test, only_a_restarted_shard_hears_the_caches_again) {
+  start_agent("node-a", 0, 2);
+  auto& c = bus();
+  std::atomic<int> resyncs{0};
+  auto sub = c.subscribe(subjects{}.kv(0), "", [&](nats_message m) {
+    for (auto& one : unbatch(std::move(m)))
+      if (auto b = decode<kv_batch>(one.payload); b && b->resync) ++resyncs;
+  });
+  ASSERT_TRUE(sub);
+  auto beat_of = [&](uint64_t incarnation, uint64_t events) {
+    shard_status s;
+    s.shard = 0;
+    s.shards = 1;
+    s.events = events;
+    s.incarnation = incarnation;
+    return c.publish(subjects{}.shard_beat(), encode(s));
+  };
+  // Learning the shard, both workers announce themselves to it.
+  ASSERT_TRUE(eventually([&] {
+    (void)beat_of(11, 100);
+    return resyncs.load() >= 2;
+  }));
+  std::this_thread::sleep_for(4 * beat);
+  const int learnt = resyncs.load();
+  // Silent for longer than the missed beats, then the same incarnation
+  // with more events: late, not new.
+  std::this_thread::sleep_for(5 * beat);
+  ASSERT_TRUE(beat_of(11, 200));
+  std::this_thread::sleep_for(4 * beat);
+  EXPECT_EQ(resyncs.load(), learnt);
+  // A new incarnation: both workers announce again.
+  ASSERT_TRUE(beat_of(12, 5));
+  EXPECT_TRUE(eventually([&] { return resyncs.load() >= learnt + 2; }));
+}
+
 // A client chooses its reply subject: a router that answered anywhere would
 // publish, with its own NATS permissions, where the client may not (a
 // Decision on an agent's drain subject). Answers go only to inboxes.

@@ -81,7 +81,7 @@ auto fields(const router_status& x) {
 }
 auto fields(const shard_status& x) {
   return std::tie(x.shard, x.blocks, x.entries, x.disk_bytes, x.events,
-                  x.errors, x.shards, x.refused_events);
+                  x.errors, x.shards, x.refused_events, x.incarnation);
 }
 auto fields(const holder_match& x) {
   return std::tie(x.worker, x.gpu, x.host, x.disk);
@@ -353,7 +353,7 @@ router_status sample_router(uint64_t decisions) {
 shard_status sample_shard(uint32_t shard) {
   return shard_status{
       shard, (1ull << 41) + 1, (1ull << 42) + 2, (1ull << 43) + 3, 7, 8,
-      16,    (1ull << 44) + 9};
+      16,    (1ull << 44) + 9, (1ull << 63) + 5};
 }
 
 price_config sample_weights() {
