@@ -20,6 +20,9 @@ double now_ms(wpointer self) {
 
 // Starts the engine's next step if it is idle and has work, and schedules
 // its end on the actor clock.
+// Engine steps one handler runs at most when it catches up.
+constexpr size_t max_steps_per_handler = 16;
+
 void schedule_step_end(wpointer self, double end, double now) {
   auto& st = self->state;
   st.stepping = true;
@@ -45,12 +48,21 @@ void finish_step(wpointer self) {
   // machine, or a sped-up engine whose steps are microseconds) run here,
   // back to back, each starting where the last ended but never before the
   // newest request arrived (no step sees a request before its arrival).
-  // Late timers then no longer slow the simulated GPU down.
+  // Late timers then no longer slow the simulated GPU down. A long backlog
+  // goes in slices, so that bids and awards waiting in the mailbox are
+  // answered in between (their deadlines are tens of milliseconds).
   const double now = now_ms(self);
   double t = st.step_end;
+  size_t slice = max_steps_per_handler;
   while (auto end = st.eng->start_step(std::max(t, st.last_submit))) {
     if (*end > now) {
       schedule_step_end(self, *end, now);
+      break;
+    }
+    if (--slice == 0) {  // ends in the next handler, after the mailbox
+      st.stepping = true;
+      st.step_end = *end;
+      self->send(self, step_atom::value);
       break;
     }
     st.eng->finish_step(st.events);
