@@ -151,6 +151,9 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
       [=](release_atom, const release_msg& r) {
         self->state.eng->release(r.request);
       },
+      [=](withdraw_atom, const withdraw_msg& w) -> withdraw_reply {
+        return self->state.eng->withdraw(w.request);
+      },
       [=](status_atom) -> worker_status { return status_of(self); },
       [=](put_atom, drain_atom, bool on) { self->state.eng->set_draining(on); },
       [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
