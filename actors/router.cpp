@@ -119,6 +119,14 @@ void withdraw(rpointer self, auction_ptr a, uint32_t w, uint32_t attempt) {
                 withdraw_msg{a->request.id, w})
       .then(
           [=](const withdraw_reply& r) {
+            // Logged: unanswered awards are rare, and scripts/chaos reads
+            // how they ended.
+            KVMESH_INFO(
+                "worker %u %s request %llu after its award went "
+                "unanswered (router %s)",
+                w, r.withdrawn ? "withdrew" : "runs",
+                static_cast<unsigned long long>(a->request.id),
+                self->state.opt.name.c_str());
             if (!r.withdrawn) {
               won(self, a, w, r.count, r.endpoint);
               return;
