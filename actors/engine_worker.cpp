@@ -137,6 +137,8 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
                          : r.reason == "draining" ? worker_meters::draining
                          : r.reason == "queue grew since the bid"
                              ? worker_meters::queue_grew
+                         : r.reason == "withdrawn"
+                             ? worker_meters::withdrawn
                              : worker_meters::engine_refused;
           m->awards[x]->inc();
           if (r.accepted) {

@@ -186,8 +186,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         // Withdrawn before it came (its router gave up on this worker
         // and the request went elsewhere): taking it would run it twice.
         // Empty unless awards went unanswered: no cost on the hot path.
-        if (!st.withdrawn.empty() && was_withdrawn(st, r.id))
+        if (!st.withdrawn.empty() && was_withdrawn(st, r.id)) {
+          count(worker_meters::withdrawn);
           return {false, "withdrawn", {}};
+        }
         if (st.draining) {
           count(worker_meters::draining);
           return {false, "draining", {}};
@@ -230,9 +232,9 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         auto& st = self->state;
         if (st.ledger->release(r.request)) return;  // a loser's reservation
         // No reservation: an award this worker accepted after the router
-        // had given up on it and gone to the next bidder, which the router
-        // then releases. Taken back unless the engine has started it, so
-        // that the request does not run twice.
+        // had counted it out as dead (its award and withdraw unanswered)
+        // and gone to the next bidder. Taken back unless the engine has
+        // started it, and refused should it come again.
         if (st.eng->cancel(r.request)) {
           st.ledger->done(r.request);
           remember_withdrawn(st, r.request);

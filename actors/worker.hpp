@@ -17,8 +17,14 @@ namespace kvmesh {
 // as it is given, instead of state kept for a status to report.
 struct worker_meters {
   // Awards by answer.
-  enum award_result { accepted, draining, queue_grew, engine_refused };
-  metrics::counter* awards[4] = {};
+  enum award_result {
+    accepted,
+    draining,
+    queue_grew,
+    engine_refused,
+    withdrawn  // came after its router withdrew it
+  };
+  metrics::counter* awards[5] = {};
   // Full prompt blocks of the accepted requests, and of those the prefix
   // blocks the worker held at the award, by tier (gpu, host, disk).
   metrics::counter* prompt_blocks = nullptr;
