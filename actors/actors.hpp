@@ -23,6 +23,7 @@ namespace kvmesh {
 using bid_atom = caf::atom_constant<caf::atom("bid")>;
 using award_atom = caf::atom_constant<caf::atom("award")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
+using withdraw_atom = caf::atom_constant<caf::atom("withdraw")>;
 using route_atom = caf::atom_constant<caf::atom("route")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
 using weights_atom = caf::atom_constant<caf::atom("weights")>;
@@ -110,6 +111,17 @@ typename Inspector::result_type inspect(Inspector& f, release_msg& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, withdraw_msg& x) {
+  return f(caf::meta::type_name("withdraw"), x.request, x.worker);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, withdraw_reply& x) {
+  return f(caf::meta::type_name("withdraw_reply"), x.withdrawn, x.endpoint,
+           x.count);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, bid_list& x) {
   return f(caf::meta::type_name("bid_list"), x.bids, x.error);
 }
@@ -187,7 +199,11 @@ using bidder_actor = caf::typed_actor<
     // router knew of is no reason to refuse.
     caf::replies_to<award_atom, award_msg>::with<award_reply>,
     // The request went elsewhere: these workers drop their reservations.
-    caf::reacts_to<release_atom, release_msg>>;
+    caf::reacts_to<release_atom, release_msg>,
+    // Worker w.worker's award of w.request went unanswered: it withdraws
+    // it (never took it, or took it back before its engine started it,
+    // and refuses it from now on) or answers that it runs it.
+    caf::replies_to<withdraw_atom, withdraw_msg>::with<withdraw_reply>>;
 
 // WORKER: one GPU (or data-parallel rank), its queue and cache tiers; a
 // bidder for itself alone.

@@ -137,6 +137,8 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
                          : r.reason == "draining" ? worker_meters::draining
                          : r.reason == "queue grew since the bid"
                              ? worker_meters::queue_grew
+                         : r.reason == "withdrawn"
+                             ? worker_meters::withdrawn
                              : worker_meters::engine_refused;
           m->awards[x]->inc();
           if (r.accepted) {
@@ -150,6 +152,9 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
       },
       [=](release_atom, const release_msg& r) {
         self->state.eng->release(r.request);
+      },
+      [=](withdraw_atom, const withdraw_msg& w) -> withdraw_reply {
+        return self->state.eng->withdraw(w.request);
       },
       [=](status_atom) -> worker_status { return status_of(self); },
       [=](put_atom, drain_atom, bool on) { self->state.eng->set_draining(on); },

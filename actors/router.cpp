@@ -106,6 +106,76 @@ void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
                release_msg{a->request.id, std::move(ws)});
 }
 
+void award_next(rpointer self, auction_ptr a);
+
+// Worker `w` took the request (its award's reply, or its answer to a
+// withdraw that it runs it): the decision.
+void won(rpointer self, const auction_ptr& a, uint32_t w, uint64_t count,
+         const std::string& endpoint) {
+  auto& st = self->state;
+  st.auction->confirmed(a->request.id, count);
+  release_others(self, a, w);
+  ++st.decisions;
+  st.members[w].since_beat += static_cast<double>(a->request.blocks.size());
+  const float us =
+      std::chrono::duration<float, std::micro>(self->clock().now() - a->arrived)
+          .count();
+  if (st.latency_us.size() < router_state::latency_window)
+    st.latency_us.push_back(us);
+  else
+    st.latency_us[st.latency_next++ % router_state::latency_window] = us;
+  a->promise.deliver(
+      decision{a->request.id, w, a->round, a->prices, {}, endpoint});
+  ended(self);
+}
+
+// Worker `w` left its award unanswered past the deadline: it may be gone,
+// or only slow, and a slow one may have started the request. Before the
+// request goes elsewhere, `w` must withdraw the award or say it runs it;
+// the auction stays pending meanwhile (its award too). Silence is asked
+// again, each time waiting twice as long up to a heartbeat, until `w`'s
+// heartbeats count it out: a dead worker runs nothing.
+void withdraw(rpointer self, auction_ptr a, uint32_t w, uint32_t attempt) {
+  auto& st = self->state;
+  auto wait = st.opt.award_deadline * (1 << std::min<uint32_t>(attempt, 10));
+  if (wait > st.opt.heartbeat) wait = st.opt.heartbeat;
+  self->request(st.bidders[st.members[w].bidder], wait, withdraw_atom::value,
+                withdraw_msg{a->request.id, w})
+      .then(
+          [=](const withdraw_reply& r) {
+            // Logged: unanswered awards are rare, and scripts/chaos reads
+            // how they ended.
+            KVMESH_INFO(
+                "worker %u %s request %llu after its award went "
+                "unanswered (router %s)",
+                w, r.withdrawn ? "withdrew" : "runs",
+                static_cast<unsigned long long>(a->request.id),
+                self->state.opt.name.c_str());
+            if (!r.withdrawn) {
+              won(self, a, w, r.count, r.endpoint);
+              return;
+            }
+            self->state.auction->settle(a->request.id);
+            award_next(self, a);
+          },
+          [=](caf::error&) {
+            auto& st = self->state;
+            const auto& m = st.members[w];
+            if (m.present && m.missed < st.opt.missed_beats) {
+              withdraw(self, a, w, attempt + 1);
+              return;
+            }
+            // Whether it took the request before it died is unknown: a
+            // failure says so (fail), and should it come back after all,
+            // the release takes the award back if it can.
+            a->award_unanswered = true;
+            self->send(st.bidders[m.bidder], release_atom::value,
+                       release_msg{a->request.id, {w}});
+            st.auction->settle(a->request.id);
+            award_next(self, a);
+          });
+}
+
 void award_next(rpointer self, auction_ptr a) {
   auto& st = self->state;
   if (a->next >= a->ranked.size()) {
@@ -137,35 +207,17 @@ void award_next(rpointer self, auction_ptr a) {
       .then(
           [=](const award_reply& reply) {
             auto& st = self->state;
-            if (reply.accepted)
-              st.auction->confirmed(a->request.id, reply.count);
-            else
-              st.auction->settle(a->request.id);
-            // A draining worker, or one whose engine stopped answering,
-            // stays out until a heartbeat says otherwise.
-            if (!reply.accepted && reply.reason == "draining")
-              st.members[w].last.draining = true;
-            if (!reply.accepted && reply.reason == unhealthy_reason)
-              st.members[w].last.unhealthy = true;
-            if (!reply.accepted) a->refusal = reply.reason;
             if (reply.accepted) {
-              release_others(self, a, w);
-              ++st.decisions;
-              st.members[w].since_beat +=
-                  static_cast<double>(a->request.blocks.size());
-              const float us = std::chrono::duration<float, std::micro>(
-                                   self->clock().now() - a->arrived)
-                                   .count();
-              if (st.latency_us.size() < router_state::latency_window)
-                st.latency_us.push_back(us);
-              else
-                st.latency_us[st.latency_next++ %
-                              router_state::latency_window] = us;
-              a->promise.deliver(decision{
-                  a->request.id, w, a->round, a->prices, {}, reply.endpoint});
-              ended(self);
+              won(self, a, w, reply.count, reply.endpoint);
               return;
             }
+            st.auction->settle(a->request.id);
+            // A draining worker, or one whose engine stopped answering,
+            // stays out until a heartbeat says otherwise.
+            if (reply.reason == "draining") st.members[w].last.draining = true;
+            if (reply.reason == unhealthy_reason)
+              st.members[w].last.unhealthy = true;
+            a->refusal = reply.reason;
             // The bid no longer holds: auction again on fresh bids while
             // rounds are left, else try the runner-up.
             if (a->round < st.opt.max_auctions) {
@@ -177,18 +229,13 @@ void award_next(rpointer self, auction_ptr a) {
             }
           },
           [=](caf::error&) {
-            // Silence past the deadline: the worker may be gone. It stays
-            // out of the auctions until a heartbeat says otherwise. Should
-            // it be only slow and accept after all, the release takes the
-            // award back (it goes to the next bidder, and must not run
-            // twice).
-            auto& st = self->state;
-            a->award_unanswered = true;
-            self->send(st.bidders[st.members[w].bidder], release_atom::value,
-                       release_msg{a->request.id, {w}});
-            self->state.auction->settle(a->request.id);
+            // Silence past the deadline. The worker stays out of the
+            // auctions until a heartbeat says otherwise; the request goes
+            // on once it withdrew the award (docs/reliability.md, "Late
+            // awards"): a release alone cannot take back a request its
+            // engine started, and the request would run twice.
             count_out(self, w, "its award went unanswered");
-            award_next(self, a);
+            withdraw(self, a, w, 0);
           });
 }
 

@@ -24,6 +24,8 @@ struct router_options {
   std::vector<double> speeds;  // per worker; empty: all 1
   price_config price;
   caf::timespan bid_deadline = std::chrono::milliseconds(50);
+  // Past it, an unanswered award is withdrawn (asked again at twice the
+  // wait each time, up to a heartbeat) before the request goes elsewhere.
   caf::timespan award_deadline = std::chrono::milliseconds(50);
   uint32_t max_auctions = 8;    // auctions per request, refusals included
   uint32_t block_tokens = 512;  // for the output-length estimate
@@ -65,8 +67,9 @@ struct auction {
   std::vector<price_breakdown> prices;
   size_t next = 0;      // next entry of ranked to award
   std::string refusal;  // the last awardee's reason, for the client
-  // An award went unanswered: a worker may hold the request after all (its
-  // release can be lost too), so a failure is ec::timeout, not not_found.
+  // An award and its withdraw went unanswered until the worker was counted
+  // out: it may have taken the request before it died, so a failure is
+  // ec::timeout, not not_found.
   bool award_unanswered = false;
   // What the auction waits for until `deadline`; answers to an earlier
   // wait (another `wait`) arrive too late and are ignored.

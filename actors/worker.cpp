@@ -136,6 +136,19 @@ void announce_cache(wpointer self) {
   }
 }
 
+bool was_withdrawn(const worker_state& st, uint64_t request) {
+  return std::find(st.withdrawn.begin(), st.withdrawn.end(), request) !=
+         st.withdrawn.end();
+}
+
+void remember_withdrawn(worker_state& st, uint64_t request) {
+  if (st.withdrawn.size() < worker_state::withdrawn_window)
+    st.withdrawn.push_back(request);
+  else
+    st.withdrawn[st.withdrawn_next++ % worker_state::withdrawn_window] =
+        request;
+}
+
 }  // namespace
 
 worker_actor::behavior_type worker(wpointer self, worker_options opt) {
@@ -150,6 +163,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.meters = opt.meters;
   st.kv_out.resize(st.shards.size());
   st.origin = self->clock().now();
+  st.taken.assign(worker_state::taken_window, {0, 0});
   return {
       [=](bid_atom, const call_for_bids& cfb) -> bid_list {
         auto& st = self->state;
@@ -181,6 +195,13 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         auto count = [m](worker_meters::award_result x) {
           if (m) m->awards[x]->inc();
         };
+        // Withdrawn before it came (its router gave up on this worker
+        // and the request went elsewhere): taking it would run it twice.
+        // Empty unless awards went unanswered: no cost on the hot path.
+        if (!st.withdrawn.empty() && was_withdrawn(st, r.id)) {
+          count(worker_meters::withdrawn);
+          return {false, "withdrawn", {}};
+        }
         if (st.draining) {
           count(worker_meters::draining);
           return {false, "draining", {}};
@@ -214,6 +235,8 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
           m->hit_blocks[1]->inc(held.host);
           m->hit_blocks[2]->inc(held.disk);
         }
+        st.taken[st.taken_next++ % worker_state::taken_window] = {
+            r.id, st.ledger->accepted()};
         maybe_step(self);
         return {true, {}, {}, st.ledger->accepted()};
       },
@@ -221,10 +244,32 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         auto& st = self->state;
         if (st.ledger->release(r.request)) return;  // a loser's reservation
         // No reservation: an award this worker accepted after the router
-        // had given up on it and gone to the next bidder, which the router
-        // then releases. Taken back unless the engine has started it, so
-        // that the request does not run twice.
-        if (st.eng->cancel(r.request)) st.ledger->done(r.request);
+        // had counted it out as dead (its award and withdraw unanswered)
+        // and gone to the next bidder. Taken back unless the engine has
+        // started it, and refused should it come again.
+        if (st.eng->cancel(r.request)) {
+          st.ledger->done(r.request);
+          remember_withdrawn(st, r.request);
+        }
+      },
+      [=](withdraw_atom, const withdraw_msg& w) -> withdraw_reply {
+        auto& st = self->state;
+        if (was_withdrawn(st, w.request)) return {};  // a retry
+        // Its bid's reservation, if the award never came.
+        st.ledger->release(w.request);
+        if (st.eng->cancel(w.request)) {
+          // Accepted, but the engine had not started it: taken back.
+          st.ledger->done(w.request);
+          remember_withdrawn(st, w.request);
+          return {};
+        }
+        // Accepted and started (or run already): it stays here, and the
+        // router decides for this worker.
+        for (const auto& [id, count] : st.taken)
+          if (id == w.request && count > 0) return {false, {}, count};
+        // Never came (lost, or still on its way): refused when it does.
+        remember_withdrawn(st, w.request);
+        return {};
       },
       [=](status_atom) -> worker_status {
         auto& st = self->state;

@@ -17,8 +17,14 @@ namespace kvmesh {
 // as it is given, instead of state kept for a status to report.
 struct worker_meters {
   // Awards by answer.
-  enum award_result { accepted, draining, queue_grew, engine_refused };
-  metrics::counter* awards[4] = {};
+  enum award_result {
+    accepted,
+    draining,
+    queue_grew,
+    engine_refused,
+    withdrawn  // came after its router withdrew it
+  };
+  metrics::counter* awards[5] = {};
   // Full prompt blocks of the accepted requests, and of those the prefix
   // blocks the worker held at the award, by tier (gpu, host, disk).
   metrics::counter* prompt_blocks = nullptr;
@@ -63,6 +69,19 @@ struct worker_state {
   std::vector<index_shard_actor> shards;
   std::vector<std::vector<cache_event>> kv_out;  // one batch per shard
   std::shared_ptr<const worker_meters> meters;   // null: not counted
+  // Awards a router withdrew (docs/reliability.md, "Late awards"): their
+  // request went elsewhere, so an award of one arriving late is refused.
+  // A ring of the latest; a withdraw follows its award by milliseconds,
+  // and an award this late is long past any router's deadline.
+  static constexpr size_t withdrawn_window = 4096;
+  std::vector<uint64_t> withdrawn;  // grows to withdrawn_window, then a ring
+  size_t withdrawn_next = 0;
+  // The latest accepted awards (request, award_reply::count): a withdraw
+  // of one the engine started (or even finished) answers "mine" with
+  // them. A ring, preallocated: accepting stays allocation-free.
+  static constexpr size_t taken_window = 4096;
+  std::vector<std::pair<uint64_t, uint64_t>> taken;
+  size_t taken_next = 0;
 };
 
 worker_actor::behavior_type worker(

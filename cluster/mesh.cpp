@@ -100,7 +100,9 @@ std::optional<bytes> agent_overloaded(const std::string& subject,
     r.error = why;
     return encode(r);
   }
-  return std::nullopt;  // releases await no answer
+  // Releases await no answer. A withdraw refused goes unanswered, never
+  // "withdrawn" (the worker may hold the request): the router asks again.
+  return std::nullopt;
 }
 
 std::optional<bytes> query_overloaded(const std::string&,
@@ -234,6 +236,31 @@ void agent_award(agent_pointer self, const std::string& reply,
           });
 }
 
+// A withdraw goes to the awardee behind any award of it still on its way
+// there (one mailbox, in order): its answer is final.
+void agent_withdraw(agent_pointer self, const std::string& reply,
+                    const bytes& payload) {
+  auto& st = self->state;
+  auto w = decode<withdraw_msg>(payload);
+  if (!w) return;  // no answer: the router asks again, then counts it out
+  auto it = st.workers.find(w->worker);
+  if (it == st.workers.end()) {
+    // None here by that id runs anything.
+    answer(*st.bus, reply, encode(withdraw_reply{}));
+    return;
+  }
+  self->request(it->second, caf::infinite, withdraw_atom::value, *w)
+      .then(
+          [self, reply](const withdraw_reply& r) {
+            answer_batched(self, *self->state.bus, self->state.out, reply,
+                           encode(r));
+          },
+          [](caf::error&) {
+            // The worker is gone: it runs nothing, and the router, hearing
+            // nothing, counts it out by its heartbeats.
+          });
+}
+
 // The index has `n` shards (a shard's heartbeat said so): KV events go to
 // stand-ins of them from now on, and each worker announces what it holds
 // (its events before went nowhere).
@@ -342,6 +369,8 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
           agent_bid(self, reply, payload);
         } else if (verb == "award") {
           agent_award(self, reply, payload);
+        } else if (verb == "withdraw") {
+          agent_withdraw(self, reply, payload);
         } else if (verb == "release") {
           if (auto r = decode<release_msg>(payload))
             for (uint32_t w : r->workers)
@@ -1341,7 +1370,8 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
       sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws, gate);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
-  for (const char* verb : {"bid", "award", "release", "drain", "batch"})
+  for (const char* verb :
+       {"bid", "award", "release", "withdraw", "drain", "batch"})
     if (auto st = p->listen(s.agent(opt.name, verb), "", ep,
                             {gate, feed_kind::agent, agent_overloaded});
         !st) {

@@ -35,7 +35,7 @@ struct subjects {
   std::string worker_beat() const { return prefix + ".heartbeat.worker"; }
   std::string router_beat() const { return prefix + ".heartbeat.router"; }
   std::string shard_beat() const { return prefix + ".heartbeat.shard"; }
-  // A node agent's verbs: bid, award, release, drain.
+  // A node agent's verbs: bid, award, release, withdraw, drain.
   std::string agent(const std::string& name, const char* verb) const {
     return prefix + ".agent." + name + "." + verb;
   }

@@ -336,9 +336,9 @@ struct worker_families {
     s.speed = b.at(speed, {i});
     s.last_price = b.at(last_price, {i});
     if (s.last_price) s.last_price->set(std::nan(""));
-    const char* results[4] = {"accepted", "draining", "queue_grew",
-                              "engine_refused"};
-    for (size_t r = 0; r < 4; ++r)
+    const char* results[5] = {"accepted", "draining", "queue_grew",
+                              "engine_refused", "withdrawn"};
+    for (size_t r = 0; r < 5; ++r)
       m->awards[r] = b.at(awards, {i, results[r]});
     m->prompt_blocks = b.at(prompt, {i});
     m->kv_events[0] = kv[0];

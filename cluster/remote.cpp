@@ -75,6 +75,20 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
         (void)st.calls.publish(self, st.subj.agent(st.agent, "release"),
                                encode(r));
       },
+      [=](withdraw_atom, const withdraw_msg& w) -> caf::result<withdraw_reply> {
+        auto& st = self->state;
+        auto rp = self->make_response_promise<withdraw_reply>();
+        st.calls.call(self, st.subj.agent(st.agent, "withdraw"), encode(w),
+                      st.timeout, [rp](expected<bytes> reply) mutable {
+                        auto r = reply ? decode<withdraw_reply>(*reply)
+                                       : expected<withdraw_reply>(reply.err());
+                        if (!r)
+                          rp.deliver(to_caf(r.err()));
+                        else
+                          rp.deliver(std::move(*r));
+                      });
+        return rp;
+      },
       [=](put_atom, drain_atom, uint32_t w, bool on) {
         auto& st = self->state;
         admin_request req;
@@ -125,6 +139,11 @@ remote_worker_actor::behavior_type remote_worker(
       [=](release_atom, release_msg& r) {
         r.workers.assign(1, self->state.id);
         self->send(self->state.link, release_atom::value, std::move(r));
+      },
+      [=](withdraw_atom, withdraw_msg& w) -> caf::result<withdraw_reply> {
+        w.worker = self->state.id;
+        return self->delegate(self->state.link, withdraw_atom::value,
+                              std::move(w));
       },
       [=](status_atom) -> caf::result<worker_status> {
         auto& st = self->state;

@@ -2,6 +2,7 @@
 // occupancy from the requests its front sees.
 #include "engines/engine_state.hpp"
 
+#include <algorithm>
 #include <limits>
 
 namespace kvmesh {
@@ -49,6 +50,10 @@ void engine_state::reserve(uint64_t request, double share, uint32_t n,
 award_reply engine_state::award(const route_request_msg& r,
                                 double expected_queued, double now_ms,
                                 bid* held) {
+  // Empty unless awards went unanswered: no cost on the hot path.
+  if (!withdrawn_.empty() &&
+      std::find(withdrawn_.begin(), withdrawn_.end(), r.id) != withdrawn_.end())
+    return {false, "withdrawn", {}};
   if (draining_) return {false, "draining", {}};
   if (!healthy()) return {false, unhealthy_reason, {}};
   if (ledger_.should_refuse(r.id, expected_queued))
@@ -66,6 +71,25 @@ award_reply engine_state::award(const route_request_msg& r,
     q.output_tokens = r.output_tokens;
   }
   return {true, {}, cfg_.endpoint, ledger_.accepted()};
+}
+
+withdraw_reply engine_state::withdraw(uint64_t id) {
+  auto it = requests_.find(id);
+  if (it != requests_.end() && it->second.at != phase::awarded)
+    return {false, cfg_.endpoint, ledger_.accepted()};
+  if (it != requests_.end()) {
+    ledger_.done(id);
+    requests_.erase(it);
+  } else {
+    ledger_.release(id);  // its bid's reservation, if the award never came
+  }
+  if (std::find(withdrawn_.begin(), withdrawn_.end(), id) == withdrawn_.end()) {
+    if (withdrawn_.size() < withdrawn_window)
+      withdrawn_.push_back(id);
+    else
+      withdrawn_[withdrawn_next_++ % withdrawn_window] = id;
+  }
+  return {};
 }
 
 void engine_state::arrive(const front_request& r, double now_ms) {

@@ -67,6 +67,12 @@ class engine_state {
   // given) gets the bid it was priced with: the prefix held per tier.
   award_reply award(const route_request_msg& r, double expected_queued,
                     double now_ms, bid* held = nullptr);
+  // The router gave up on its award of `request` (docs/reliability.md,
+  // "Late awards"). An award whose client has not reached the front (it
+  // cannot have: the router names this front only once it decides for
+  // it) is dropped, and an award of it arriving later is refused. One in
+  // the engine stays: not withdrawn.
+  withdraw_reply withdraw(uint64_t request);
 
   // -- the front ------------------------------------------------------------
   // A request reached the front: an awarded one is now in the engine; one
@@ -122,6 +128,11 @@ class engine_state {
   kv_mirror mirror_;
   worker_ledger ledger_;
   std::unordered_map<uint64_t, request> requests_;
+  // Withdrawn requests, the latest few thousand (a ring): their awards
+  // are refused.
+  static constexpr size_t withdrawn_window = 4096;
+  std::vector<uint64_t> withdrawn_;
+  size_t withdrawn_next_ = 0;
   engine_metrics metrics_;
   bool draining_ = false;
   uint64_t occupancy_ = 0;  // blocks held by requests in the engine

@@ -19,7 +19,8 @@ namespace kvmesh {
 
 namespace {
 
-static_assert(static_cast<size_t>(msg_kind::batch) + 1 == msg_kind_count,
+static_assert(static_cast<size_t>(msg_kind::withdraw_reply) + 1 ==
+                  msg_kind_count,
               "msg_kind_count must count every msg_kind");
 
 // Zero at start (static storage); relaxed increments: they only count.
@@ -75,6 +76,8 @@ KVMESH_SCHEMA(request_events, RequestEvents, request_events)
 KVMESH_SCHEMA(admin_request, AdminRequest, admin_request)
 KVMESH_SCHEMA(admin_reply, AdminReply, admin_reply)
 KVMESH_SCHEMA(batch_msg, Batch, batch)
+KVMESH_SCHEMA(withdraw_msg, Withdraw, withdraw)
+KVMESH_SCHEMA(withdraw_reply, WithdrawReply, withdraw_reply)
 
 #undef KVMESH_SCHEMA
 
@@ -156,6 +159,17 @@ void write(const award_msg& x, wire::Award::Builder b) {
 void write(const award_reply& x, wire::AwardReply::Builder b) {
   b.setAccepted(x.accepted);
   b.setReason(text(x.reason));
+  b.setEndpoint(text(x.endpoint));
+  b.setCount(x.count);
+}
+
+void write(const withdraw_msg& x, wire::Withdraw::Builder b) {
+  b.setRequest(x.request);
+  b.setWorker(x.worker);
+}
+
+void write(const withdraw_reply& x, wire::WithdrawReply::Builder b) {
+  b.setWithdrawn(x.withdrawn);
   b.setEndpoint(text(x.endpoint));
   b.setCount(x.count);
 }
@@ -423,6 +437,19 @@ award_reply read(wire::AwardReply::Reader r) {
   x.accepted = r.getAccepted();
   auto reason = r.getReason();
   x.reason.assign(reason.begin(), reason.size());
+  auto endpoint = r.getEndpoint();
+  x.endpoint.assign(endpoint.begin(), endpoint.size());
+  x.count = r.getCount();
+  return x;
+}
+
+withdraw_msg read(wire::Withdraw::Reader r) {
+  return withdraw_msg{r.getRequest(), r.getWorker()};
+}
+
+withdraw_reply read(wire::WithdrawReply::Reader r) {
+  withdraw_reply x;
+  x.withdrawn = r.getWithdrawn();
   auto endpoint = r.getEndpoint();
   x.endpoint.assign(endpoint.begin(), endpoint.size());
   x.count = r.getCount();
@@ -719,6 +746,10 @@ const char* to_string(msg_kind kind) {
       return "AdminReply";
     case msg_kind::batch:
       return "Batch";
+    case msg_kind::withdraw:
+      return "Withdraw";
+    case msg_kind::withdraw_reply:
+      return "WithdrawReply";
   }
   return "unknown";
 }
@@ -806,6 +837,8 @@ KVMESH_CODEC(request_events)
 KVMESH_CODEC(admin_request)
 KVMESH_CODEC(admin_reply)
 KVMESH_CODEC(batch_msg)
+KVMESH_CODEC(withdraw_msg)
+KVMESH_CODEC(withdraw_reply)
 
 #undef KVMESH_CODEC
 

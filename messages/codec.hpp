@@ -33,8 +33,10 @@ enum class msg_kind : uint8_t {
   admin_request,
   admin_reply,
   batch,
+  withdraw,
+  withdraw_reply,
 };
-inline constexpr size_t msg_kind_count = 19;
+inline constexpr size_t msg_kind_count = 21;
 
 // The kind's struct name in the schema ("RouteRequest", "KvBatch", ...).
 const char* to_string(msg_kind kind);
@@ -67,6 +69,8 @@ std::vector<uint8_t> encode(const request_events& x);
 std::vector<uint8_t> encode(const admin_request& x);
 std::vector<uint8_t> encode(const admin_reply& x);
 std::vector<uint8_t> encode(const batch_msg& x);
+std::vector<uint8_t> encode(const withdraw_msg& x);
+std::vector<uint8_t> encode(const withdraw_reply& x);
 
 // -- decoding untrusted bytes: any alignment, any content. Never throws:
 // anything malformed (size, segment table, pointers, limits, enums, a

@@ -336,3 +336,25 @@ struct BatchItem {
   reply @1 :Text;
   payload @2 :Data;
 }
+
+# The router asks a worker to withdraw an award that went unanswered past its
+# deadline: the request goes elsewhere only once the worker said it does not
+# run it (docs/reliability.md, "Late awards").
+struct Withdraw {
+  version @0 :UInt16;
+  request @1 :UInt64;
+  # The awardee among its agent's workers.
+  worker @2 :UInt32;
+}
+
+# A worker's answer to a Withdraw.
+struct WithdrawReply {
+  version @0 :UInt16;
+  # True: it does not run the request and refuses its award from now on.
+  # False: its engine started it; it is the decision.
+  withdrawn @1 :Bool = true;
+  # Not withdrawn: the worker's front and its count of accepted requests,
+  # as its AwardReply would have said them.
+  endpoint @2 :Text;
+  count @3 :UInt64 = 18446744073709551615;
+}

@@ -196,6 +196,25 @@ struct release_msg {
   std::vector<uint32_t> workers;
 };
 
+// The router asks worker `worker` to withdraw its award of `request`: the
+// award went unanswered past its deadline, and before the request may go to
+// another worker this one must say whether it runs it.
+struct withdraw_msg {
+  uint64_t request = 0;
+  uint32_t worker = 0;  // the awardee, among its agent's workers
+};
+
+// A worker's answer to a withdraw: withdrawn (it never took the award, or
+// took it back before its engine started it, and refuses it from now on),
+// or not (the engine started it: the request is this worker's, and the
+// router decides as if the award's reply had come).
+struct withdraw_reply {
+  bool withdrawn = true;
+  // Not withdrawn: what the award's reply would have said.
+  std::string endpoint;
+  uint64_t count = std::numeric_limits<uint64_t>::max();
+};
+
 // A request's first token (done false, with its hits per tier) or its end,
 // as the engine's client sees them.
 struct request_event {

@@ -20,8 +20,12 @@ struct mock_spec {
   bool silent_status = false;  // misses its heartbeats
   std::string refusal = "busy";
   std::string endpoint;  // named when it accepts
+  // Its answer to a withdraw: it had not taken the award (withdrawn), its
+  // engine started it (mine), or none (a dead worker).
+  enum { withdrawn, mine, silent } withdraw = withdrawn;
   std::shared_ptr<int> awards = std::make_shared<int>(0);
   std::shared_ptr<int> releases = std::make_shared<int>(0);
+  std::shared_ptr<int> withdraws = std::make_shared<int>(0);
 };
 
 struct mock_state {
@@ -29,6 +33,7 @@ struct mock_state {
   std::vector<caf::typed_response_promise<bid_list>> unanswered_bids;
   std::vector<caf::typed_response_promise<award_reply>> unanswered_awards;
   std::vector<caf::typed_response_promise<worker_status>> unanswered_status;
+  std::vector<caf::typed_response_promise<withdraw_reply>> unanswered_withdraws;
 };
 
 worker_actor::behavior_type mock_worker(
@@ -55,6 +60,17 @@ worker_actor::behavior_type mock_worker(
                            spec.refuse ? "" : spec.endpoint};
       },
       [=](release_atom, const release_msg&) { ++*spec.releases; },
+      [=](withdraw_atom, const withdraw_msg&) -> caf::result<withdraw_reply> {
+        ++*spec.withdraws;
+        if (spec.withdraw == mock_spec::silent) {
+          auto p = self->make_response_promise<withdraw_reply>();
+          self->state.unanswered_withdraws.push_back(p);
+          return p;
+        }
+        if (spec.withdraw == mock_spec::mine)
+          return withdraw_reply{false, spec.endpoint, 1};
+        return withdraw_reply{};
+      },
       [=](status_atom) -> caf::result<worker_status> {
         if (spec.silent_status) {
           auto p = self->make_response_promise<worker_status>();
@@ -216,11 +232,59 @@ TEST_F(router_test, an_unanswered_award_goes_to_the_runner_up) {
   advance(std::chrono::milliseconds(60));  // past the award deadline
   ASSERT_TRUE(d->has_value() && **d);
   EXPECT_EQ((**d)->worker, 1u);
+  // Only once the silent worker withdrew its award.
+  EXPECT_EQ(*mute.withdraws, 1);
   const router_status s = status(r);
   EXPECT_EQ(s.reauctions, 0u);
   EXPECT_EQ(s.runner_up_awards, 1u);
   EXPECT_EQ(s.rounds, 1u);
   EXPECT_EQ(s.bids, 2u);
+}
+
+// A slow worker's engine started the request before the router gave up on
+// its award: asked to withdraw, it says the request is its own, and that is
+// the decision. The runner-up gets nothing: the request runs once.
+TEST_F(router_test, a_late_award_whose_engine_started_it_is_the_decision) {
+  auto slow = bidder(0, 0);
+  slow.silent_awards = true;
+  slow.withdraw = mock_spec::mine;
+  slow.endpoint = "http://slow:8001";
+  auto next = bidder(1, 20);
+  auto r = spawn_router(mocks({slow, next}));
+  auto d = ask<decision>(r, route_atom::value, request(1));
+  EXPECT_FALSE(d->has_value());
+  advance(std::chrono::milliseconds(60));  // past the award deadline
+  ASSERT_TRUE(d->has_value() && **d);
+  EXPECT_EQ((**d)->worker, 0u);
+  EXPECT_EQ((**d)->endpoint, "http://slow:8001");
+  EXPECT_EQ(*slow.withdraws, 1);
+  EXPECT_EQ(*next.awards, 0);
+  const router_status s = status(r);
+  EXPECT_EQ(s.decisions, 1u);
+  EXPECT_EQ(s.runner_up_awards, 0u);
+}
+
+// A dead worker answers neither its award nor the withdraw: the withdraw is
+// asked again until its heartbeats count it out, and only then does the
+// runner-up get the request (a dead worker runs nothing).
+TEST_F(router_test, a_dead_awardee_is_withdrawn_once_its_heartbeats_stop) {
+  auto dead = bidder(0, 0);
+  dead.silent_awards = true;
+  dead.withdraw = mock_spec::silent;
+  dead.silent_status = true;
+  auto next = bidder(1, 20);
+  auto r = spawn_router(mocks({dead, next}));
+  auto d = ask<decision>(r, route_atom::value, request(1));
+  advance(std::chrono::milliseconds(1000));
+  EXPECT_FALSE(d->has_value());  // still withdrawing: it may run it
+  EXPECT_EQ(*next.awards, 0);
+  EXPECT_GT(*dead.withdraws, 1);  // asked again
+  for (int i = 0; i < 10 && !d->has_value(); ++i)
+    advance(std::chrono::milliseconds(500));
+  ASSERT_TRUE(d->has_value() && **d);
+  EXPECT_EQ((**d)->worker, 1u);
+  EXPECT_EQ(*next.awards, 1);
+  EXPECT_EQ(status(r).runner_up_awards, 1u);
 }
 
 TEST_F(router_test, silence_from_every_awardee_is_auctioned_again) {
@@ -242,15 +306,28 @@ TEST_F(router_test, silence_from_every_awardee_is_auctioned_again) {
 TEST_F(router_test, a_failure_after_an_unanswered_award_says_it_is_unknown) {
   // Whether the silent worker took the request is unknown: the error is a
   // timeout, which a durable front must not hand back to be decided again.
+  // It died: neither the award nor its withdraw is answered.
   auto mute = bidder(0, 0);
   mute.silent_awards = true;
+  mute.withdraw = mock_spec::silent;
+  mute.silent_status = true;
   auto r = spawn_router(mocks({mute}), 1);
   auto d = ask<decision>(r, route_atom::value, request(1));
-  for (int i = 0; i < 10 && !d->has_value(); ++i)
+  for (int i = 0; i < 100 && !d->has_value(); ++i)
     advance(std::chrono::milliseconds(60));
   ASSERT_TRUE(d->has_value());
   ASSERT_FALSE(**d);
   EXPECT_EQ((**d).error().code(), static_cast<uint8_t>(ec::timeout));
+  // A withdrawn award is known not to run: not_found.
+  auto slow = bidder(0, 0);
+  slow.silent_awards = true;
+  auto r3 = spawn_router(mocks({slow}), 1);
+  auto d3 = ask<decision>(r3, route_atom::value, request(3));
+  for (int i = 0; i < 10 && !d3->has_value(); ++i)
+    advance(std::chrono::milliseconds(60));
+  ASSERT_TRUE(d3->has_value());
+  ASSERT_FALSE(**d3);
+  EXPECT_EQ((**d3).error().code(), static_cast<uint8_t>(ec::not_found));
   // Refusals alone are a plain not_found: nobody took it.
   auto no = bidder(0, 0);
   no.refuse = true;

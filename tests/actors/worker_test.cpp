@@ -154,6 +154,66 @@ TEST_F(worker_test, a_released_award_is_taken_back_before_its_first_token) {
   EXPECT_DOUBLE_EQ(s.queued, 0.0);
 }
 
+// The router gave up on an award that never reached this worker (lost, or
+// still on its way): the withdraw frees the bid's reservation, and the
+// award, should it come after all, is refused: the request went elsewhere.
+TEST_F(worker_test, a_withdrawn_award_is_refused_when_it_comes) {
+  auto w = spawn();
+  ASSERT_TRUE(bid_of(w, call_for_bids{request(1, 100), 1.0, {}}));
+  ASSERT_GT(status(w).reserved, 0.0);
+  auto out = ask<withdraw_reply>(w, withdraw_atom::value, withdraw_msg{1, 0});
+  ASSERT_TRUE(out->has_value() && **out);
+  EXPECT_TRUE((**out)->withdrawn);
+  EXPECT_DOUBLE_EQ(status(w).reserved, 0.0);
+  auto late = ask<award_reply>(w, award_atom::value,
+                               award_msg{request(1, 100), -1.0, 0});
+  ASSERT_TRUE(late->has_value() && **late);
+  EXPECT_FALSE((**late)->accepted);
+  EXPECT_EQ((**late)->reason, "withdrawn");
+  // Asked again (its answer was lost): the same answer.
+  out = ask<withdraw_reply>(w, withdraw_atom::value, withdraw_msg{1, 0});
+  EXPECT_TRUE((**out)->withdrawn);
+  for (int i = 0; i < 10; ++i)
+    advance(std::chrono::milliseconds(100));
+  EXPECT_EQ(status(w).completed, 0u);
+  // Other requests are taken as before.
+  auto other = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(2, 200), -1.0, 0});
+  EXPECT_TRUE((**other)->accepted);
+}
+
+// A late award the engine has not started is withdrawn (and not run); one
+// whose first token is out stays: the worker says it runs it, with the
+// count its award's reply had.
+TEST_F(worker_test,
+       a_withdraw_takes_back_only_what_the_engine_has_not_started) {
+  auto w = spawn();
+  uint64_t counts[3] = {};
+  for (uint64_t id : {1, 2}) {
+    auto reply = ask<award_reply>(w, award_atom::value,
+                                  award_msg{request(id, 100 * id), -1.0, 0});
+    ASSERT_TRUE(reply->has_value() && **reply && (**reply)->accepted);
+    counts[id] = (**reply)->count;
+  }
+  // Request 1 is in the engine's step; 2 waits for the next one.
+  ASSERT_EQ(status(w).waiting, 1u);
+  auto two = ask<withdraw_reply>(w, withdraw_atom::value, withdraw_msg{2, 0});
+  ASSERT_TRUE(two->has_value() && **two);
+  EXPECT_TRUE((**two)->withdrawn);
+  EXPECT_EQ(status(w).waiting, 0u);
+  advance(std::chrono::milliseconds(100));  // 1's prefill: its first token
+  auto one = ask<withdraw_reply>(w, withdraw_atom::value, withdraw_msg{1, 0});
+  ASSERT_TRUE(one->has_value() && **one);
+  EXPECT_FALSE((**one)->withdrawn);
+  EXPECT_EQ((**one)->count, counts[1]);
+  for (int i = 0; i < 10; ++i)
+    advance(std::chrono::milliseconds(100));
+  EXPECT_EQ(status(w).completed, 1u);  // 1 ran, 2 did not
+  // Even run to its end, it is still this worker's.
+  one = ask<withdraw_reply>(w, withdraw_atom::value, withdraw_msg{1, 0});
+  EXPECT_FALSE((**one)->withdrawn);
+}
+
 TEST_F(worker_test, refuses_an_award_once_its_queue_moved) {
   auto w = spawn(0, 0.5);
   bid_of(w, call_for_bids{request(1, 100), 1.0, {}});

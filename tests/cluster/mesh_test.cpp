@@ -444,6 +444,36 @@ TEST_F(mesh_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
     EXPECT_EQ(s.gone, s.worker >= 4) << "worker " << s.worker;
 }
 
+// A Withdraw travels to the agent's worker and back: a worker that never
+// had the award withdraws it, and the award, arriving later, is refused.
+TEST_F(mesh_test, a_withdraw_over_nats_refuses_the_award_that_comes_later) {
+  start_agent("node-a", 0, 1);
+  auto& c = bus();
+  const subjects subj;
+  auto w = c.request(subj.agent("node-a", "withdraw"),
+                     encode(withdraw_msg{77, 0}), 2000ms);
+  ASSERT_TRUE(w) << w.err().message;
+  auto wr = decode<withdraw_reply>(*w);
+  ASSERT_TRUE(wr) << wr.err().message;
+  EXPECT_TRUE(wr->withdrawn);
+  award_msg a;
+  a.request.id = 77;
+  a.request.blocks = {1, 2, 3};
+  a.request.input_tokens = 48;
+  a.worker = 0;
+  auto r = c.request(subj.agent("node-a", "award"), encode(a), 2000ms);
+  ASSERT_TRUE(r) << r.err().message;
+  auto ar = decode<award_reply>(*r);
+  ASSERT_TRUE(ar) << ar.err().message;
+  EXPECT_FALSE(ar->accepted);
+  EXPECT_EQ(ar->reason, "withdrawn");
+  // Another request is taken as before.
+  a.request.id = 78;
+  r = c.request(subj.agent("node-a", "award"), encode(a), 2000ms);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(decode<award_reply>(*r)->accepted);
+}
+
 TEST_F(mesh_test, malformed_payloads_are_counted_and_answered) {
   start_mesh();
   auto& c = bus();

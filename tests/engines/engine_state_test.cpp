@@ -138,6 +138,29 @@ TEST(engine_state, an_award_never_called_expires) {
   EXPECT_EQ(s.abandoned(), 1u);
 }
 
+// A withdrawn award (its router gave up on it before naming this front)
+// is dropped and refused should it come later; one whose request reached
+// the front stays.
+TEST(engine_state, a_withdrawn_award_is_dropped_and_refused_later) {
+  auto s = make();
+  EXPECT_TRUE(s.award(request(1, 16), -1, 0).accepted);
+  EXPECT_TRUE(s.withdraw(1).withdrawn);
+  EXPECT_DOUBLE_EQ(s.status().queued, 0.0);
+  EXPECT_TRUE(s.withdraw(2).withdrawn);  // never came
+  const award_reply late = s.award(request(2, 16), -1, 0);
+  EXPECT_FALSE(late.accepted);
+  EXPECT_EQ(late.reason, "withdrawn");
+  EXPECT_TRUE(s.award(request(3, 16), -1, 0).accepted);
+  front_request f;
+  f.id = 3;
+  f.blocks = request(3, 16).blocks;
+  f.prompt_tokens = 16;
+  s.arrive(f, 1);
+  const withdraw_reply mine = s.withdraw(3);
+  EXPECT_FALSE(mine.withdrawn);
+  EXPECT_EQ(mine.count, 2u);
+}
+
 TEST(engine_state, an_engine_that_stops_answering_refuses_awards) {
   auto s = make(0);
   engine_metrics m;

@@ -111,6 +111,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check<batch_msg>(kind, data, size);
       check_unbatch(data, size);
       break;
+    case msg_kind::withdraw:
+      check<withdraw_msg>(kind, data, size);
+      break;
+    case msg_kind::withdraw_reply:
+      check<withdraw_reply>(kind, data, size);
+      break;
   }
   return 0;
 }

@@ -112,6 +112,9 @@ void codec_seeds() {
               encode(award_msg{request(3, 1), 1, 1})},
              {"kvmesh.elsewhere.bid", "", encode(a_bid(2))}};
   message(msg_kind::batch, "batch", b);
+  message(msg_kind::withdraw, "withdraw", withdraw_msg{3, 1});
+  message(msg_kind::withdraw_reply, "withdraw_reply",
+          withdraw_reply{false, "http://10.0.0.9:8001", 4});
 }
 
 // vLLM's and SGLang's shapes: the kv_events seed is the block size byte,

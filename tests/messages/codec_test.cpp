@@ -102,6 +102,12 @@ auto fields(const bid_list& x) {
 auto fields(const release_msg& x) {
   return std::tie(x.request, x.workers);
 }
+auto fields(const withdraw_msg& x) {
+  return std::tie(x.request, x.worker);
+}
+auto fields(const withdraw_reply& x) {
+  return std::tie(x.withdrawn, x.endpoint, x.count);
+}
 auto fields(const request_event& x) {
   return std::tie(x.request, x.worker, x.done, x.gpu, x.host, x.disk);
 }
@@ -271,6 +277,14 @@ template <>
 msg_kind kind_of<batch_msg>() {
   return msg_kind::batch;
 }
+template <>
+msg_kind kind_of<withdraw_msg>() {
+  return msg_kind::withdraw;
+}
+template <>
+msg_kind kind_of<withdraw_reply>() {
+  return msg_kind::withdraw_reply;
+}
 
 // -- samples: a non-default value in every field -----------------------------
 // Integers above 2^32 catch a 64-bit field narrowed to 32 bits.
@@ -363,7 +377,8 @@ price_config sample_weights() {
 std::tuple<route_request_msg, call_for_bids, bid, award_msg, award_reply,
            decision, kv_batch, worker_status, router_status, shard_status,
            index_query, index_reply, price_config, bid_list, release_msg,
-           request_events, admin_request, admin_reply, batch_msg>
+           request_events, admin_request, admin_reply, batch_msg, withdraw_msg,
+           withdraw_reply>
 samples() {
   return {
       sample_request(0xFEDCBA9876543210ull),
@@ -410,6 +425,9 @@ samples() {
       batch_msg{{{"kvmesh.agent.a-1.bid", "_INBOX.kvmesh.00ff.17", {9, 0, 3}},
                  {"kvmesh.agent.a-1.release", "", {}},
                  {"kvmesh.agent.a-1.award", "r\xC3\xA9ply", {0, 255, 7}}}},
+      withdraw_msg{(1ull << 48) + 5, 4000000006u},
+      // Not withdrawn (the default is true), so every field must travel.
+      withdraw_reply{false, "http://gpu-8.example:8001", (1ull << 43) + 11},
   };
 }
 
@@ -870,6 +888,8 @@ TEST(codec, message_kinds_have_their_schema_names) {
   EXPECT_STREQ(to_string(msg_kind::request_events), "RequestEvents");
   EXPECT_STREQ(to_string(msg_kind::admin_request), "AdminRequest");
   EXPECT_STREQ(to_string(msg_kind::admin_reply), "AdminReply");
+  EXPECT_STREQ(to_string(msg_kind::withdraw), "Withdraw");
+  EXPECT_STREQ(to_string(msg_kind::withdraw_reply), "WithdrawReply");
   for (size_t k = 0; k < msg_kind_count; ++k)
     EXPECT_STRNE(to_string(static_cast<msg_kind>(k)), "unknown");
 }
