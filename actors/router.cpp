@@ -256,9 +256,21 @@ void decide(rpointer self, auction_ptr a) {
   }
   const uint32_t n = static_cast<uint32_t>(a->request.blocks.size());
   a->prices.resize(a->bids.size());
-  const size_t win = st.auction->decide(a->request.id, n, a->bids.data(),
-                                        a->bids.size(), a->prices.data());
-  if (saturated(st.auction->price(), n, a->prices[win].price)) {
+  size_t win = st.auction->decide(a->request.id, n, a->bids.data(),
+                                  a->bids.size(), a->prices.data());
+  // A redelivered request that a bidder took already goes there again,
+  // whatever the prices: anywhere else it would run twice.
+  bool holder = false;
+  if (a->request.redelivered)
+    for (size_t i = 0; i < a->bids.size() && !holder; ++i)
+      if (a->bids[i].holds) {
+        holder = true;
+        if (i != win) {
+          win = i;
+          st.auction->award(a->request.id, a->bids[i], a->prices[i]);
+        }
+      }
+  if (!holder && saturated(st.auction->price(), n, a->prices[win].price)) {
     // Even the cheapest worker is past the ceiling: hold the request and
     // try again on the next tick, or turn it away when the queue is full.
     st.auction->settle(a->request.id);

@@ -20,6 +20,15 @@ double now_ms(wpointer self) {
 
 // Starts the engine's next step if it is idle and has work, and schedules
 // its end on the actor clock.
+// This worker's count of accepted requests when it took request `id` (the
+// ring of recent awards), or 0: it did not, or too long ago to say. A
+// linear scan, done only for withdraws and redelivered requests.
+uint64_t taken_count(const worker_state& st, uint64_t id) {
+  for (const auto& [r, count] : st.taken)
+    if (r == id && count > 0) return count;
+  return 0;
+}
+
 // Engine steps one handler runs at most when it catches up.
 constexpr size_t max_steps_per_handler = 16;
 
@@ -178,13 +187,19 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         const auto& r = cfb.request;
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
         bid b = make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
+        b.worker = id;
+        // Handed out again by the durable queue, perhaps after its answer
+        // was lost: if it is here already, the router must award it here.
+        if (r.redelivered && taken_count(st, r.id) > 0) {
+          b.holds = true;
+          return {{b}, {}};
+        }
         // A full table of open bids still yields a valid bid; the auction just
         // cannot hold the work here.
         (void)st.ledger->reserve(
             r.id,
             expected_share(n, st.ledger->config().speed, cfb.bidders_speed),
             now + st.ledger->config().reservation_ms, n);
-        b.worker = id;
         return {{b}, {}};
       },
       [=](award_atom, award_msg& a) -> award_reply {
@@ -202,6 +217,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
           count(worker_meters::withdrawn);
           return {false, "withdrawn", {}};
         }
+        // Taken already (a redelivered request): accepted again, run once.
+        if (r.redelivered)
+          if (const uint64_t c = taken_count(st, r.id))
+            return {true, {}, {}, c};
         if (st.draining) {
           count(worker_meters::draining);
           return {false, "draining", {}};
@@ -265,8 +284,8 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         }
         // Accepted and started (or run already): it stays here, and the
         // router decides for this worker.
-        for (const auto& [id, count] : st.taken)
-          if (id == w.request && count > 0) return {false, {}, count};
+        if (const uint64_t c = taken_count(st, w.request))
+          return {false, {}, c};
         // Never came (lost, or still on its way): refused when it does.
         remember_withdrawn(st, w.request);
         return {};

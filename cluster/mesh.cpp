@@ -614,6 +614,7 @@ void failed(front_pointer self, route_failure f) {
 expected<route_request_msg> decode_route(front_state& st,
                                          const bytes& payload) {
   auto r = decode<route_request_msg>(payload);
+  if (r) r->redelivered = false;  // the router's to say, not the client's
   if (r && r->block_tokens != 0 && r->block_tokens != st.block_tokens) {
     ++st.block_mismatches;
     return make_error(
@@ -785,6 +786,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
           return;
         }
         const uint64_t id = r->id;
+        r->redelivered = d->delivery_count() > 1;
         self->request(st.router, caf::infinite, route_atom::value,
                       std::move(*r))
             .then(

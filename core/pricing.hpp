@@ -34,6 +34,9 @@ struct bid {
   // count), or unknown_accepted. A router's award confirmed after the bid
   // is not in `queued` yet; this tells which (core/auction).
   uint64_t accepted = unknown_accepted;
+  // For a redelivered request: this worker took it already (the router
+  // then awards it here, and the worker does not run it twice).
+  bool holds = false;
 };
 
 // Every weight of the price, in one place; all can change at run time.

@@ -124,6 +124,7 @@ void write(const route_request_msg& x, wire::RouteRequest::Builder b) {
   b.setInputTokens(x.input_tokens);
   b.setOutputTokens(x.output_tokens);
   b.setBlockTokens(x.block_tokens);
+  b.setRedelivered(x.redelivered);
 }
 
 void write(const call_for_bids& x, wire::CallForBids::Builder b) {
@@ -147,6 +148,7 @@ void write(const bid& x, wire::Bid::Builder b) {
   b.setCHost(x.c_host);
   b.setCDisk(x.c_disk);
   b.setAccepted(x.accepted);
+  b.setHolds(x.holds);
 }
 
 void write(const award_msg& x, wire::Award::Builder b) {
@@ -387,6 +389,7 @@ expected<route_request_msg> read(wire::RouteRequest::Reader r) {
   x.input_tokens = r.getInputTokens();
   x.output_tokens = r.getOutputTokens();
   x.block_tokens = r.getBlockTokens();
+  x.redelivered = r.getRedelivered();
   return x;
 }
 
@@ -417,6 +420,7 @@ bid read(wire::Bid::Reader r) {
   x.c_host = r.getCHost();
   x.c_disk = r.getCDisk();
   x.accepted = r.getAccepted();
+  x.holds = r.getHolds();
   return x;
 }
 

@@ -37,6 +37,11 @@ struct RouteRequest {
   # A router refuses a request hashed with another block size than its
   # mesh's: its hashes could never match a cached block.
   blockTokens @5 :UInt32;
+  # Set by a router for a durable request the queue hands out again (its
+  # answer may never have been recorded): a worker that already took it
+  # says so in its bid and takes the award again without running it twice.
+  # A client's value is ignored.
+  redelivered @6 :Bool;
 }
 
 # Why a bidder got its price (see docs/pricing.md).
@@ -97,6 +102,9 @@ struct Bid {
   # Requests the worker had accepted when it bid; the default (2^64 - 1):
   # it does not count.
   accepted @13 :UInt64 = 18446744073709551615;
+  # Asked for a redelivered request: this worker took it already. The
+  # router awards it to this worker, whatever the prices.
+  holds @14 :Bool;
 }
 
 # An award: the request and the queue the router priced the winner with (its

@@ -21,6 +21,9 @@ struct route_request_msg {
   uint32_t input_tokens = 0;
   uint32_t output_tokens = 0;  // 0: unknown (the router estimates)
   uint32_t block_tokens = 0;   // what the client hashed with; 0: not said
+  // A durable request handed out again (set by the router only): workers
+  // that took it already say so (bid.holds) and take it again as a no-op.
+  bool redelivered = false;
 };
 
 // A router's call for bids. `share` is the part of the request each bidder

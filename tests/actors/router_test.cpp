@@ -169,6 +169,23 @@ TEST_F(router_test, awards_the_cheapest_of_all_bids) {
   EXPECT_EQ((**s)->running + (**s)->waiting, 1u);
 }
 
+// A redelivered durable request goes to the bidder that says it holds it,
+// though another is cheaper: anywhere else it would run twice. Only for a
+// redelivered request: otherwise the claim is ignored.
+TEST_F(router_test, a_redelivered_request_goes_to_the_worker_holding_it) {
+  auto holder = bidder(1, 50);
+  holder.b.holds = true;
+  auto ws = mocks({bidder(0, 0), holder, bidder(2, 1)});
+  auto r = spawn_router(ws);
+  auto again = request(7);
+  again.redelivered = true;
+  auto d = ask<decision>(r, route_atom::value, again);
+  ASSERT_TRUE(d->has_value() && **d);
+  EXPECT_EQ((**d)->worker, 1u);
+  EXPECT_EQ(*holder.awards, 1);
+  EXPECT_EQ(route(r, 8).worker, 0u);
+}
+
 TEST_F(router_test, a_silent_bidder_is_left_out_at_the_deadline) {
   auto silent = bidder(0, 0);
   silent.silent_bids = true;

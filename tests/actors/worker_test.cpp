@@ -182,6 +182,42 @@ TEST_F(worker_test, a_withdrawn_award_is_refused_when_it_comes) {
   EXPECT_TRUE((**other)->accepted);
 }
 
+// A durable request handed out again (its answer lost) reaches a worker
+// that took it already: its bid says so, reserving nothing, and the award
+// is accepted again without a second run. Without the redelivered flag the
+// worker does not look (a request id is the client's to reuse).
+TEST_F(worker_test, a_redelivered_request_it_took_is_held_not_run_twice) {
+  auto w = spawn();
+  auto first = ask<award_reply>(w, award_atom::value,
+                                award_msg{request(1, 100), -1.0, 0});
+  ASSERT_TRUE(first->has_value() && **first && (**first)->accepted);
+  const auto busy = status(w);
+  ASSERT_EQ(busy.waiting + busy.running, 1u);
+  auto again = request(1, 100);
+  again.redelivered = true;
+  auto b = bid_of(w, call_for_bids{again, 1.0, {}});
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->holds);
+  EXPECT_DOUBLE_EQ(status(w).reserved, 0.0);
+  auto second =
+      ask<award_reply>(w, award_atom::value, award_msg{again, -1.0, 0});
+  ASSERT_TRUE(second->has_value() && **second);
+  EXPECT_TRUE((**second)->accepted);
+  EXPECT_EQ((**second)->count, (**first)->count);
+  const auto after = status(w);
+  EXPECT_EQ(after.waiting + after.running, 1u);  // not submitted again
+  // A request it never took: an ordinary bid.
+  auto other = request(2, 200);
+  other.redelivered = true;
+  auto ob = bid_of(w, call_for_bids{other, 1.0, {}});
+  ASSERT_TRUE(ob);
+  EXPECT_FALSE(ob->holds);
+  // Not redelivered: no look at what it took.
+  auto plain = bid_of(w, call_for_bids{request(1, 100), 1.0, {}});
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->holds);
+}
+
 // A late award the engine has not started is withdrawn (and not run); one
 // whose first token is out stays: the worker says it runs it, with the
 // count its award's reply had.

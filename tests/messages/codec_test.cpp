@@ -34,7 +34,7 @@ constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 
 auto fields(const route_request_msg& x) {
   return std::tie(x.id, x.blocks, x.input_tokens, x.output_tokens,
-                  x.block_tokens);
+                  x.block_tokens, x.redelivered);
 }
 auto fields(const call_for_bids& x) {
   return std::tie(x.request, x.bidders_speed, x.workers);
@@ -42,7 +42,7 @@ auto fields(const call_for_bids& x) {
 auto fields(const bid& x) {
   return std::tie(x.worker, x.gpu, x.host, x.disk, x.queued, x.reserved,
                   x.active, x.active_overlap, x.capacity, x.speed, x.c_host,
-                  x.c_disk, x.accepted);
+                  x.c_disk, x.accepted, x.holds);
 }
 auto fields(const award_msg& x) {
   return std::tie(x.request, x.expected_queued, x.worker, x.price);
@@ -291,7 +291,8 @@ msg_kind kind_of<withdraw_reply>() {
 
 route_request_msg sample_request(uint64_t id) {
   return route_request_msg{
-      id, {0x123456789ABCDEF0ull, 1, UINT64_MAX, 42}, 4000000000u, 77, 4096};
+      id,  {0x123456789ABCDEF0ull, 1, UINT64_MAX, 42}, 4000000000u, 77, 4096,
+      true};
 }
 
 price_breakdown sample_price(uint32_t worker, double base) {
@@ -313,7 +314,8 @@ bid sample_bid(uint32_t worker) {
              1.75,
              0.6,
              0.125,
-             (1ull << 41) + 7};
+             (1ull << 41) + 7,
+             true};
 }
 
 worker_status sample_worker(uint32_t worker) {
@@ -640,6 +642,7 @@ TEST(codec, fields_of_a_newer_schema_are_skipped) {
   b.setCHost(0.6);
   b.setCDisk(0.125);
   b.setAccepted((1ull << 41) + 7);
+  b.setHolds(true);
   b.setRegion("eu-west");
   b.setWarmBlocks(123);
   auto got = decode<bid>(flat(m));

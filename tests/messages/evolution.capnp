@@ -21,8 +21,9 @@ struct BidNext {
   cHost @11 :Float64 = nan;
   cDisk @12 :Float64 = nan;
   accepted @13 :UInt64 = 18446744073709551615;
-  region @14 :Text;
-  warmBlocks @15 :UInt64;
+  holds @14 :Bool;
+  region @15 :Text;
+  warmBlocks @16 :UInt64;
 }
 
 # An earlier producer's Bid, from before workers measured their credits.
