@@ -57,7 +57,8 @@ typename Inspector::result_type inspect(Inspector& f, holder_match& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_status& x) {
   return f(caf::meta::type_name("shard_status"), x.shard, x.blocks, x.entries,
-           x.disk_bytes, x.events, x.errors, x.shards, x.refused_events);
+           x.disk_bytes, x.events, x.errors, x.shards, x.refused_events,
+           x.incarnation);
 }
 
 // KV events travel with their enums as bytes.
@@ -90,7 +91,7 @@ typename Inspector::result_type inspect(Inspector& f, router_status& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, route_request_msg& x) {
   return f(caf::meta::type_name("route_request"), x.id, x.blocks,
-           x.input_tokens, x.output_tokens, x.block_tokens);
+           x.input_tokens, x.output_tokens, x.block_tokens, x.redelivered);
 }
 
 template <class Inspector>
@@ -136,7 +137,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, bid& x) {
   return f(caf::meta::type_name("bid"), x.worker, x.gpu, x.host, x.disk,
            x.queued, x.reserved, x.active, x.active_overlap, x.capacity,
-           x.speed, x.c_host, x.c_disk, x.accepted);
+           x.speed, x.c_host, x.c_disk, x.accepted, x.holds);
 }
 
 template <class Inspector>

@@ -44,8 +44,7 @@ struct index_shard_state {
 
 index_shard_actor::behavior_type index_shard(
     index_shard_actor::stateful_pointer<index_shard_state> self, uint32_t shard,
-    std::shared_ptr<shard_data> data,
-    caf::timespan persist_every = std::chrono::milliseconds(100));
+    std::shared_ptr<shard_data> data, caf::timespan persist_every);
 
 // Opens (or creates) the shard's store and spawns the actor; a missing or
 // corrupted directory is an error naming it.
