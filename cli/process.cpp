@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -37,10 +38,16 @@ int wait_for_stop() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
-  int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
+  // A burst (a shard that paused, a re-announce) frees what it allocated
+  // all over glibc's per-thread arenas, which keep it resident: an index
+  // shard's RSS went from 126 to 275 MB in 12 minutes with 150 MB of it
+  // free inside the arenas. Trimming now and then hands those pages back.
+  const timespec period{5, 0};
+  for (;;) {
+    const int sig = sigtimedwait(&set, nullptr, &period);
+    if (sig == SIGINT || sig == SIGTERM) return sig;
+    if (sig < 0 && errno == EAGAIN) malloc_trim(0);
   }
-  return sig;
 }
 
 std::string describe_exit(int wait_status) {

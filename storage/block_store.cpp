@@ -182,6 +182,7 @@ expected<std::unique_ptr<block_store>> block_store::open(
   s = st->db_->SetOptions({{"disable_auto_compactions", "false"}});
   if (!s.ok())
     return refuse(ec::io_error, "cannot resume compactions: " + describe(s));
+  st->batch_ = std::make_unique<rocksdb::WriteBatch>();
   st->writer_ = std::thread([p = st.get()] { p->write_loop(); });
   return st;
 }
@@ -216,7 +217,10 @@ void block_store::hand_over_noted() {
   if (noted_.empty()) return;
   job j;
   j.changes.swap(noted_);
-  noted_.reserve(j.changes.size());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    noted_.swap(spare_);
+  }
   hand_over(std::move(j));
 }
 
@@ -281,6 +285,11 @@ void block_store::write_loop() {
     lk.lock();
     busy_ = false;
     failing_ = !s;
+    if (s && j.changes.capacity() > spare_.capacity() &&
+        j.changes.capacity() <= max_kept_changes) {
+      j.changes.clear();
+      spare_.swap(j.changes);
+    }
     if (!s) {
       failure_ += (failure_.empty() ? "" : "; ") + s.err().message;
       idle_.notify_all();
@@ -317,7 +326,8 @@ status block_store::run(job& j) {
   std::stable_sort(c.begin(), c.end(), [](const change& a, const change& b) {
     return a.worker != b.worker ? a.worker < b.worker : a.hash < b.hash;
   });
-  rocksdb::WriteBatch batch;
+  rocksdb::WriteBatch& batch = *batch_;
+  batch.Clear();
   size_t n = 0;
   for (size_t i = 0; i < c.size(); ++i) {
     if (i + 1 < c.size() && c[i + 1].worker == c[i].worker &&
@@ -334,6 +344,9 @@ status block_store::run(job& j) {
     ++n;
   }
   const rocksdb::Status s = db_->Write(wo, &batch);
+  // A re-announce's batch is not kept for the trickle that follows it.
+  if (batch.GetDataSize() > max_kept_changes * key_size)
+    batch_ = std::make_unique<rocksdb::WriteBatch>();
   if (!s.ok()) return fail(ec::io_error, "write failed: " + describe(s));
   written_.fetch_add(n, std::memory_order_relaxed);
   return ok;

@@ -115,6 +115,9 @@ class block_store {
   // fail, the oldest is dropped instead (counted): the shard then differs
   // from its disk until the workers re-announce.
   static constexpr size_t max_jobs = 64;
+  // Buffers kept for reuse up to this many changes (a second of steady
+  // churn is about 150,000); a re-announce's larger ones are freed.
+  static constexpr size_t max_kept_changes = size_t{1} << 19;
 
   block_store(std::string dir, block_index& index, bool sync);
   error fail(ec code, const std::string& what);
@@ -138,6 +141,12 @@ class block_store {
   std::condition_variable work_;  // a job queued, or stop
   std::condition_variable idle_;  // the queue ran empty
   std::deque<job> jobs_;
+  // The last written change list, emptied with its capacity kept: the next
+  // persist() notes into it. With the writer's own batch this keeps the
+  // once-a-second hand-over free of megabyte allocations, which glibc's
+  // heap served from ever new places (the shard's RSS crept in steps).
+  std::vector<change> spare_;
+  std::unique_ptr<rocksdb::WriteBatch> batch_;  // the writer's only
   bool busy_ = false;     // the writer runs a job
   bool failing_ = false;  // the writer's last job failed
   bool stop_ = false;
