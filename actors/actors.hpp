@@ -91,7 +91,8 @@ typename Inspector::result_type inspect(Inspector& f, router_status& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, route_request_msg& x) {
   return f(caf::meta::type_name("route_request"), x.id, x.blocks,
-           x.input_tokens, x.output_tokens, x.block_tokens, x.redelivered);
+           x.input_tokens, x.output_tokens, x.block_tokens, x.redelivered,
+           x.stream_sequence);
 }
 
 template <class Inspector>

@@ -261,7 +261,7 @@ void decide(rpointer self, auction_ptr a) {
   // A redelivered request that a bidder took already goes there again,
   // whatever the prices: anywhere else it would run twice.
   bool holder = false;
-  if (a->request.redelivered)
+  if (may_be_taken(a->request))
     for (size_t i = 0; i < a->bids.size() && !holder; ++i)
       if (a->bids[i].holds) {
         holder = true;

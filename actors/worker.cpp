@@ -20,13 +20,30 @@ double now_ms(wpointer self) {
 
 // Starts the engine's next step if it is idle and has work, and schedules
 // its end on the actor clock.
-// This worker's count of accepted requests when it took request `id` (the
-// ring of recent awards), or 0: it did not, or too long ago to say. A
-// linear scan, done only for withdraws and redelivered requests.
-uint64_t taken_count(const worker_state& st, uint64_t id) {
-  for (const auto& [r, count] : st.taken)
-    if (r == id && count > 0) return count;
+size_t taken_hint_slot(uint64_t id) {
+  return static_cast<size_t>((id * 0x9E3779B97F4A7C15ull) >> 48);
+}
+
+constexpr uint64_t any_sequence = ~uint64_t{0};
+
+// This worker's count of accepted requests when it took request `id` (with
+// `sequence`, unless any_sequence), or 0: it did not, or too long ago to
+// say (the ring of recent awards).
+uint64_t taken_count(const worker_state& st, uint64_t id, uint64_t sequence) {
+  if (st.taken_hint[taken_hint_slot(id)] == 0) return 0;
+  for (const auto& t : st.taken)
+    if (t.request == id && t.count > 0 &&
+        (sequence == any_sequence || t.stream_sequence == sequence))
+      return t.count;
   return 0;
+}
+
+void remember_taken(worker_state& st, const route_request_msg& r,
+                    uint64_t count) {
+  auto& slot = st.taken[st.taken_next++ % worker_state::taken_window];
+  if (slot.count > 0) --st.taken_hint[taken_hint_slot(slot.request)];
+  slot = {r.id, r.stream_sequence, count};
+  ++st.taken_hint[taken_hint_slot(r.id)];
 }
 
 // Engine steps one handler runs at most when it catches up.
@@ -172,7 +189,8 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.meters = opt.meters;
   st.kv_out.resize(st.shards.size());
   st.origin = self->clock().now();
-  st.taken.assign(worker_state::taken_window, {0, 0});
+  st.taken.assign(worker_state::taken_window, {});
+  st.taken_hint.assign(worker_state::taken_hint_slots, 0);
   return {
       [=](bid_atom, const call_for_bids& cfb) -> bid_list {
         auto& st = self->state;
@@ -188,9 +206,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         const uint32_t n = static_cast<uint32_t>(r.blocks.size());
         bid b = make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
         b.worker = id;
-        // Handed out again by the durable queue, perhaps after its answer
-        // was lost: if it is here already, the router must award it here.
-        if (r.redelivered && taken_count(st, r.id) > 0) {
+        // Perhaps handed out again by the durable queue (its answer lost,
+        // or the queue's cluster lost a node): if it is here already, the
+        // router must award it here.
+        if (may_be_taken(r) && taken_count(st, r.id, r.stream_sequence) > 0) {
           b.holds = true;
           return {{b}, {}};
         }
@@ -217,9 +236,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
           count(worker_meters::withdrawn);
           return {false, "withdrawn", {}};
         }
-        // Taken already (a redelivered request): accepted again, run once.
-        if (r.redelivered)
-          if (const uint64_t c = taken_count(st, r.id))
+        // Taken already (a durable request handed out again): accepted
+        // again, run once.
+        if (may_be_taken(r))
+          if (const uint64_t c = taken_count(st, r.id, r.stream_sequence))
             return {true, {}, {}, c};
         if (st.draining) {
           count(worker_meters::draining);
@@ -254,8 +274,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
           m->hit_blocks[1]->inc(held.host);
           m->hit_blocks[2]->inc(held.disk);
         }
-        st.taken[st.taken_next++ % worker_state::taken_window] = {
-            r.id, st.ledger->accepted()};
+        remember_taken(st, r, st.ledger->accepted());
         maybe_step(self);
         return {true, {}, {}, st.ledger->accepted()};
       },
@@ -284,7 +303,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         }
         // Accepted and started (or run already): it stays here, and the
         // router decides for this worker.
-        if (const uint64_t c = taken_count(st, w.request))
+        if (const uint64_t c = taken_count(st, w.request, any_sequence))
           return {false, {}, c};
         // Never came (lost, or still on its way): refused when it does.
         remember_withdrawn(st, w.request);

@@ -76,12 +76,22 @@ struct worker_state {
   static constexpr size_t withdrawn_window = 4096;
   std::vector<uint64_t> withdrawn;  // grows to withdrawn_window, then a ring
   size_t withdrawn_next = 0;
-  // The latest accepted awards (request, award_reply::count): a withdraw
-  // of one the engine started (or even finished) answers "mine" with
-  // them. A ring, preallocated: accepting stays allocation-free.
+  // The latest accepted awards: a withdraw of one the engine started (or
+  // even finished) answers "mine" with its count, and a durable request
+  // handed out again is claimed (bid.holds). A ring, preallocated:
+  // accepting stays allocation-free.
+  struct taken_award {
+    uint64_t request = 0;
+    uint64_t stream_sequence = 0;  // route_request_msg::stream_sequence
+    uint64_t count = 0;            // award_reply::count; 0: empty slot
+  };
   static constexpr size_t taken_window = 4096;
-  std::vector<std::pair<uint64_t, uint64_t>> taken;
+  std::vector<taken_award> taken;
   size_t taken_next = 0;
+  // Ring entries per hashed request id: every durable bid looks, and most
+  // looks end here instead of scanning the ring.
+  static constexpr size_t taken_hint_slots = size_t{1} << 16;
+  std::vector<uint16_t> taken_hint;
 };
 
 worker_actor::behavior_type worker(

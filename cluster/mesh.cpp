@@ -614,7 +614,10 @@ void failed(front_pointer self, route_failure f) {
 expected<route_request_msg> decode_route(front_state& st,
                                          const bytes& payload) {
   auto r = decode<route_request_msg>(payload);
-  if (r) r->redelivered = false;  // the router's to say, not the client's
+  if (r) {  // the router's to say, not the client's
+    r->redelivered = false;
+    r->stream_sequence = 0;
+  }
   if (r && r->block_tokens != 0 && r->block_tokens != st.block_tokens) {
     ++st.block_mismatches;
     return make_error(
@@ -787,6 +790,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         }
         const uint64_t id = r->id;
         r->redelivered = d->delivery_count() > 1;
+        r->stream_sequence = d->stream_sequence();
         self->request(st.router, caf::infinite, route_atom::value,
                       std::move(*r))
             .then(

@@ -125,6 +125,7 @@ void write(const route_request_msg& x, wire::RouteRequest::Builder b) {
   b.setOutputTokens(x.output_tokens);
   b.setBlockTokens(x.block_tokens);
   b.setRedelivered(x.redelivered);
+  b.setStreamSequence(x.stream_sequence);
 }
 
 void write(const call_for_bids& x, wire::CallForBids::Builder b) {
@@ -390,6 +391,7 @@ expected<route_request_msg> read(wire::RouteRequest::Reader r) {
   x.output_tokens = r.getOutputTokens();
   x.block_tokens = r.getBlockTokens();
   x.redelivered = r.getRedelivered();
+  x.stream_sequence = r.getStreamSequence();
   return x;
 }
 

@@ -42,6 +42,12 @@ struct RouteRequest {
   # says so in its bid and takes the award again without running it twice.
   # A client's value is ignored.
   redelivered @6 :Bool;
+  # Set by a router for a durable request: its sequence in the queue's
+  # stream (0: not durable). A worker checks whether it took this one
+  # already on every handout, not only on counted redeliveries: a 3-node
+  # JetStream cluster that lost a node handed decided requests out again
+  # as first deliveries. A client's value is ignored.
+  streamSequence @7 :UInt64;
 }
 
 # Why a bidder got its price (see docs/pricing.md).

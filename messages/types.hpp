@@ -24,7 +24,19 @@ struct route_request_msg {
   // A durable request handed out again (set by the router only): workers
   // that took it already say so (bid.holds) and take it again as a no-op.
   bool redelivered = false;
+  // Its sequence in the durable queue's stream (set by the router; 0: not
+  // durable). With the id it names one handout: a worker that took it says
+  // so whatever the delivery count (see may_be_taken).
+  uint64_t stream_sequence = 0;
 };
+
+// Whether a worker may have taken `r` already. Any durable request may:
+// the queue hands a request out again after a lost ack, and a JetStream
+// cluster that lost a node was seen to hand out decided requests again
+// with a delivery count of 1.
+inline bool may_be_taken(const route_request_msg& r) {
+  return r.redelivered || r.stream_sequence != 0;
+}
 
 // A router's call for bids. `share` is the part of the request each bidder
 // holds per unit of its speed (see expected_share in core/worker.hpp).

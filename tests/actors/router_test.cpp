@@ -171,7 +171,7 @@ TEST_F(router_test, awards_the_cheapest_of_all_bids) {
 
 // A redelivered durable request goes to the bidder that says it holds it,
 // though another is cheaper: anywhere else it would run twice. Only for a
-// redelivered request: otherwise the claim is ignored.
+// durable request: otherwise the claim is ignored.
 TEST_F(router_test, a_redelivered_request_goes_to_the_worker_holding_it) {
   auto holder = bidder(1, 50);
   holder.b.holds = true;
@@ -183,6 +183,13 @@ TEST_F(router_test, a_redelivered_request_goes_to_the_worker_holding_it) {
   ASSERT_TRUE(d->has_value() && **d);
   EXPECT_EQ((**d)->worker, 1u);
   EXPECT_EQ(*holder.awards, 1);
+  // Any durable request (a stream sequence), whatever its delivery count.
+  auto durable = request(9);
+  durable.stream_sequence = 3;
+  auto dd = ask<decision>(r, route_atom::value, durable);
+  ASSERT_TRUE(dd->has_value() && **dd);
+  EXPECT_EQ((**dd)->worker, 1u);
+  EXPECT_EQ(*holder.awards, 2);
   EXPECT_EQ(route(r, 8).worker, 0u);
 }
 

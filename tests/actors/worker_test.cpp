@@ -218,6 +218,35 @@ TEST_F(worker_test, a_redelivered_request_it_took_is_held_not_run_twice) {
   EXPECT_FALSE(plain->holds);
 }
 
+// A JetStream cluster that lost a node handed decided durable requests out
+// again as first deliveries (delivery count 1): a worker looks for every
+// durable request, matching its stream sequence too, since the id alone
+// is the client's to reuse.
+TEST_F(worker_test, a_durable_request_it_took_is_held_whatever_its_count) {
+  auto w = spawn();
+  auto durable = request(7, 100);
+  durable.stream_sequence = 41;
+  auto first =
+      ask<award_reply>(w, award_atom::value, award_msg{durable, -1.0, 0});
+  ASSERT_TRUE(first->has_value() && **first && (**first)->accepted);
+  // Handed out again, counted as a first delivery.
+  auto b = bid_of(w, call_for_bids{durable, 1.0, {}});
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->holds);
+  auto second =
+      ask<award_reply>(w, award_atom::value, award_msg{durable, -1.0, 0});
+  ASSERT_TRUE(second->has_value() && **second && (**second)->accepted);
+  EXPECT_EQ((**second)->count, (**first)->count);
+  const auto after = status(w);
+  EXPECT_EQ(after.waiting + after.running, 1u);  // not submitted again
+  // The same id at another place in the stream: another request.
+  auto reused = request(7, 100);
+  reused.stream_sequence = 42;
+  auto rb = bid_of(w, call_for_bids{reused, 1.0, {}});
+  ASSERT_TRUE(rb);
+  EXPECT_FALSE(rb->holds);
+}
+
 // A late award the engine has not started is withdrawn (and not run); one
 // whose first token is out stays: the worker says it runs it, with the
 // count its award's reply had.

@@ -34,7 +34,7 @@ constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 
 auto fields(const route_request_msg& x) {
   return std::tie(x.id, x.blocks, x.input_tokens, x.output_tokens,
-                  x.block_tokens, x.redelivered);
+                  x.block_tokens, x.redelivered, x.stream_sequence);
 }
 auto fields(const call_for_bids& x) {
   return std::tie(x.request, x.bidders_speed, x.workers);
@@ -290,9 +290,13 @@ msg_kind kind_of<withdraw_reply>() {
 // Integers above 2^32 catch a 64-bit field narrowed to 32 bits.
 
 route_request_msg sample_request(uint64_t id) {
-  return route_request_msg{
-      id,  {0x123456789ABCDEF0ull, 1, UINT64_MAX, 42}, 4000000000u, 77, 4096,
-      true};
+  return route_request_msg{id,
+                           {0x123456789ABCDEF0ull, 1, UINT64_MAX, 42},
+                           4000000000u,
+                           77,
+                           4096,
+                           true,
+                           0x7000000000000001ull};
 }
 
 price_breakdown sample_price(uint32_t worker, double base) {
