@@ -34,6 +34,9 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using beat_atom = caf::atom_constant<caf::atom("beat")>;
 // A durable route request: (durable_atom, reply, payload, delivery).
 using durable_atom = caf::atom_constant<caf::atom("durable")>;
+// A router front's sweep of the durable requests it is deciding (each one
+// told "in progress" to the server before its ack_wait runs out).
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
 
 // What an actor publishes while its mailbox drains, sent when it has
 // drained: alone when it is the only message for its receiver, else in one

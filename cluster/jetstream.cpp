@@ -15,6 +15,7 @@ struct work_queue_core {
   std::string stream;
   std::string subject;
   std::string consumer;
+  std::chrono::milliseconds ack_wait{0};
   jsCtx* js = nullptr;
   natsSubscription* sub = nullptr;
   std::atomic<uint64_t> delivered{0};
@@ -220,6 +221,27 @@ status delivery::nak(std::chrono::milliseconds delay) {
   return settle(state::naked, delay);
 }
 
+bool delivery::settled() {
+  std::lock_guard<std::mutex> guard(mu_);
+  return state_ != state::open;
+}
+
+std::chrono::milliseconds delivery::ack_wait() const {
+  return core_->ack_wait;
+}
+
+status delivery::in_progress() {
+  std::lock_guard<std::mutex> guard(mu_);
+  if (state_ != state::open) return ok;
+  last_error last;
+  const natsStatus s = natsMsg_InProgress(msg_, nullptr);
+  if (s != NATS_OK)
+    return js_fail("message " + std::to_string(stream_sequence_) +
+                       " of stream " + core_->stream + ": in progress",
+                   s, no_js_error, last);
+  return ok;
+}
+
 status delivery::settle(state verb, std::chrono::milliseconds delay) {
   std::lock_guard<std::mutex> guard(mu_);
   if (state_ == verb) return ok;
@@ -260,6 +282,7 @@ expected<std::unique_ptr<work_queue>> work_queue::open(
   core->stream = opt.stream;
   core->subject = opt.subject;
   core->consumer = opt.consumer;
+  core->ack_wait = std::chrono::milliseconds(opt.ack_wait_ms);
 
   last_error last;
   natsStatus s = natsConnection_JetStream(&core->js, nc, nullptr);

@@ -66,6 +66,14 @@ class delivery {
   // Not done here: the server hands it out again after `delay` (0: right
   // away).
   status nak(std::chrono::milliseconds delay = {});
+  // Still being worked on: the server starts this message's ack_wait
+  // again, so that a decision that outlasts it (an auction waiting out a
+  // dead awardee's heartbeats) is not handed to a second router meanwhile.
+  // Nothing once acked or naked.
+  status in_progress();
+  bool settled();
+  // The consumer's ack_wait as this router configured it.
+  std::chrono::milliseconds ack_wait() const;
 
   // How often the server has handed this message out (1 = first time), and
   // its sequence in the stream (the same across redeliveries); 0 when the

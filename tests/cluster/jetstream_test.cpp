@@ -248,6 +248,39 @@ TEST_F(jetstream_test, a_dropped_delivery_comes_back_after_ack_wait) {
   EXPECT_EQ(q1->delivered() + q2->delivered(), 2u);
 }
 
+// A decision that outlasts the ack_wait (500 ms here) is not handed to a
+// second router while its first one keeps saying it is in progress.
+TEST_F(jetstream_test, a_delivery_in_progress_is_not_handed_out_again) {
+  auto bus1 = connect();
+  auto bus2 = connect();
+  auto q1 = open(*bus1);
+  auto q2 = open(*bus2);
+  ASSERT_TRUE(q1 && q2);
+  mailbox box;
+  ASSERT_TRUE(q1->start(box.handler(1, policy::keep)));
+  ASSERT_TRUE(q2->start(box.handler(2, policy::keep)));
+  ASSERT_TRUE(q1->publish({7}));
+  ASSERT_TRUE(box.wait_for(1, milliseconds(3000)));
+  std::shared_ptr<delivery> d;
+  {
+    std::lock_guard<std::mutex> g(box.mu);
+    d = box.got[0].d;
+  }
+  EXPECT_EQ(d->ack_wait(), milliseconds(500));
+  // Three ack_waits, told in progress every half of one.
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(milliseconds(250));
+    EXPECT_TRUE(d->in_progress());
+  }
+  EXPECT_FALSE(d->settled());
+  ASSERT_TRUE(d->ack());
+  EXPECT_TRUE(d->settled());
+  EXPECT_TRUE(d->in_progress());  // settled: nothing to say, no error
+  std::this_thread::sleep_for(milliseconds(700));
+  EXPECT_EQ(box.size(), 1u);
+  EXPECT_EQ(q1->delivered() + q2->delivered(), 1u);
+}
+
 TEST_F(jetstream_test, a_killed_router_s_messages_go_to_the_other_router) {
   auto bus1 = connect();
   auto bus2 = connect();
