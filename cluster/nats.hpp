@@ -153,7 +153,10 @@ class nats_bus {
   nats_options opt_;
   __natsConnection* conn_ = nullptr;
   std::mutex mu_;  // guards subs_ and next_
-  std::map<uint64_t, std::unique_ptr<subscription>> subs_;
+  // Shared with libnats: its message callbacks hold a reference of their
+  // own until the subscription's completion callback, since a callback may
+  // still run after an unsubscribe returns.
+  std::map<uint64_t, std::shared_ptr<subscription>> subs_;
   uint64_t next_ = 1;
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> slow_consumers_{0};
