@@ -578,10 +578,14 @@ struct front_state {
   bool exit_before_ack = false;
   uint32_t durable_deliveries = 10;  // router_node_options
   uint64_t durable_retries = 0;      // requests handed back (logged)
-  // Durable requests being decided, in arrival order, each with when the
-  // server last started its ack_wait: swept (progress_atom) every quarter
-  // of it while any is open.
-  std::vector<std::pair<steady::time_point, std::shared_ptr<delivery>>> working;
+  // Durable requests being decided, in arrival order: swept
+  // (progress_atom) every quarter ack_wait while any is open.
+  struct open_delivery {
+    steady::time_point arrived;
+    steady::time_point told;  // when the server last started its ack_wait
+    std::shared_ptr<delivery> d;
+  };
+  std::vector<open_delivery> working;
   bool sweeping = false;
   uint64_t progress_failures = 0;  // in-progress signals not sent (logged)
 };
@@ -798,7 +802,8 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         // Its decision may take longer than the ack_wait (an awardee that
         // went silent is waited out for up to 3 heartbeats): the sweep
         // tells the server it is in progress until it is answered.
-        st.working.emplace_back(steady::now(), d);
+        const auto now = steady::now();
+        st.working.push_back({now, now, d});
         if (!st.sweeping) {
           st.sweeping = true;
           self->delayed_send(self, d->ack_wait() / 4, progress_atom::value);
@@ -857,27 +862,31 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
       [=](progress_atom) {
         auto& st = self->state;
         auto& w = st.working;
-        w.erase(
-            std::remove_if(w.begin(), w.end(),
-                           [](const auto& x) { return x.second->settled(); }),
-            w.end());
+        const auto now = steady::now();
+        // Settled, or past every deadline of the router (a decision that
+        // never comes): no longer held back from the other routers.
+        w.erase(std::remove_if(w.begin(), w.end(),
+                               [now](const auto& x) {
+                                 return x.d->settled() ||
+                                        now - x.arrived > route_timeout;
+                               }),
+                w.end());
         // A stopping router leaves what it holds to the others.
         if (w.empty() || *st.stopping) {
           w.clear();
           st.sweeping = false;
           return;
         }
-        const auto now = steady::now();
-        for (auto& [since, d] : w) {
-          if (now - since < d->ack_wait() / 2) continue;
-          since = now;
-          if (auto s = d->in_progress(); !s && st.progress_failures++ == 0)
+        for (auto& x : w) {
+          if (now - x.told < x.d->ack_wait() / 2) continue;
+          x.told = now;
+          if (auto s = x.d->in_progress(); !s && st.progress_failures++ == 0)
             KVMESH_WARN(
                 "durable request not told in progress: %s (logged "
                 "once; it may be handed to another router)",
                 s.err().message.c_str());
         }
-        self->delayed_send(self, w.front().second->ack_wait() / 4,
+        self->delayed_send(self, w.front().d->ack_wait() / 4,
                            progress_atom::value);
       },
       [=](beat_atom) {
