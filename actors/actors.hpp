@@ -282,7 +282,7 @@ void register_types(caf::actor_system_config& cfg);
 // request path: CAF's default work stealing lets an idle thread sleep up to
 // 10 ms before it steals a message another thread queued, and every hop of
 // an auction would pay that. With a shared queue an idle thread is woken at
-// once.
-void tune_for_latency(caf::actor_system_config& cfg);
+// once. `threads` runs the actors (0: one per core).
+void tune_for_latency(caf::actor_system_config& cfg, uint32_t threads = 0);
 
 }  // namespace kvmesh

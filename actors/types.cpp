@@ -45,14 +45,16 @@ void register_types(caf::actor_system_config& cfg) {
       "std::vector<router_status>");
 }
 
-void tune_for_latency(caf::actor_system_config& cfg) {
+void tune_for_latency(caf::actor_system_config& cfg, uint32_t threads) {
   cfg.set("scheduler.policy", caf::atom("sharing"));
   // One thread per core: CAF's default of at least 4 makes threads on a
   // small host hand messages to each other through sleeps and wake-ups
   // (2 cores: 1,669 decisions/s with 4 threads, 2,224 with 2).
-  cfg.set(
-      "scheduler.max-threads",
-      static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency())));
+  // Processes sharing a host split it further: with a mesh of five
+  // processes on 2 cores, one thread each cut the CPU per decision by a
+  // fifth (docs/benchmarks.md).
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  cfg.set("scheduler.max-threads", static_cast<size_t>(threads));
 }
 
 }  // namespace kvmesh

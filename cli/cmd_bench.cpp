@@ -192,10 +192,14 @@ std::string start_mesh(mesh_procs& m, const bench_options& o,
   auto exe = self_exe();
   if (!exe) return exe.err().message;
   const sim_config& cfg = o.cfg;
+  // The bench's own process counts too: it drives the load.
+  const uint32_t threads =
+      host_share_threads(o.shards + o.agents + cfg.routers + 1);
   auto start = [&](const std::string& role, const std::string& name,
                    std::vector<std::string> argv) -> std::string {
     argv.insert(argv.begin(), {*exe, role, "--nats", m.url, "--prefix", prefix,
-                               "--heartbeat-ms", arg(o.heartbeat_ms)});
+                               "--heartbeat-ms", arg(o.heartbeat_ms),
+                               "--threads", arg(threads)});
     child_proc p{role, name, -1};
     child_options co;
     co.output = m.log_of(p);

@@ -93,6 +93,14 @@ struct metrics_flags {
   std::string address = "0.0.0.0";
 };
 
+// --threads, on every serving process of the mesh.
+void add_threads_flag(CLI::App& cmd, uint32_t& threads) {
+  cmd.add_option("--threads", threads,
+                 "threads running this process's actors (0: one per core); "
+                 "processes sharing a host do best splitting its cores")
+      ->capture_default_str();
+}
+
 void add_metrics_flags(CLI::App& cmd, metrics_flags& m) {
   cmd.add_option("--metrics-port", m.port,
                  "serve Prometheus metrics on this port at /metrics "
@@ -322,7 +330,7 @@ struct process_base {
 // failure's code says how the process exits (start_error).
 template <class MakeMetrics>
 expected<process_base> start_process(const bus_flags& b, const metrics_flags& m,
-                                     const std::string& name,
+                                     uint32_t threads, const std::string& name,
                                      MakeMetrics make_metrics) {
   process_base p;
   if (m.port != 0) {
@@ -333,7 +341,7 @@ expected<process_base> start_process(const bus_flags& b, const metrics_flags& m,
   block_signals({SIGINT, SIGTERM});
   p.sys_cfg = std::make_unique<caf::actor_system_config>();
   register_types(*p.sys_cfg);
-  tune_for_latency(*p.sys_cfg);
+  tune_for_latency(*p.sys_cfg, threads);
   p.sys = std::make_unique<caf::actor_system>(*p.sys_cfg);
   p.url = redact_url(url_list(b.nats));
   auto bus = connect_bus(b, name);
@@ -449,6 +457,7 @@ void print_columns(const table& rows) {
 struct agent_flags {
   bus_flags bus;
   metrics_flags metrics;
+  uint32_t threads = 0;  // the actor system's; 0: one per core
   wire_limits limits;
   std::string engine;
   std::string name;
@@ -530,7 +539,7 @@ int run_engine_agent(agent_flags& f) {
   if (!f.engine_url.empty())
     if (auto st = check_engine_url(f.engine_url); !st)
       return usage_error(cmd, "--engine-url: " + st.err().message);
-  auto p = start_process(f.bus, f.metrics, f.name,
+  auto p = start_process(f.bus, f.metrics, f.threads, f.name,
                          [&] { return process_metrics::for_agent(o); });
   if (!p) return start_error(cmd, p.err());
   auto node = engine_agent::start(*p->sys, *p->bus, o);
@@ -587,7 +596,7 @@ int run_agent(agent_flags f) {
     wo.time_scale = f.time_scale;
     ao.workers.push_back(std::move(wo));
   }
-  auto p = start_process(f.bus, f.metrics, f.name,
+  auto p = start_process(f.bus, f.metrics, f.threads, f.name,
                          [&] { return process_metrics::for_agent(ao); });
   if (!p) return start_error(cmd, p.err());
   auto node = agent_node::start(*p->sys, *p->bus, ao);
@@ -616,6 +625,7 @@ void add_agent(CLI::App& app, std::function<int()>& run) {
       "its OpenAI API fronted); until SIGINT/SIGTERM");
   add_bus_flags(*cmd, f->bus);
   add_metrics_flags(*cmd, f->metrics);
+  add_threads_flag(*cmd, f->threads);
   add_limit_flags(*cmd, f->limits);
   cmd->add_option("--engine", f->engine, "the GPUs' engine: sim, vllm, sglang")
       ->required();
@@ -744,6 +754,7 @@ struct router_flags {
   uint32_t durable_replicas = 1;
   uint32_t durable_deliveries = 10;
   metrics_flags metrics;
+  uint32_t threads = 0;  // the actor system's; 0: one per core
   wire_limits limits;
   uint32_t heartbeat_ms = 1000;
   uint32_t missed_beats = 3;
@@ -798,7 +809,7 @@ int run_router(router_flags f) {
   rn.durable_ack_wait = std::chrono::milliseconds(f.durable_ack_wait_ms);
   rn.durable_replicas = static_cast<int>(f.durable_replicas);
   rn.durable_deliveries = f.durable_deliveries;
-  auto p = start_process(f.bus, f.metrics, f.name,
+  auto p = start_process(f.bus, f.metrics, f.threads, f.name,
                          [&] { return process_metrics::for_router(rn); });
   if (!p) return start_error(cmd, p.err());
   auto node = router_node::start(*p->sys, *p->bus, rn);
@@ -847,6 +858,7 @@ void add_router(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::Range(1, 5))
       ->capture_default_str();
   add_metrics_flags(*cmd, f->metrics);
+  add_threads_flag(*cmd, f->threads);
   add_limit_flags(*cmd, f->limits);
   cmd->add_option("--heartbeat-ms", f->heartbeat_ms,
                   "push this router's status this often; workers' beats are "
@@ -892,6 +904,7 @@ namespace {
 struct index_flags {
   bus_flags bus;
   metrics_flags metrics;
+  uint32_t threads = 0;  // the actor system's; 0: one per core
   wire_limits limits;
   std::string shard;
   std::string db;
@@ -937,7 +950,7 @@ int run_index(const index_flags& f) {
   so.shard.dir = f.db;
   so.shards = shard->second;
   const std::string name = "index-" + std::to_string(shard->first);
-  auto p = start_process(f.bus, f.metrics, name,
+  auto p = start_process(f.bus, f.metrics, f.threads, name,
                          [&] { return process_metrics::for_shard(so); });
   if (!p) return start_error(cmd, p.err());
   auto node = shard_node::start(*p->sys, *p->bus, so);
@@ -959,6 +972,7 @@ void add_index(CLI::App& app, std::function<int()>& run) {
       "and kept in RocksDB, queried by routers; until SIGINT/SIGTERM");
   add_bus_flags(*cmd, f->bus);
   add_metrics_flags(*cmd, f->metrics);
+  add_threads_flag(*cmd, f->threads);
   add_limit_flags(*cmd, f->limits);
   cmd->add_option("--shard", f->shard,
                   "I/N: this is shard I (from 0) of an index of N shards")

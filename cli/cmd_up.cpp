@@ -302,11 +302,13 @@ int run_up_mesh(const up_options& o) {
   }
   std::fflush(stdout);
 
+  const uint32_t threads =
+      host_share_threads(o.shards + o.agents + cfg.routers);
   auto start = [&](const std::string& role, const std::string& name,
                    std::vector<std::string> argv,
                    const std::string& note) -> bool {
-    argv.insert(argv.begin(),
-                {*exe, role, "--nats", url, "--prefix", o.prefix});
+    argv.insert(argv.begin(), {*exe, role, "--nats", url, "--prefix", o.prefix,
+                               "--threads", arg(threads)});
     auto pid = spawn_child(argv);
     if (!pid) {
       KVMESH_ERROR("%s %s: %s", role.c_str(), name.c_str(),

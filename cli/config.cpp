@@ -83,6 +83,10 @@ constexpr shared_key shared_keys[] = {
      "0: none); read by agent, router and index"},
     {"--metrics-address", "metrics.address",
      "the address the metrics endpoint listens on"},
+    {"--threads", "process.threads",
+     "threads running the process's actors (0: one per core); processes "
+     "sharing a host do best splitting its cores; read by agent, router "
+     "and index"},
     {"--log-level", "log.level",
      "show events of this level and more severe: error, warn, info, debug"},
     {"--log-format", "log.format",

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -276,6 +277,11 @@ void stop_procs(std::vector<child_proc>& procs, int sig, const char*) {
 temp_dir_guard::~temp_dir_guard() {
   std::error_code ec;
   if (!path.empty()) std::filesystem::remove_all(path, ec);
+}
+
+uint32_t host_share_threads(uint32_t procs) {
+  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1u, cores / (procs + 1));  // + 1: the nats-server
 }
 
 std::vector<std::string> sim_agent_args(const sim_config& cfg,

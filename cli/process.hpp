@@ -101,6 +101,12 @@ inline uint32_t agent_share(uint32_t workers, uint32_t agents, uint32_t a) {
   return workers / agents + (a < workers % agents ? 1 : 0);
 }
 
+// --threads for each of `procs` processes that share this host with a
+// nats-server: its cores split among them, at least one each. A thread per
+// core in every process would make them hand messages to each other's
+// sleeping threads (docs/benchmarks.md).
+uint32_t host_share_threads(uint32_t procs);
+
 // `kvmesh agent`'s flags for `n` simulated GPUs with ids from `first`, each
 // engine as `kvmesh sim` builds worker `id` of `cfg`.
 std::vector<std::string> sim_agent_args(const sim_config& cfg,
