@@ -82,6 +82,7 @@ struct bench_options {
   std::string data_dir;   // empty: a temporary directory, removed at exit
   std::string prefix;     // empty: kvmesh-bench-<pid>
   uint32_t heartbeat_ms = 1000;
+  uint32_t threads = 0;  // each started process's; 0: split the host
   double timeout_s = 0;  // 0: a default fitting the run
   std::string json_path;
   std::string report_path;  // trace mode: an HTML page of charts
@@ -194,7 +195,9 @@ std::string start_mesh(mesh_procs& m, const bench_options& o,
   const sim_config& cfg = o.cfg;
   // The bench's own process counts too: it drives the load.
   const uint32_t threads =
-      host_share_threads(o.shards + o.agents + cfg.routers + 1);
+      o.threads != 0
+          ? o.threads
+          : host_share_threads(o.shards + o.agents + cfg.routers + 1);
   auto start = [&](const std::string& role, const std::string& name,
                    std::vector<std::string> argv) -> std::string {
     argv.insert(argv.begin(), {*exe, role, "--nats", m.url, "--prefix", prefix,
@@ -1049,6 +1052,7 @@ json config_json(const bench_options& o, const std::string& url,
          {"seed", c.seed},
          {"time_scale", o.time_scale},
          {"heartbeat_ms", o.heartbeat_ms},
+         {"threads", o.threads},
          {"nats", url},
          {"prefix", prefix},
          {"baseline_samples", o.baseline_samples}};
@@ -1468,6 +1472,10 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--heartbeat-ms", o->heartbeat_ms,
                   "heartbeat period of agents, routers and shards")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads,
+                  "threads running each started process's actors (0: the "
+                  "host's cores split among the processes, at least one)")
       ->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s,
                   "give up the run after X s (default: the trace's length "

@@ -48,6 +48,7 @@ struct up_options {
   std::string prefix = "kvmesh";
   uint32_t agents = 1;
   uint32_t heartbeat_ms = 1000;
+  uint32_t threads = 0;  // each started process's; 0: split the host
   bool durable = false;
   // Flags of one mode only, to reject them in the other.
   std::vector<CLI::Option*> replay_only;
@@ -303,7 +304,8 @@ int run_up_mesh(const up_options& o) {
   std::fflush(stdout);
 
   const uint32_t threads =
-      host_share_threads(o.shards + o.agents + cfg.routers);
+      o.threads != 0 ? o.threads
+                     : host_share_threads(o.shards + o.agents + cfg.routers);
   auto start = [&](const std::string& role, const std::string& name,
                    std::vector<std::string> argv,
                    const std::string& note) -> bool {
@@ -455,6 +457,11 @@ void add_up(CLI::App& app, std::function<int()>& run) {
       cmd->add_option("--heartbeat-ms", o->heartbeat_ms,
                       "heartbeat period of agents, routers and shards")
           ->check(CLI::PositiveNumber)
+          ->capture_default_str(),
+      cmd->add_option("--threads", o->threads,
+                      "threads running each started process's actors (0: "
+                      "the host's cores split among the processes, at "
+                      "least one)")
           ->capture_default_str(),
       cmd->add_flag("--durable", o->durable,
                     "routers take the durable JetStream queue too (the "

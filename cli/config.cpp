@@ -84,9 +84,9 @@ constexpr shared_key shared_keys[] = {
     {"--metrics-address", "metrics.address",
      "the address the metrics endpoint listens on"},
     {"--threads", "process.threads",
-     "threads running the process's actors (0: one per core); processes "
-     "sharing a host do best splitting its cores; read by agent, router "
-     "and index"},
+     "threads running the process's actors (0: one per core; for up and "
+     "bench, each started process's, 0: the host's cores split among "
+     "them)"},
     {"--log-level", "log.level",
      "show events of this level and more severe: error, warn, info, debug"},
     {"--log-format", "log.format",
