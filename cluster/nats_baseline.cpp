@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -61,6 +62,18 @@ baseline_result result_of(std::vector<double>& us) {
   return r;
 }
 
+// Holds each round to its start time when pacing; no wait without.
+struct pacer {
+  std::chrono::microseconds interval;
+  steady::time_point next = steady::now();
+  void wait() {
+    if (interval.count() <= 0) return;
+    std::this_thread::sleep_until(next);
+    // A late round does not make the next ones come in a burst.
+    next = std::max(next + interval, steady::now());
+  }
+};
+
 // Replies of the scatter-gather requester, counted for the sample in
 // flight; anything else is stray.
 struct gather {
@@ -96,9 +109,9 @@ struct connections {
 
 }  // namespace
 
-expected<baseline_result> request_reply_latency(const nats_options& o,
-                                                size_t payload_bytes,
-                                                size_t samples) {
+expected<baseline_result> request_reply_latency(
+    const nats_options& o, size_t payload_bytes, size_t samples,
+    std::chrono::microseconds interval) {
   const std::string what = "request/reply baseline on " + o.url;
   if (samples == 0)
     return make_error(ec::invalid_argument, what + ": 0 samples");
@@ -124,7 +137,9 @@ expected<baseline_result> request_reply_latency(const nats_options& o,
 
   std::vector<double> us;
   us.reserve(samples);
+  pacer pace{interval};
   for (size_t i = 0; i < warmup_rounds + samples; ++i) {
+    pace.wait();
     const auto t0 = steady::now();
     auto reply = (*requester)->request(subject, request, sample_timeout);
     const auto t1 = steady::now();
@@ -140,11 +155,9 @@ expected<baseline_result> request_reply_latency(const nats_options& o,
   return result_of(us);
 }
 
-expected<baseline_result> scatter_gather_latency(const nats_options& o,
-                                                 size_t fanout,
-                                                 size_t request_bytes,
-                                                 size_t reply_bytes,
-                                                 size_t samples) {
+expected<baseline_result> scatter_gather_latency(
+    const nats_options& o, size_t fanout, size_t request_bytes,
+    size_t reply_bytes, size_t samples, std::chrono::microseconds interval) {
   const std::string what = "scatter-gather baseline on " + o.url;
   if (samples == 0)
     return make_error(ec::invalid_argument, what + ": 0 samples");
@@ -189,7 +202,9 @@ expected<baseline_result> scatter_gather_latency(const nats_options& o,
   const std::vector<uint8_t> request(request_bytes, 0xa5);
   std::vector<double> us;
   us.reserve(samples);
+  pacer pace{interval};
   for (uint64_t i = 0; i < warmup_rounds + samples; ++i) {
+    pace.wait();
     {
       std::lock_guard<std::mutex> l(g.mu);
       g.sample = i;

@@ -57,7 +57,9 @@ assert b["fanout"] == 4
 for k in ("request_reply", "scatter_gather"):
     assert b[k]["samples"] == 200 and 0 < b[k]["p50_us"] <= b[k]["p99_us"]
 c = d["config"]
-assert c["threads"] == 1 and c["workers"] == 4 and c["routers"] == 2'; then
+assert c["threads"] == 1 and c["workers"] == 4 and c["routers"] == 2
+# Decisions back to back leave no idle time: no paced baseline.
+assert b["paced"] is None'; then
   ok throughput_baseline_and_config
 else
   fail throughput_baseline_and_config "$(python3 -c 'import json,sys
@@ -79,7 +81,12 @@ out=$(cat "$tmp/r.json" 2>/dev/null || echo '{}')
 if jtest 'r = [x for x in d["results"] if x["policy"] == "kvmesh"][0]
 assert r["requests"] == 60, r
 assert d["overhead"]["decisions"] == 60
-assert d["config"]["threads"] == 0'; then
+assert d["config"]["threads"] == 0
+# A trace leaves idle time between decisions: the baseline ran paced too.
+p = d["baseline"]["paced"]
+assert 0 < p["rate"] < d["overhead"]["decisions_per_s"] * 1.01
+for k in ("request_reply", "scatter_gather"):
+    assert 0 < p[k]["p50_us"] <= p[k]["p99_us"] and p[k]["samples"] == 100'; then
   ok trace_every_request_routed
 else
   fail trace_every_request_routed "$(head -c 600 <<<"$out")"

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <future>
 
@@ -55,6 +56,22 @@ TEST_F(nats_baseline_test, scatter_gather_waits_for_every_reply) {
   auto one = scatter_gather_latency(o, 1, 0, 0, 50);
   ASSERT_TRUE(one) << one.err().message;
   EXPECT_EQ(one->samples, 50u);
+}
+
+// Paced rounds start an interval apart: the run cannot take less than its
+// rounds' intervals (50 warm-up rounds plus the samples).
+TEST_F(nats_baseline_test, paced_rounds_start_an_interval_apart) {
+  using clock = std::chrono::steady_clock;
+  const auto interval = std::chrono::milliseconds(4);
+  for (int kind = 0; kind < 2; ++kind) {
+    const auto t0 = clock::now();
+    auto r = kind == 0 ? request_reply_latency(o, 64, 30, interval)
+                       : scatter_gather_latency(o, 4, 64, 64, 30, interval);
+    const auto took = clock::now() - t0;
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->samples, 30u);
+    EXPECT_GE(took, (50 + 30 - 1) * interval) << "kind " << kind;
+  }
 }
 
 // Each call has subjects of its own: were they shared, each run's requests
