@@ -1124,6 +1124,7 @@ struct admin_front_state {
   nats_bus* bus = nullptr;
   admin_actor admin;
   caf::timespan timeout{};
+  size_t page_bytes = 0;  // of a workers listing; 0: half the max payload
   std::shared_ptr<mailbox_gate> gate;  // what NATS handed it
 };
 
@@ -1150,11 +1151,13 @@ void relay(admin_front_pointer self, const std::string& reply, Fill fill,
 
 caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
                           admin_actor admin, caf::timespan timeout,
+                          size_t page_bytes,
                           std::shared_ptr<mailbox_gate> gate) {
   self->state.gate = std::move(gate);
   self->state.bus = bus;
   self->state.admin = std::move(admin);
   self->state.timeout = timeout;
+  self->state.page_bytes = page_bytes;
   return {
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
@@ -1168,14 +1171,37 @@ caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
           answer(*self->state.bus, reply, encode(r));
         };
         // Listing verbs take no arguments: any payload (even none, from a
-        // NATS CLI) will do.
-        if (verb == "workers")
+        // NATS CLI) will do. Workers come in pages that fit one message;
+        // without an AdminRequest, the first.
+        if (verb == "workers") {
+          auto q = decode<admin_request>(payload);
+          const bool paged = q && q->paged;
+          const uint32_t from = paged ? q->from : 0;
+          // A page takes half the server's limit: the list is most of the
+          // reply, and what it leaves is ample for the rest. One that does
+          // not page gets all in one message, or an error if they do not
+          // fit (not a cut list it would take for the whole).
+          const size_t limit = self->state.bus->max_payload();
+          const size_t budget = self->state.page_bytes != 0
+                                    ? self->state.page_bytes
+                                : paged ? std::max<size_t>(limit / 2, 1)
+                                        : std::max<size_t>(limit, 8192) - 4096;
           return relay<std::vector<worker_status>>(
               self, reply,
-              [](admin_reply& r, std::vector<worker_status>& x) {
-                r.workers = std::move(x);
+              [paged, from, budget](admin_reply& r,
+                                    std::vector<worker_status>& x) {
+                const size_t n = x.size();
+                fill_worker_page(x, from, budget, r);
+                if (r.more && !paged) {
+                  r = admin_reply{};
+                  r.error = std::to_string(n) +
+                            " workers do not fit in one NATS message: ask "
+                            "for them in pages (AdminRequest.paged and "
+                            "from, as kvmesh admin does)";
+                }
               },
               get_atom::value, workers_atom::value);
+        }
         if (verb == "routers")
           return relay<std::vector<router_status>>(
               self, reply,
@@ -1521,8 +1547,8 @@ expected<std::unique_ptr<router_node>> router_node::start(
                 exit_before_ack, opt.durable_deliveries, front_gate);
   p->actors.push_back(front);
   auto admin_gate = new_gate();
-  auto admin_ep =
-      sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout, admin_gate);
+  auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout,
+                            opt.admin_page_bytes, admin_gate);
   p->actors.push_back(admin_ep);
   const auto& s = opt.mesh.subj;
   const auto dir_handle = caf::actor_cast<caf::actor>(dir);
@@ -1768,16 +1794,60 @@ expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
   return d;
 }
 
-expected<admin_reply> admin_request_call(nats_bus& bus, const subjects& subj,
-                                         const std::string& verb,
-                                         const admin_request& req,
-                                         std::chrono::milliseconds timeout) {
+namespace {
+
+expected<admin_reply> admin_call_once(nats_bus& bus, const subjects& subj,
+                                      const std::string& verb,
+                                      const admin_request& req,
+                                      std::chrono::milliseconds timeout) {
   auto reply = bus.request(subj.admin(verb), encode(req), timeout);
   if (!reply) return reply.err();
   auto a = decode<admin_reply>(*reply);
   if (!a) return a.err();
   if (!a->error.empty()) return make_error(ec::invalid_argument, a->error);
   return a;
+}
+
+}  // namespace
+
+expected<admin_reply> admin_request_call(nats_bus& bus, const subjects& subj,
+                                         const std::string& verb,
+                                         const admin_request& req,
+                                         std::chrono::milliseconds timeout) {
+  if (verb != "workers") return admin_call_once(bus, subj, verb, req, timeout);
+  admin_request paged = req;
+  paged.paged = true;
+  auto first = admin_call_once(bus, subj, verb, paged, timeout);
+  if (!first) return first;
+  // The rest of the pages, each from after the last worker listed (a
+  // router answering without pages says no more). A page that says more
+  // must move on, or paging would never end.
+  admin_request next = paged;
+  for (bool more = first->more; more;) {
+    const auto& got = first->workers;
+    if (got.empty() || got.back().worker < next.from ||
+        got.back().worker == UINT32_MAX)
+      return make_error(ec::parse_error,
+                        "admin workers: the page from worker " +
+                            std::to_string(next.from) +
+                            " says more follow but lists none past it");
+    next.from = got.back().worker + 1;
+    auto page = admin_call_once(bus, subj, verb, next, timeout);
+    if (!page)
+      return make_error(page.err().code, "admin workers from worker " +
+                                             std::to_string(next.from) + ": " +
+                                             page.err().message);
+    more = page->more;
+    if (more && page->workers.empty())
+      return make_error(ec::parse_error,
+                        "admin workers: the page from worker " +
+                            std::to_string(next.from) +
+                            " says more follow but lists none");
+    for (auto& w : page->workers)
+      first->workers.push_back(std::move(w));
+  }
+  first->more = false;
+  return first;
 }
 
 expected<router_actor> spawn_remote_router(caf::actor_system& sys,

@@ -135,6 +135,9 @@ struct router_node_options {
   // Where the front counts requests, decisions and failures
   // (cluster/mesh_metrics.hpp makes it); null: not counted.
   std::shared_ptr<const router_meters> meters;
+  // The bytes of workers in one page of the ADMIN's listing; 0: half the
+  // server's max payload.
+  size_t admin_page_bytes = 0;
 };
 
 // A running router process: a ROUTER serving route requests (Cap'n Proto
@@ -209,7 +212,9 @@ record_options durable_records(const subjects& subj);
 // queue at `sequence` (the publish's value).
 std::string record_key(uint64_t sequence, uint64_t request);
 
-// Sends `verb` (see subjects::admin) to the mesh's ADMIN and waits.
+// Sends `verb` (see subjects::admin) to the mesh's ADMIN and waits. The
+// workers listing comes in pages (AdminReply.more); this asks for each in
+// turn and returns them as one, `timeout` per page.
 expected<admin_reply> admin_request_call(nats_bus& bus, const subjects& subj,
                                          const std::string& verb,
                                          const admin_request& req,

@@ -609,6 +609,11 @@ expected<std::vector<uint8_t>> nats_bus::request(
   return out;
 }
 
+size_t nats_bus::max_payload() const {
+  const int64_t n = natsConnection_GetMaxPayload(conn_);
+  return n > 0 ? static_cast<size_t>(n) : 0;
+}
+
 nats_bus::traffic nats_bus::stats() const {
   traffic t;
   natsStatistics* s = nullptr;

@@ -119,6 +119,9 @@ class nats_bus {
     uint64_t out_msgs = 0;
   };
   traffic stats() const;
+  // The largest payload the server takes, as it said on connecting; 0
+  // while not connected.
+  size_t max_payload() const;
 
   uint64_t reconnects() const { return reconnects_.load(); }
   uint64_t slow_consumers() const { return slow_consumers_.load(); }

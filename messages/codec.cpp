@@ -6,6 +6,7 @@
 #include <kj/array.h>
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -352,6 +353,8 @@ void write(const admin_request& x, wire::AdminRequest::Builder b) {
   b.setOn(x.on);
   write_list(b.initChain(static_cast<unsigned>(x.chain.size())), x.chain);
   write(x.weights, b.initWeights());
+  b.setPaged(x.paged);
+  b.setFrom(x.from);
 }
 
 void write(const admin_reply& x, wire::AdminReply::Builder b) {
@@ -368,6 +371,7 @@ void write(const admin_reply& x, wire::AdminReply::Builder b) {
   write(x.holders, b.initHolders(static_cast<unsigned>(x.holders.size())));
   write(x.weights, b.initWeights());
   b.setCount(x.count);
+  b.setMore(x.more);
 }
 
 // -- readers: every field; what the schema cannot check, they do -------------
@@ -678,6 +682,8 @@ admin_request read(wire::AdminRequest::Reader r) {
   x.on = r.getOn();
   read_list(x.chain, r.getChain());
   x.weights = read(r.getWeights());
+  x.paged = r.getPaged();
+  x.from = r.getFrom();
   return x;
 }
 
@@ -694,6 +700,7 @@ admin_reply read(wire::AdminReply::Reader r) {
   read(x.holders, r.getHolders());
   x.weights = read(r.getWeights());
   x.count = r.getCount();
+  x.more = r.getMore();
   return x;
 }
 
@@ -758,6 +765,40 @@ const char* to_string(msg_kind kind) {
       return "WithdrawReply";
   }
   return "unknown";
+}
+
+void fill_worker_page(std::vector<worker_status>& all, uint32_t from,
+                      size_t budget, admin_reply& out) {
+  std::sort(all.begin(), all.end(),
+            [](const worker_status& a, const worker_status& b) {
+              return a.worker < b.worker;
+            });
+  // What an element of the list takes: its struct inline, and each text
+  // as its bytes plus the terminating NUL, padded to whole words, plus the
+  // two words of a far pointer's landing pad, should the text go to a
+  // segment other than the list's (it does once the list fills one).
+  constexpr size_t word = sizeof(capnp::word);
+  constexpr size_t fixed =
+      word * (wire::WorkerStatus::_capnpPrivate::dataWordSize +
+              wire::WorkerStatus::_capnpPrivate::pointerCount);
+  auto text_bytes = [](const std::string& s) {
+    return (s.size() + 1 + word - 1) / word * word + 2 * word;
+  };
+  auto it = std::lower_bound(
+      all.begin(), all.end(), from,
+      [](const worker_status& w, uint32_t id) { return w.worker < id; });
+  out.more = false;
+  size_t used = 0;
+  for (; it != all.end(); ++it) {
+    const size_t bytes =
+        fixed + text_bytes(it->agent) + text_bytes(it->endpoint);
+    if (!out.workers.empty() && used + bytes > budget) {
+      out.more = true;
+      break;
+    }
+    used += bytes;
+    out.workers.push_back(std::move(*it));
+  }
 }
 
 uint64_t decode_errors(msg_kind kind) {

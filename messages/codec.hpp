@@ -72,6 +72,14 @@ std::vector<uint8_t> encode(const batch_msg& x);
 std::vector<uint8_t> encode(const withdraw_msg& x);
 std::vector<uint8_t> encode(const withdraw_reply& x);
 
+// One page of the ADMIN's workers listing: those of `all` with id `from`
+// or higher, in id order, as many as take at most `budget` bytes of the
+// encoded AdminReply's list (always one at least, so that paging moves
+// on); out.more when some are left. Sorts `all` by id. A fleet's listing
+// can outgrow one NATS message (about 4,700 workers in 1 MiB).
+void fill_worker_page(std::vector<worker_status>& all, uint32_t from,
+                      size_t budget, admin_reply& out);
+
 // -- decoding untrusted bytes: any alignment, any content. Never throws:
 // anything malformed (size, segment table, pointers, limits, enums, a
 // version of 0, a missing nested request, trailing bytes) is an

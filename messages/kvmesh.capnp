@@ -314,13 +314,19 @@ struct RequestEvents {
 }
 
 # An operator's request. The verb is the subject; the fields it needs are
-# set: worker and on (drain), chain (prefix), weights (weights set).
+# set: worker and on (drain), chain (prefix), weights (weights set), from
+# (workers).
 struct AdminRequest {
   version @0 :UInt16;
   worker @1 :UInt32;
   on @2 :Bool;
   chain @3 :List(UInt64);
   weights @4 :PriceWeights;
+  # workers: the asker reads pages (AdminReply.more); without, all come in
+  # one message, or an error when they do not fit.
+  paged @5 :Bool;
+  # workers, paged: list those with this id or higher, in id order.
+  from @6 :UInt32;
 }
 
 # The answer to an admin request: what its verb asks for, or an error.
@@ -333,6 +339,9 @@ struct AdminReply {
   holders @5 :List(HolderMatch);
   weights @6 :PriceWeights;
   count @7 :UInt32;
+  # workers: the list was cut to fit one NATS message; ask again from the
+  # last one's id + 1.
+  more @8 :Bool;
 }
 
 # Several messages for one receiver in one NATS message: under load a

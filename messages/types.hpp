@@ -253,6 +253,10 @@ struct admin_request {
   bool on = false;
   std::vector<uint64_t> chain;
   price_config weights;
+  // workers: the asker reads pages (admin_reply::more); without, all come
+  // in one message, or an error when they do not fit.
+  bool paged = false;
+  uint32_t from = 0;  // workers, paged: the lowest id listed
 };
 
 // The answer to an admin request: the lists or the count its verb asks
@@ -265,6 +269,9 @@ struct admin_reply {
   std::vector<holder_match> holders;
   price_config weights;
   uint32_t count = 0;
+  // workers: cut to fit one NATS message; the next page starts after the
+  // last one listed.
+  bool more = false;
 };
 
 // Messages for one receiver sent as one (see Batch in kvmesh.capnp).

@@ -420,4 +420,32 @@ else
   ok up_child_death_stops_all
 fi
 
+# -- a fleet whose listing outgrows one NATS message (1 MiB: about 4,700
+# workers): kvmesh admin reads it in pages --------------------------------
+
+"$bin" up --workers 5000 --agents 2 --gpu-blocks 16 --host-blocks 0 \
+  --disk-blocks 0 >"$tmp/up3.out" 2>"$tmp/up3.err" &
+up=$!
+pids+=("$up")
+end=$((SECONDS + 30))
+until grep -q '^router router-0 pid ' "$tmp/up3.out"; do
+  if [ "$SECONDS" -ge "$end" ] || ! kill -0 "$up" 2>/dev/null; then
+    echo "FAIL large_up_starts: $(cat "$tmp/up3.out" "$tmp/up3.err")"
+    exit 1
+  fi
+  sleep 0.1
+done
+url=$(sed -n 's/^nats-server \(nats:[^ ]*\) pid .*/\1/p' "$tmp/up3.out")
+if poll 60 admin --nats "$url" workers --json -- \
+  'ids = [w["id"] for w in d["workers"]]
+assert ids == list(range(5000)), len(ids)
+assert all(w["state"] == "live" for w in d["workers"])'; then
+  ok admin_lists_5000_workers
+else
+  fail admin_lists_5000_workers "exit $rc: ${err:0:300} ${out:0:300}"
+fi
+kill -INT "$up"
+wait_exit "$up" 30
+[ "$rc" = 0 ] || fail large_up_stops "exit $rc: $(tail -n 3 "$tmp/up3.err")"
+
 [ "$fails" -eq 0 ] || { echo "$fails mesh checks failed"; exit 1; }

@@ -98,6 +98,8 @@ void codec_seeds() {
   ar.worker = 2;
   ar.on = true;
   ar.chain = {5, 6};
+  ar.paged = true;
+  ar.from = 7;
   message(msg_kind::admin_request, "admin_request", ar);
   admin_reply rep;
   rep.workers = {test::sample_worker(1, 100), test::sample_worker(2, 50)};
@@ -105,6 +107,7 @@ void codec_seeds() {
   rep.shards = {ss};
   rep.holders = {{1, 2, 0, 0}};
   rep.count = 3;
+  rep.more = true;
   message(msg_kind::admin_reply, "admin_reply", rep);
   batch_msg b;
   b.items = {{"kvmesh.agent.a1.bid", "_INBOX.x.1", encode(a_bid(1))},

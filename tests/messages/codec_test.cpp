@@ -115,7 +115,7 @@ auto fields(const request_events& x) {
   return std::tie(x.events);
 }
 auto fields(const admin_request& x) {
-  return std::tie(x.worker, x.on, x.chain, x.weights);
+  return std::tie(x.worker, x.on, x.chain, x.weights, x.paged, x.from);
 }
 auto fields(const batch_item& x) {
   return std::tie(x.subject, x.reply, x.payload);
@@ -125,7 +125,7 @@ auto fields(const batch_msg& x) {
 }
 auto fields(const admin_reply& x) {
   return std::tie(x.error, x.workers, x.routers, x.shards, x.holders, x.weights,
-                  x.count);
+                  x.count, x.more);
 }
 
 template <class T, class = void>
@@ -420,14 +420,17 @@ samples() {
       admin_request{4000000004u,
                     true,
                     {(1ull << 62) + 3, 5, UINT64_MAX},
-                    sample_weights()},
+                    sample_weights(),
+                    true,
+                    4000000007u},
       admin_reply{"drain: worker 3 unknown (\xE2\x9C\x97)",
                   {sample_worker(1), sample_worker(2)},
                   {sample_router((1ull << 44) + 1), sample_router(9)},
                   {sample_shard(1), sample_shard(2)},
                   {{4, 10, 20, 30}, {5, 1, 0, 2}},
                   sample_weights(),
-                  4000000005u},
+                  4000000005u,
+                  true},
       batch_msg{{{"kvmesh.agent.a-1.bid", "_INBOX.kvmesh.00ff.17", {9, 0, 3}},
                  {"kvmesh.agent.a-1.release", "", {}},
                  {"kvmesh.agent.a-1.award", "r\xC3\xA9ply", {0, 255, 7}}}},
@@ -587,8 +590,8 @@ TEST(codec, large_messages_fit_the_reader_limits) {
   expect_same(d, *got_d, "Decision");
 
   // An admin listing of a large fleet: 4,000 workers fit in NATS' default
-  // 1 MiB payload (limits.max_payload_bytes); about 4,700 would not, and a
-  // larger fleet needs the listing paged (not done yet).
+  // 1 MiB payload (limits.max_payload_bytes); about 4,700 would not, so
+  // the ADMIN lists workers in pages (AdminRequest.from, AdminReply.more).
   admin_reply a = std::get<admin_reply>(samples());
   for (uint32_t i = 0; i < 4000; ++i) {
     a.workers.push_back(sample_worker(i));
@@ -597,6 +600,61 @@ TEST(codec, large_messages_fit_the_reader_limits) {
   auto got_a = decode<admin_reply>(encode(a));
   ASSERT_TRUE(got_a) << got_a.err().message;
   expect_same(a, *got_a, "AdminReply");
+}
+
+// Pages of a listing too large for one message: every worker once, in id
+// order, each page's encoding within its budget, `more` on all but the
+// last; a budget smaller than one worker still moves on by one.
+TEST(codec, worker_pages_cover_the_fleet_within_their_budget) {
+  std::vector<worker_status> fleet;
+  for (uint32_t i = 0; i < 10000; ++i) {
+    worker_status w = sample_worker((i * 7919u) % 10000u * 3u);  // shuffled
+    w.agent.append(i % 97, 'x');  // texts of many lengths
+    w.endpoint.append(i % 31, 'y');
+    fleet.push_back(std::move(w));
+  }
+  constexpr size_t budget = 512 << 10;
+  // What an AdminReply with an empty list takes: the budget is the list's.
+  const size_t empty = encode(admin_reply{}).size();
+  uint32_t from = 0;
+  std::vector<uint32_t> seen;
+  size_t pages = 0;
+  for (bool more = true; more; ++pages) {
+    ASSERT_LT(pages, 100u) << "paging does not end";
+    std::vector<worker_status> all = fleet;
+    admin_reply page;
+    fill_worker_page(all, from, budget, page);
+    ASSERT_FALSE(page.workers.empty());
+    const size_t bytes = encode(page).size();
+    EXPECT_LE(bytes, empty + budget) << "page " << pages;
+    // Not much smaller either: a page is worth its round trip.
+    if (page.more) {
+      EXPECT_GE(bytes, budget * 9 / 10) << "page " << pages;
+    }
+    for (const auto& w : page.workers)
+      seen.push_back(w.worker);
+    more = page.more;
+    from = page.workers.back().worker + 1;
+  }
+  EXPECT_GE(pages, 3u);  // 10,000 workers of about 260 bytes each
+  ASSERT_EQ(seen.size(), fleet.size());
+  for (size_t i = 0; i < seen.size(); ++i)
+    EXPECT_EQ(seen[i], i * 3) << "position " << i;
+
+  std::vector<worker_status> all = fleet;
+  admin_reply one;
+  fill_worker_page(all, 4, 1, one);
+  ASSERT_EQ(one.workers.size(), 1u);
+  EXPECT_EQ(one.workers[0].worker, 6u);  // the first id from 4 on
+  EXPECT_TRUE(one.more);
+  admin_reply past;
+  fill_worker_page(all, 30000, budget, past);
+  EXPECT_TRUE(past.workers.empty());
+  EXPECT_FALSE(past.more);
+  admin_reply last;
+  fill_worker_page(all, 29997, budget, last);
+  ASSERT_EQ(last.workers.size(), 1u);
+  EXPECT_FALSE(last.more);
 }
 
 // -- evolution ---------------------------------------------------------------
