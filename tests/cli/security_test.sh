@@ -2,7 +2,8 @@
 # NATS credentials, TLS and subject permissions on real nats-servers: a mesh
 # whose every process has its role's user from deploy/nats/auth.conf, what
 # each role is refused, wrong credentials, token (through `kvmesh up` to its
-# children), nkey, creds, and TLS with certificates made here by openssl.
+# children), nkey, creds (operator-mode JWTs made by nats_jwt.py), and TLS
+# with certificates made here by openssl.
 # usage: security_test.sh KVMESH_BINARY SOURCE_ROOT
 set -euo pipefail
 bin=$1
@@ -328,6 +329,32 @@ expect nkey_unknown_key_refused 1 "authentication failed"
 printf 'not a creds file\n' >"$tmp/bad.creds"
 run admin routers "${nk[@]}" --nats-creds "$tmp/bad.creds"
 expect bad_creds_file 1 "nats.creds .*bad.creds cannot be used"
+
+# -- creds: decentralized auth (operator, account and user JWTs, as nsc
+# makes them; tests/cli/nats_jwt.py) ----------------------------------------
+
+mkdir -p "$tmp/jwt"
+python3 "$(dirname "$0")/nats_jwt.py" "$tmp/jwt"
+port=$(free_port)
+{
+  echo "listen: 127.0.0.1:$port"
+  cat "$tmp/jwt/resolver.conf"
+} >"$tmp/jwt-server.conf"
+serve jwt "$tmp/jwt-server.conf"
+jw=(--nats "nats://127.0.0.1:$port" --prefix jw)
+"$bin" router "${jw[@]}" --nats-creds "$tmp/jwt/user.creds" \
+  --name jwt-router --block-tokens 16 --heartbeat-ms 200 2>"$tmp/jw.err" &
+pids+=($!)
+if poll 15 admin routers --json "${jw[@]}" --nats-creds "$tmp/jwt/user.creds" \
+  -- 'assert [r["name"] for r in d["routers"]] == ["jwt-router"]'; then
+  ok creds_connects
+else
+  fail creds_connects "exit $rc: $err $(cat "$tmp/jw.err")"
+fi
+run admin routers "${jw[@]}" --nats-creds "$tmp/jwt/stranger.creds"
+expect creds_unknown_account_refused 1 "authentication failed"
+run admin routers "${jw[@]}"
+expect creds_missing_refused 1 "authentication failed"
 
 # -- TLS required: certificates made here -------------------------------------
 
