@@ -2,7 +2,7 @@
 # NATS credentials, TLS and subject permissions on real nats-servers: a mesh
 # whose every process has its role's user from deploy/nats/auth.conf, what
 # each role is refused, wrong credentials, token (through `kvmesh up` to its
-# children), nkey, creds (operator-mode JWTs made by nats_jwt.py), and TLS
+# children), nkey, creds (operator-mode JWTs made by nats_auth.py), and TLS
 # with certificates made here by openssl.
 # usage: security_test.sh KVMESH_BINARY SOURCE_ROOT
 set -euo pipefail
@@ -281,24 +281,7 @@ expect wrong_token_refused 1 "authentication failed"
 # -- nkey: a user key made by openssl, encoded as nk would --------------------
 
 # nkey DIR: writes DIR/seed (SU...) and prints the public key (U...).
-nkey() {
-  openssl genpkey -algorithm ed25519 -out "$1/ed.pem" 2>/dev/null
-  python3 - "$1" <<'EOF'
-import base64, binascii, subprocess, sys
-d = sys.argv[1]
-def raw(*args):
-    return subprocess.run(["openssl", "pkey", "-in", d + "/ed.pem", *args,
-                           "-outform", "DER"], check=True,
-                          capture_output=True).stdout[-32:]
-def encode(b):  # base32 of the bytes and their CRC-16 (XMODEM), unpadded
-    crc = binascii.crc_hqx(b, 0)
-    return base64.b32encode(b + bytes([crc & 0xFF, crc >> 8])).decode().rstrip("=")
-user, seed = 20 << 3, 18 << 3
-with open(d + "/seed", "w") as f:
-    f.write(encode(bytes([seed | user >> 5, (user & 31) << 3]) + raw()) + "\n")
-print(encode(bytes([user]) + raw("-pubout")))
-EOF
-}
+nkey() { python3 "$(dirname "$0")/nats_auth.py" nkey "$1"; }
 mkdir -p "$tmp/nk1" "$tmp/nk2"
 pub=$(nkey "$tmp/nk1")
 other=$(nkey "$tmp/nk2")
@@ -331,10 +314,10 @@ run admin routers "${nk[@]}" --nats-creds "$tmp/bad.creds"
 expect bad_creds_file 1 "nats.creds .*bad.creds cannot be used"
 
 # -- creds: decentralized auth (operator, account and user JWTs, as nsc
-# makes them; tests/cli/nats_jwt.py) ----------------------------------------
+# makes them; tests/cli/nats_auth.py) ---------------------------------------
 
 mkdir -p "$tmp/jwt"
-python3 "$(dirname "$0")/nats_jwt.py" "$tmp/jwt"
+python3 "$(dirname "$0")/nats_auth.py" jwt "$tmp/jwt"
 port=$(free_port)
 {
   echo "listen: 127.0.0.1:$port"

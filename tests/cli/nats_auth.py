@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-# Makes a NATS decentralized-auth setup for tests, as nsc would: an
-# operator, an account and a user of it, all ed25519 keys made by openssl,
-# their JWTs signed as nats-server checks them (ed25519-nkey).
-# usage: nats_jwt.py DIR
-# writes DIR/resolver.conf (operator, MEMORY resolver, the account
-# preloaded: include it in a server config), DIR/user.creds (a user of that
-# account) and DIR/stranger.creds (a user of an account the server does
-# not know).
+# NATS keys and credentials for tests, made as the nk and nsc tools would
+# (neither is in Debian): ed25519 keys from openssl in nkey encoding, and
+# JWTs signed as nats-server checks them (ed25519-nkey).
+# usage: nats_auth.py nkey DIR: writes DIR/seed (SU...) of a new user key
+#          and prints its public key (U...)
+#        nats_auth.py jwt DIR: writes DIR/resolver.conf (an operator, a
+#          MEMORY resolver, an account preloaded: include it in a server
+#          config), DIR/user.creds (a user of that account) and
+#          DIR/stranger.creds (a user of an account the server does not
+#          know)
 import base64
 import binascii
 import hashlib
@@ -15,7 +17,7 @@ import subprocess
 import sys
 import time
 
-d = sys.argv[1]
+command, d = sys.argv[1], sys.argv[2]
 
 
 def openssl(*args):
@@ -82,17 +84,25 @@ def creds(path, account, name):
                 "\n------END USER NKEY SEED------\n")
 
 
-operator = Key("operator", "operator")
-account = Key("account", "account")
-stranger = Key("stranger-account", "account")
-account_jwt = jwt(operator, account.public, "kvmesh", {
-    "type": "account",
-    "limits": dict(UNLIMITED, imports=-1, exports=-1, wildcards=True,
-                   conn=-1, leaf=-1)})
-creds(f"{d}/user.creds", account, "user")
-creds(f"{d}/stranger.creds", stranger, "stranger")
-with open(f"{d}/resolver.conf", "w") as f:
-    f.write('operator: "%s"\nresolver: MEMORY\nresolver_preload: {\n'
-            '  %s: "%s"\n}\n' % (
-                jwt(operator, operator.public, "kvmesh-test", {"type": "operator"}),
-                account.public, account_jwt))
+if command == "nkey":
+    user = Key("user", "user")
+    with open(f"{d}/seed", "w") as f:
+        f.write(user.seed() + "\n")
+    print(user.public)
+elif command == "jwt":
+    operator = Key("operator", "operator")
+    account = Key("account", "account")
+    stranger = Key("stranger-account", "account")
+    account_jwt = jwt(operator, account.public, "kvmesh", {
+        "type": "account",
+        "limits": dict(UNLIMITED, imports=-1, exports=-1, wildcards=True,
+                       conn=-1, leaf=-1)})
+    creds(f"{d}/user.creds", account, "user")
+    creds(f"{d}/stranger.creds", stranger, "stranger")
+    with open(f"{d}/resolver.conf", "w") as f:
+        f.write('operator: "%s"\nresolver: MEMORY\nresolver_preload: {\n'
+                '  %s: "%s"\n}\n' % (
+                    jwt(operator, operator.public, "kvmesh-test", {"type": "operator"}),
+                    account.public, account_jwt))
+else:
+    sys.exit(f"nats_auth.py: unknown command {command}: nkey or jwt")
