@@ -104,27 +104,36 @@ else
   ok route_nobody_serves_nats
 fi
 
+# start_up NAME LAST SECS ARGS...: runs `kvmesh up ARGS`, its output in
+# $tmp/NAME.out and .err, and returns once router LAST is up (up prints
+# "ROLE NAME pid PID ..." per child, nats-server first and the last router
+# last); the test ends when it is not within SECS. Sets up (its pid), url
+# and port; every child's pid joins pids.
+start_up() {
+  local name=$1 last=$2 secs=$3
+  shift 3
+  "$bin" up "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  up=$!
+  pids+=("$up")
+  local end=$((SECONDS + secs)) pid
+  until grep -q "^router $last pid " "$tmp/$name.out"; do
+    if [ "$SECONDS" -ge "$end" ] || ! kill -0 "$up" 2>/dev/null; then
+      echo "FAIL ${name}_starts: $(cat "$tmp/$name.out" "$tmp/$name.err")"
+      exit 1
+    fi
+    sleep 0.1
+  done
+  while read -r _ _ _ pid _; do
+    pids+=("$pid")
+  done < <(grep -E '^[a-z-]+ [^ ]+ pid [0-9]+' "$tmp/$name.out")
+  url=$(sed -n 's/^nats-server \(nats:[^ ]*\) pid .*/\1/p' "$tmp/$name.out")
+  port=${url##*:}
+}
+
 # -- kvmesh up ---------------------------------------------------------------
 
-"$bin" up --workers 8 --routers 2 --shards 2 --agents 2 --durable \
-  --block-tokens 16 --heartbeat-ms 200 >"$tmp/up.out" 2>"$tmp/up.err" &
-up=$!
-pids+=("$up")
-# up prints "ROLE NAME pid PID ..." per child, nats-server first and the
-# last router last.
-end=$((SECONDS + 15))
-until grep -q '^router router-1 pid ' "$tmp/up.out"; do
-  if [ "$SECONDS" -ge "$end" ] || ! kill -0 "$up" 2>/dev/null; then
-    echo "FAIL up_starts: $(cat "$tmp/up.out" "$tmp/up.err")"
-    exit 1
-  fi
-  sleep 0.1
-done
-while read -r _ _ _ pid _; do
-  pids+=("$pid")
-done < <(grep -E '^[a-z-]+ [^ ]+ pid [0-9]+' "$tmp/up.out")
-url=$(sed -n 's/^nats-server \(nats:[^ ]*\) pid .*/\1/p' "$tmp/up.out")
-port=${url##*:}
+start_up up router-1 15 --workers 8 --routers 2 --shards 2 --agents 2 \
+  --durable --block-tokens 16 --heartbeat-ms 200
 mesh_admin() { run admin --nats "$url" "$@"; }
 mesh_route() { run route --nats "$url" --block-tokens 16 "$@"; }
 
@@ -384,23 +393,7 @@ fi
 
 # -- up when a child dies: it stops the rest and says which ----------------
 
-"$bin" up --workers 2 --agents 2 --heartbeat-ms 200 >"$tmp/up2.out" \
-  2>"$tmp/up2.err" &
-up=$!
-pids+=("$up")
-end=$((SECONDS + 15))
-until grep -q '^router router-0 pid ' "$tmp/up2.out"; do
-  if [ "$SECONDS" -ge "$end" ] || ! kill -0 "$up" 2>/dev/null; then
-    echo "FAIL up_starts: $(cat "$tmp/up2.out" "$tmp/up2.err")"
-    exit 1
-  fi
-  sleep 0.1
-done
-while read -r _ _ _ pid _; do
-  pids+=("$pid")
-done < <(grep -E '^[a-z-]+ [^ ]+ pid [0-9]+' "$tmp/up2.out")
-url=$(sed -n 's/^nats-server \(nats:[^ ]*\) pid .*/\1/p' "$tmp/up2.out")
-port=${url##*:}
+start_up up2 router-0 15 --workers 2 --agents 2 --heartbeat-ms 200
 doomed=$(sed -n 's/^agent agent-1 pid \([0-9]*\).*/\1/p' "$tmp/up2.out")
 kill -9 "$doomed"
 wait_exit "$up" 20
@@ -423,19 +416,8 @@ fi
 # -- a fleet whose listing outgrows one NATS message (1 MiB: about 4,700
 # workers): kvmesh admin reads it in pages --------------------------------
 
-"$bin" up --workers 5000 --agents 2 --gpu-blocks 16 --host-blocks 0 \
-  --disk-blocks 0 >"$tmp/up3.out" 2>"$tmp/up3.err" &
-up=$!
-pids+=("$up")
-end=$((SECONDS + 30))
-until grep -q '^router router-0 pid ' "$tmp/up3.out"; do
-  if [ "$SECONDS" -ge "$end" ] || ! kill -0 "$up" 2>/dev/null; then
-    echo "FAIL large_up_starts: $(cat "$tmp/up3.out" "$tmp/up3.err")"
-    exit 1
-  fi
-  sleep 0.1
-done
-url=$(sed -n 's/^nats-server \(nats:[^ ]*\) pid .*/\1/p' "$tmp/up3.out")
+start_up up3 router-0 30 --workers 5000 --agents 2 --gpu-blocks 16 \
+  --host-blocks 0 --disk-blocks 0
 if poll 60 admin --nats "$url" workers --json -- \
   'ids = [w["id"] for w in d["workers"]]
 assert ids == list(range(5000)), len(ids)
