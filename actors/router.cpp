@@ -95,15 +95,21 @@ bool end_wait(const auction_ptr& a, uint32_t w) {
   return true;
 }
 
+// Releases the reservations `workers` made bidding for `a`.
+void release(rpointer self, const auction_ptr& a,
+             const std::vector<uint32_t>& workers) {
+  auto& st = self->state;
+  for (auto& [g, ws] : by_bidder(st, workers))
+    self->send(st.bidders[g], release_atom::value,
+               release_msg{a->request.id, std::move(ws)});
+}
+
 // Releases the reservations of every bidder but `keep`.
 void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
-  auto& st = self->state;
   std::vector<uint32_t> others;
   for (const bid& b : a->bids)
     if (b.worker != keep) others.push_back(b.worker);
-  for (auto& [g, ws] : by_bidder(st, others))
-    self->send(st.bidders[g], release_atom::value,
-               release_msg{a->request.id, std::move(ws)});
+  release(self, a, others);
 }
 
 void award_next(rpointer self, auction_ptr a);
@@ -241,6 +247,21 @@ void award_next(rpointer self, auction_ptr a) {
 
 void decide(rpointer self, auction_ptr a) {
   auto& st = self->state;
+  if (a->asked_all && std::none_of(a->bids.begin(), a->bids.end(),
+                                   [](const bid& b) { return b.holds; })) {
+    // Nobody claims it: only the eligible may win; the rest asked only
+    // for a claim let go of their reservations.
+    auto out = std::stable_partition(
+        a->bids.begin(), a->bids.end(), [&](const bid& b) {
+          return std::binary_search(a->eligible.begin(), a->eligible.end(),
+                                    b.worker);
+        });
+    std::vector<uint32_t> dropped;
+    for (auto it = out; it != a->bids.end(); ++it)
+      dropped.push_back(it->worker);
+    a->bids.erase(out, a->bids.end());
+    release(self, a, dropped);
+  }
   if (a->bids.empty()) {
     // Silence from every bidder is more often a hiccup (a busy host, a
     // reconnect) than a dead fleet: call again while rounds are left.
@@ -389,6 +410,22 @@ void call_for_bids_(rpointer self, auction_ptr a) {
     if (st.members[i].present && st.members[i].live &&
         !st.members[i].last.draining && !st.members[i].last.unhealthy)
       eligible.push_back(i);
+  a->asked_all = false;
+  if (!eligible.empty() && a->request.redelivered) {
+    // Handed out before: a worker may have taken it that this router has
+    // since counted out, for the outage that lost the first answer's ack
+    // (a nats-server restart) silenced its heartbeats too, or that drains
+    // now. Asked, it claims the request (bid.holds); elsewhere it would
+    // run twice. Rare enough to skip the index and ask everyone.
+    std::vector<uint32_t> known;
+    for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
+      if (st.members[i].present) known.push_back(i);
+    if (known.size() > eligible.size()) {
+      a->asked_all = true;
+      send_bids(self, a, known);
+      return;
+    }
+  }
   if (eligible.empty()) {
     // Heartbeats may only be late (a busy host): hold the request for the
     // next ticks while rounds are left.

@@ -77,7 +77,12 @@ struct auction {
   waiting awaits = none;
   uint32_t wait = 0;
   caf::actor_clock::time_point deadline;
-  std::vector<uint32_t> eligible;  // while it awaits the index's holders
+  // The workers that may win this round (live, not draining, healthy),
+  // ascending.
+  std::vector<uint32_t> eligible;
+  // This round asked every known worker, eligible or not (a redelivered
+  // request): only a holder's claim lets one that is not eligible win.
+  bool asked_all = false;
 };
 
 struct router_state {

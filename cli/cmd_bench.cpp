@@ -1543,6 +1543,7 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--threads", o->threads,
                   "threads running each started process's actors (0: the "
                   "host's cores split among the processes, at least one)")
+      ->check(CLI::Range(0u, max_threads))
       ->capture_default_str();
   cmd->add_option("--timeout", o->timeout_s,
                   "give up the run after X s (default: the trace's length "

@@ -98,6 +98,7 @@ void add_threads_flag(CLI::App& cmd, uint32_t& threads) {
   cmd.add_option("--threads", threads,
                  "threads running this process's actors (0: one per core); "
                  "processes sharing a host do best splitting its cores")
+      ->check(CLI::Range(0u, max_threads))
       ->capture_default_str();
 }
 

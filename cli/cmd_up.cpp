@@ -462,6 +462,7 @@ void add_up(CLI::App& app, std::function<int()>& run) {
                       "threads running each started process's actors (0: "
                       "the host's cores split among the processes, at "
                       "least one)")
+          ->check(CLI::Range(0u, max_threads))
           ->capture_default_str(),
       cmd->add_flag("--durable", o->durable,
                     "routers take the durable JetStream queue too (the "

@@ -107,6 +107,10 @@ inline uint32_t agent_share(uint32_t workers, uint32_t agents, uint32_t a) {
 // sleeping threads (docs/benchmarks.md).
 uint32_t host_share_threads(uint32_t procs);
 
+// The most threads --threads takes: past it a typo (a million) would have
+// CAF start threads until the system refuses one and the process aborts.
+constexpr uint32_t max_threads = 1024;
+
 // `kvmesh agent`'s flags for `n` simulated GPUs with ids from `first`, each
 // engine as `kvmesh sim` builds worker `id` of `cfg`.
 std::vector<std::string> sim_agent_args(const sim_config& cfg,

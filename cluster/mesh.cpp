@@ -1171,8 +1171,8 @@ caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
           answer(*self->state.bus, reply, encode(r));
         };
         // Listing verbs take no arguments: any payload (even none, from a
-        // NATS CLI) will do. Workers come in pages that fit one message;
-        // without an AdminRequest, the first.
+        // NATS CLI) will do. Workers come in pages to an asker that says
+        // it pages (AdminRequest.paged).
         if (verb == "workers") {
           auto q = decode<admin_request>(payload);
           const bool paged = q && q->paged;
@@ -1182,10 +1182,10 @@ caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
           // not page gets all in one message, or an error if they do not
           // fit (not a cut list it would take for the whole).
           const size_t limit = self->state.bus->max_payload();
-          const size_t budget = self->state.page_bytes != 0
-                                    ? self->state.page_bytes
-                                : paged ? std::max<size_t>(limit / 2, 1)
-                                        : std::max<size_t>(limit, 8192) - 4096;
+          size_t budget = self->state.page_bytes;
+          if (budget == 0)
+            budget = paged ? std::max<size_t>(limit / 2, 1)
+                           : std::max<size_t>(limit, 8192) - 4096;
           return relay<std::vector<worker_status>>(
               self, reply,
               [paged, from, budget](admin_reply& r,

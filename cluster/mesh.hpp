@@ -136,7 +136,7 @@ struct router_node_options {
   // (cluster/mesh_metrics.hpp makes it); null: not counted.
   std::shared_ptr<const router_meters> meters;
   // The bytes of workers in one page of the ADMIN's listing; 0: half the
-  // server's max payload.
+  // server's max payload. Set, it bounds an unpaged listing too (tests).
   size_t admin_page_bytes = 0;
 };
 

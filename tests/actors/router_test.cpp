@@ -127,10 +127,13 @@ class router_test : public actor_fixture {
       out.push_back(track(sys->spawn(mock_worker, s)));
     return out;
   }
-  decision route(const router_actor& r, uint64_t id) {
-    auto d = ask<decision>(r, route_atom::value, request(id));
+  decision route(const router_actor& r, const route_request_msg& req) {
+    auto d = ask<decision>(r, route_atom::value, req);
     EXPECT_TRUE(d->has_value() && **d);
     return d->has_value() && **d ? ***d : decision{};
+  }
+  decision route(const router_actor& r, uint64_t id) {
+    return route(r, request(id));
   }
 };
 
@@ -191,6 +194,48 @@ TEST_F(router_test, a_redelivered_request_goes_to_the_worker_holding_it) {
   EXPECT_EQ((**dd)->worker, 1u);
   EXPECT_EQ(*holder.awards, 2);
   EXPECT_EQ(route(r, 8).worker, 0u);
+}
+
+// The outage that lost a durable answer's ack (a nats-server restart) can
+// silence the heartbeats of the worker that took it too: counted out, it
+// is still asked for a redelivered request, and its claim wins.
+TEST_F(router_test, a_redelivered_request_asks_workers_counted_out) {
+  auto holder = bidder(1, 50);
+  holder.b.holds = true;
+  holder.silent_status = true;
+  auto ws = mocks({bidder(0, 0), holder});
+  auto r = spawn_router(ws);
+  advance(std::chrono::milliseconds(4500));  // three beats missed
+  ASSERT_EQ(status(r).live_workers, 1u);
+  auto again = request(7);
+  again.redelivered = true;
+  auto d = ask<decision>(r, route_atom::value, again);
+  ASSERT_TRUE(d->has_value() && **d);
+  EXPECT_EQ((**d)->worker, 1u);
+  EXPECT_EQ(*holder.awards, 1);
+  // Not redelivered: only the live are asked, whatever they would claim.
+  auto first = request(8);
+  first.stream_sequence = 4;
+  EXPECT_EQ(route(r, first).worker, 0u);
+  EXPECT_EQ(*holder.awards, 1);
+}
+
+// Asked only for a claim, a worker counted out that makes none cannot win,
+// however cheap, and lets go of its reservation.
+TEST_F(router_test, a_redelivered_request_nobody_claims_goes_to_the_live) {
+  auto out = bidder(0, 0);  // the cheapest, but counted out
+  out.silent_status = true;
+  auto ws = mocks({out, bidder(1, 40)});
+  auto r = spawn_router(ws);
+  advance(std::chrono::milliseconds(4500));
+  ASSERT_EQ(status(r).live_workers, 1u);
+  auto again = request(7);
+  again.redelivered = true;
+  const decision d = route(r, again);
+  EXPECT_EQ(d.worker, 1u);
+  EXPECT_EQ(d.prices.size(), 1u);
+  EXPECT_EQ(*out.awards, 0);
+  EXPECT_EQ(*out.releases, 1);
 }
 
 TEST_F(router_test, a_silent_bidder_is_left_out_at_the_deadline) {

@@ -65,6 +65,11 @@ expect_usage() {
 nowhere=nats://127.0.0.1:$(free_port)
 expect_usage route_without_tokens --tokens \
   route --nats "$nowhere" --block-tokens 16
+# A typo's million threads would abort the process when the system runs out.
+for cmd in router agent index up bench; do
+  expect_usage "${cmd}_threads_bounded" --threads \
+    "$cmd" --nats "$nowhere" --threads 1000000
+done
 expect_usage index_shard_past_last --shard \
   index --nats "$nowhere" --shard 3/2 --db "$tmp/db"
 expect_usage agent_vllm_needs_kv_events --kv-events \
