@@ -420,11 +420,9 @@ void call_for_bids_(rpointer self, auction_ptr a) {
     std::vector<uint32_t> known;
     for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
       if (st.members[i].present) known.push_back(i);
-    if (known.size() > eligible.size()) {
-      a->asked_all = true;
-      send_bids(self, a, known);
-      return;
-    }
+    a->asked_all = known.size() > eligible.size();
+    send_bids(self, a, known);
+    return;
   }
   if (eligible.empty()) {
     // Heartbeats may only be late (a busy host): hold the request for the

@@ -563,6 +563,19 @@ TEST_F(router_test, above_the_fanout_bound_it_asks_holders_and_least_loaded) {
   std::sort(asked.begin(), asked.end());
   // The holder, and the least loaded (all equal: the first) of the rest.
   EXPECT_EQ(asked, (std::vector<uint32_t>{0, 3}));
+
+  // A redelivered request goes to everyone: the worker that took it may
+  // hold none of its prefix (here worker 2, which the index does not name).
+  auto claimer = bidder(2, 0);
+  claimer.b.holds = true;
+  opt.workers = mocks({bidder(0, 0), bidder(1, 0), claimer, bidder(3, 0)});
+  auto r2 = track(sys->spawn(router, opt));
+  auto again = request(1);
+  again.redelivered = true;
+  const decision d2 = route(r2, again);
+  EXPECT_EQ(d2.prices.size(), 4u);
+  EXPECT_EQ(d2.worker, 2u);
+  EXPECT_EQ(*claimer.awards, 1);
 }
 
 // Their words class these failures in kvmesh_router_failures_total
