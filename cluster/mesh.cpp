@@ -173,30 +173,39 @@ void agent_bid(agent_pointer self, const std::string& reply,
   struct gather {
     bid_list out;
     size_t left = 0;
+    std::string reply;
   };
   auto g = std::make_shared<gather>();
-  std::vector<std::pair<uint32_t, worker_actor>> asked;
+  // The asked workers hosted here, as the call's list: each worker finds
+  // itself in it.
+  std::vector<uint32_t> here;
+  here.reserve(cfb->workers.size());
   for (uint32_t w : cfb->workers)
-    if (auto it = st.workers.find(w); it != st.workers.end())
-      asked.emplace_back(w, it->second);
-  if (asked.empty()) {
+    if (st.workers.count(w) != 0) here.push_back(w);
+  if (here.empty()) {
     answer(*st.bus, reply,
            encode(bid_list{{}, "agent " + st.agent + " hosts none of them"}));
     return;
   }
-  g->left = asked.size();
-  call_for_bids local{std::move(cfb->request), cfb->bidders_speed, {}};
-  auto reply_to = reply;
-  auto done = [self, g, reply_to] {
+  g->left = here.size();
+  g->out.bids.reserve(here.size());
+  g->reply = reply;
+  // One message for all of them: CAF shares it (copy on write, and the
+  // workers only read it), where a call each would copy the prompt's
+  // blocks once per worker.
+  const caf::message call = caf::make_message(
+      bid_atom::value,
+      call_for_bids{std::move(cfb->request), cfb->bidders_speed, here});
+  auto done = [self, g] {
     if (--g->left == 0)
-      answer_batched(self, *self->state.bus, self->state.out, reply_to,
+      answer_batched(self, *self->state.bus, self->state.out, g->reply,
                      encode(g->out));
   };
   // Local workers always answer (a dead one's request fails at once), so
   // no timer per bid: the router's deadline covers this agent as a whole.
-  for (auto& [w, handle] : asked) {
-    local.workers.assign(1, w);
-    self->request(handle, caf::infinite, bid_atom::value, local)
+  for (uint32_t w : here)
+    self->request(caf::actor_cast<caf::actor>(st.workers.at(w)), caf::infinite,
+                  call)
         .then(
             [g, done](bid_list& l) {
               for (const bid& b : l.bids)
@@ -204,7 +213,6 @@ void agent_bid(agent_pointer self, const std::string& reply,
               done();
             },
             [done](caf::error&) { done(); });
-  }
 }
 
 void agent_award(agent_pointer self, const std::string& reply,
