@@ -195,9 +195,7 @@ std::string start_mesh(mesh_procs& m, const bench_options& o,
   const sim_config& cfg = o.cfg;
   // The bench's own process counts too: it drives the load.
   const uint32_t threads =
-      o.threads != 0
-          ? o.threads
-          : host_share_threads(o.shards + o.agents + cfg.routers + 1);
+      host_share_threads(o.shards + o.agents + cfg.routers + 1, o.threads);
   auto start = [&](const std::string& role, const std::string& name,
                    std::vector<std::string> argv) -> std::string {
     argv.insert(argv.begin(), {*exe, role, "--nats", m.url, "--prefix", prefix,

@@ -304,8 +304,7 @@ int run_up_mesh(const up_options& o) {
   std::fflush(stdout);
 
   const uint32_t threads =
-      o.threads != 0 ? o.threads
-                     : host_share_threads(o.shards + o.agents + cfg.routers);
+      host_share_threads(o.shards + o.agents + cfg.routers, o.threads);
   auto start = [&](const std::string& role, const std::string& name,
                    std::vector<std::string> argv,
                    const std::string& note) -> bool {

@@ -279,7 +279,8 @@ temp_dir_guard::~temp_dir_guard() {
   if (!path.empty()) std::filesystem::remove_all(path, ec);
 }
 
-uint32_t host_share_threads(uint32_t procs) {
+uint32_t host_share_threads(uint32_t procs, uint32_t requested) {
+  if (requested != 0) return requested;
   const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   return std::max(1u, cores / (procs + 1));  // + 1: the nats-server
 }

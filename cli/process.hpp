@@ -104,8 +104,9 @@ inline uint32_t agent_share(uint32_t workers, uint32_t agents, uint32_t a) {
 // --threads for each of `procs` processes that share this host with a
 // nats-server: its cores split among them, at least one each. A thread per
 // core in every process would make them hand messages to each other's
-// sleeping threads (docs/benchmarks.md).
-uint32_t host_share_threads(uint32_t procs);
+// sleeping threads (docs/benchmarks.md). A `requested` count (--threads)
+// other than 0 is taken as it is.
+uint32_t host_share_threads(uint32_t procs, uint32_t requested = 0);
 
 // The most threads --threads takes: past it a typo (a million) would have
 // CAF start threads until the system refuses one and the process aborts.
