@@ -3,9 +3,9 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/iterator.h>
-#include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
+#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/status.h>
 #include <rocksdb/write_batch.h>
 
@@ -105,27 +105,12 @@ expected<std::unique_ptr<block_store>> block_store::open(
   rocksdb::Options o;
   o.create_if_missing = opt.create;
   o.paranoid_checks = true;
-  o.write_buffer_size = opt.write_buffer_bytes;
-  // Flushing (sorting the vector memtable below) is what limits sustained
-  // ingest; two flushes may run at once so one slow flush does not stall
-  // writes while the other core idles.
-  o.max_background_jobs = 3;
-  o.max_background_flushes = 2;
+  o.max_background_jobs = 2;
+  o.max_background_flushes = 1;
   o.max_background_compactions = 1;
-  o.max_write_buffer_number = 3;
   o.bytes_per_sync = 1 << 20;
   o.level_compaction_dynamic_level_bytes = true;
   o.keep_log_file_num = 4;
-  // KV events carry random hashes, and a skiplist memtable spends microseconds
-  // per random insert at a million entries. The shard never reads its
-  // memtable except to flush it (queries go to the index), so an unsorted
-  // vector sorted once at flush does the same job; it takes one writer at a
-  // time, which is the store's model anyway.
-  o.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
-  o.allow_concurrent_memtable_write = false;
-  // Keep what the WAL replays in the memtable rather than writing it out
-  // before the open returns: a restarted shard is back sooner.
-  o.avoid_flush_during_recovery = true;
   // The load below is one long read on a 2-core box; a compaction of a
   // backlog of L0 files started now would compete with it for the CPU.
   // Compactions resume once the index is loaded.
@@ -135,6 +120,9 @@ expected<std::unique_ptr<block_store>> block_store::open(
   if (!s.ok()) return refuse(ec::io_error, "cannot open: " + describe(s));
   std::unique_ptr<block_store> st(new block_store(opt.dir, into, opt.sync));
   st->db_.reset(raw);
+  st->options_ = std::make_unique<rocksdb::Options>(o);
+  // A file the writer was building when the process died: never ingested.
+  fs::remove(st->ingest_path(), fe);
 
   // One sequential pass; these pages are read once, so keep them out of the
   // block cache and read ahead in large steps.
@@ -182,7 +170,6 @@ expected<std::unique_ptr<block_store>> block_store::open(
   s = st->db_->SetOptions({{"disable_auto_compactions", "false"}});
   if (!s.ok())
     return refuse(ec::io_error, "cannot resume compactions: " + describe(s));
-  st->batch_ = std::make_unique<rocksdb::WriteBatch>();
   st->writer_ = std::thread([p = st.get()] { p->write_loop(); });
   return st;
 }
@@ -326,30 +313,46 @@ status block_store::run(job& j) {
   std::stable_sort(c.begin(), c.end(), [](const change& a, const change& b) {
     return a.worker != b.worker ? a.worker < b.worker : a.hash < b.hash;
   });
-  rocksdb::WriteBatch& batch = *batch_;
-  batch.Clear();
+  // Sorted, each entry once: what an SST file needs. Ingesting it skips
+  // the WAL, the memtable and its flush, which together cost the shard
+  // more CPU than anything else under cache churn (docs/benchmarks.md).
+  const std::string path = ingest_path();
+  rocksdb::SstFileWriter w(rocksdb::EnvOptions(), *options_);
+  rocksdb::Status s = w.Open(path);
+  if (!s.ok())
+    return fail(ec::io_error, "cannot create " + path + ": " + describe(s));
   size_t n = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
+  for (size_t i = 0; i < c.size() && s.ok(); ++i) {
     if (i + 1 < c.size() && c[i + 1].worker == c[i].worker &&
         c[i + 1].hash == c[i].hash)
       continue;
     encode_key(key, c[i].worker, c[i].hash);
     const char t = static_cast<char>(c[i].where);
-    const rocksdb::Status s =
-        c[i].where == gone
-            ? batch.Delete(rocksdb::Slice(key, key_size))
-            : batch.Put(rocksdb::Slice(key, key_size), rocksdb::Slice(&t, 1));
-    if (!s.ok())
-      return fail(ec::io_error, "cannot batch an entry: " + describe(s));
+    s = c[i].where == gone
+            ? w.Delete(rocksdb::Slice(key, key_size))
+            : w.Put(rocksdb::Slice(key, key_size), rocksdb::Slice(&t, 1));
     ++n;
   }
-  const rocksdb::Status s = db_->Write(wo, &batch);
-  // A re-announce's batch is not kept for the trickle that follows it.
-  if (batch.GetDataSize() > max_kept_changes * key_size)
-    batch_ = std::make_unique<rocksdb::WriteBatch>();
-  if (!s.ok()) return fail(ec::io_error, "write failed: " + describe(s));
+  if (s.ok()) s = w.Finish();  // synced to disk
+  if (!s.ok()) {
+    std::error_code fe;
+    fs::remove(path, fe);
+    return fail(ec::io_error, "cannot write " + path + ": " + describe(s));
+  }
+  rocksdb::IngestExternalFileOptions io;
+  io.move_files = true;  // linked into the DB, then this name removed
+  s = db_->IngestExternalFile({path}, io);
+  if (!s.ok()) {
+    std::error_code fe;
+    fs::remove(path, fe);
+    return fail(ec::io_error, "cannot ingest " + path + ": " + describe(s));
+  }
   written_.fetch_add(n, std::memory_order_relaxed);
   return ok;
+}
+
+std::string block_store::ingest_path() const {
+  return (fs::path(dir_) / "kvmesh-ingest.sst").string();
 }
 
 void block_store::stop_writer() {
@@ -377,9 +380,9 @@ status block_store::drop_worker(uint32_t worker) {
 
 status block_store::close() {
   if (!db_) return fail(ec::invalid_argument, "already closed");
-  // Writing the memtable out now spares the next open a WAL replay (and
-  // the sort of an unsorted memtable); it also makes the data safe from
-  // power loss, not only from a crash of this process.
+  // Writing the memtable (drops) out now spares the next open a WAL
+  // replay; it also makes the drops safe from power loss, not only from a
+  // crash of this process.
   std::string problems;
   auto note = [&](const std::string& p) {
     problems += (problems.empty() ? "" : "; ") + p;

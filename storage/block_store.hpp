@@ -20,7 +20,7 @@
 // does not compile against it.
 namespace rocksdb {
 class DB;
-class WriteBatch;
+struct Options;
 }  // namespace rocksdb
 
 namespace kvmesh {
@@ -28,11 +28,9 @@ namespace kvmesh {
 struct block_store_options {
   std::string dir;      // the RocksDB directory of this shard
   bool create = false;  // create the directory and DB if missing
-  bool sync = false;    // fsync the WAL on every write (power loss)
-  // One memtable. Up to three are unflushed at a time, and a restart after
-  // a crash replays (and sorts) what they held, so this bounds the extra
-  // reopen time; 16 MiB holds about half a million entries.
-  size_t write_buffer_bytes = size_t{16} << 20;
+  // fsync the WAL on every drop_worker (power loss); the changes persist()
+  // hands over are always synced, as SST files.
+  bool sync = false;
 };
 
 // One shard's block map on disk. Each entry is one (block, holder) pair:
@@ -68,12 +66,12 @@ class block_store {
     return apply(worker, events.data(), events.size());
   }
   // Hands the changes noted since the last call to the store's writer
-  // thread, which writes each changed entry once (its last state) in one
-  // atomic WriteBatch through the WAL. A block that came and went, or
-  // moved tiers twice, in between costs one write: under cache churn most
-  // KV events never reach RocksDB. The caller (the shard actor) never waits
-  // for RocksDB. What a crash loses is what was not yet written; a shard
-  // that comes back is re-announced every worker's cache anyway. Returns
+  // thread, which writes each changed entry once (its last state) into one
+  // SST file and ingests it into the DB: atomic and durable. A block that came
+  // and went, or moved tiers twice, in between costs one write: under cache
+  // churn most KV events never reach RocksDB. The caller (the shard actor)
+  // never waits for RocksDB. What a crash loses is what was not yet written; a
+  // shard that comes back is re-announced every worker's cache anyway. Returns
   // the writer's failures since the last call (the writer retries them).
   status persist();
   // Waits until everything handed over is written (or has failed).
@@ -85,8 +83,9 @@ class block_store {
   // Forgets every entry of `worker`: in the index now, on disk after the
   // changes handed over before it.
   status drop_worker(uint32_t worker);
-  // Persists what is noted, waits for the writer, writes the memtable out
-  // (so the next open replays no WAL) and closes the DB; later calls fail.
+  // Persists what is noted, waits for the writer, writes the memtable (the
+  // drops) out so the next open replays no WAL, and closes the DB; later
+  // calls fail.
   // The destructor does this too, counting a failure in errors().
   status close();
 
@@ -125,6 +124,8 @@ class block_store {
   void hand_over_noted();
   void write_loop();
   status run(job& j);
+  // Where the writer builds the SST file it ingests next.
+  std::string ingest_path() const;
   void stop_writer();
 
   std::string dir_;
@@ -146,7 +147,8 @@ class block_store {
   // once-a-second hand-over free of megabyte allocations, which glibc's
   // heap served from ever new places (the shard's RSS crept in steps).
   std::vector<change> spare_;
-  std::unique_ptr<rocksdb::WriteBatch> batch_;  // the writer's only
+  // The DB's options, which the writer's SST files are built with.
+  std::unique_ptr<rocksdb::Options> options_;
   bool busy_ = false;     // the writer runs a job
   bool failing_ = false;  // the writer's last job failed
   bool stop_ = false;

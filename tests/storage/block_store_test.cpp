@@ -207,7 +207,7 @@ void kill_after_writing(const std::string& dir, const workload& w,
   _exit(0);
 }
 
-TEST_F(block_store_test, exit_without_close_recovers_from_the_wal) {
+TEST_F(block_store_test, exit_without_close_keeps_what_was_persisted) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const workload w = make_workload(1, 60, 600);
   EXPECT_EXIT(kill_after_writing(dir_, w, false), ::testing::ExitedWithCode(0),
@@ -221,7 +221,7 @@ TEST_F(block_store_test, exit_without_close_recovers_from_the_wal) {
   expect_same(got, want, w);
 }
 
-TEST_F(block_store_test, sigkill_without_close_recovers_from_the_wal) {
+TEST_F(block_store_test, sigkill_without_close_keeps_what_was_persisted) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const workload w = make_workload(2, 60, 600);
   EXPECT_EXIT(kill_after_writing(dir_, w, true),
@@ -374,6 +374,38 @@ TEST_F(block_store_test, a_bad_batch_changes_nothing) {
   ASSERT_TRUE(st) << st.err().message;
   EXPECT_EQ(again.entries(), 1u);
   EXPECT_EQ(again.blocks(), 1u);
+}
+
+// The writer builds each second's changes as an SST file in the DB's
+// directory before ingesting it: a failure there is an error naming the
+// file, retried until it works, and a file left by a crash is ignored.
+TEST_F(block_store_test, a_failed_ingest_is_reported_and_retried) {
+  const fs::path file = fs::path(dir_) / "kvmesh-ingest.sst";
+  {
+    block_index idx;
+    auto st = block_store::open(options(true), idx);
+    ASSERT_TRUE(st) << st.err().message;
+    // A directory where the file goes: the writer cannot create it.
+    fs::create_directories(file / "blocker");
+    ASSERT_TRUE((*st)->apply(1, {stored(10, tier::gpu)}));
+    ASSERT_TRUE((*st)->persist());
+    status s = (*st)->settle();
+    ASSERT_FALSE(s);
+    EXPECT_NE(s.err().message.find(file.string()), std::string::npos)
+        << s.err().message;
+    EXPECT_GE((*st)->errors(), 1u);
+    fs::remove_all(file);
+    EXPECT_TRUE((*st)->settle());  // the retry, a second later
+    EXPECT_EQ((*st)->written(), 1u);
+    ASSERT_TRUE((*st)->close());
+  }
+  // What a crash mid-write leaves behind.
+  { std::ofstream(file) << "half an SST file"; }
+  block_index again;
+  auto st = block_store::open(options(false), again);
+  ASSERT_TRUE(st) << st.err().message;
+  EXPECT_EQ(again.entries(), 1u);
+  EXPECT_FALSE(fs::exists(file));
 }
 
 TEST_F(block_store_test, missing_directory_without_create_names_the_path) {
