@@ -161,6 +161,12 @@ std::string watch(mesh_procs& m, int ms) {
   return {};
 }
 
+// Threads of each process the run starts. The bench's own process counts
+// too: it drives the load.
+uint32_t process_threads(const bench_options& o) {
+  return host_share_threads(o.shards + o.agents + o.cfg.routers + 1, o.threads);
+}
+
 // Starts nats-server on a free loopback port (no JetStream: bench does not
 // use the durable queue) and waits until it accepts connections.
 std::string start_nats(mesh_procs& m, const bench_options& o) {
@@ -168,8 +174,11 @@ std::string start_nats(mesh_procs& m, const bench_options& o) {
   if (!port) return port.err().message;
   child_proc p{"nats-server", "", -1};
   const std::string log = m.log_of(p);
+  child_options co;
+  co.env = nats_server_env(process_threads(o));
   auto pid = spawn_child({o.nats_server, "-a", "127.0.0.1", "-p",
-                          std::to_string(*port), "-l", log});
+                          std::to_string(*port), "-l", log},
+                         co);
   if (!pid) return pid.err().message;
   p.pid = *pid;
   p.name = "nats://127.0.0.1:" + std::to_string(*port);
@@ -193,9 +202,7 @@ std::string start_mesh(mesh_procs& m, const bench_options& o,
   auto exe = self_exe();
   if (!exe) return exe.err().message;
   const sim_config& cfg = o.cfg;
-  // The bench's own process counts too: it drives the load.
-  const uint32_t threads =
-      host_share_threads(o.shards + o.agents + cfg.routers + 1, o.threads);
+  const uint32_t threads = process_threads(o);
   auto start = [&](const std::string& role, const std::string& name,
                    std::vector<std::string> argv) -> std::string {
     argv.insert(argv.begin(), {*exe, role, "--nats", m.url, "--prefix", prefix,
@@ -1539,7 +1546,8 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--threads", o->threads,
-                  "threads running each started process's actors (0: the "
+                  "threads running each started process's actors, and the "
+                  "started nats-server's GOMAXPROCS unless set (0: the "
                   "host's cores split among the processes, at least one)")
       ->check(CLI::Range(0u, max_threads))
       ->capture_default_str();

@@ -253,15 +253,20 @@ int run_up_mesh(const up_options& o) {
     return sig == SIGINT || sig == SIGTERM ? sig : 0;
   };
 
+  const uint32_t threads =
+      host_share_threads(o.shards + o.agents + cfg.routers, o.threads);
   std::string url = o.nats;
   if (url.empty()) {
     auto port = free_loopback_port();
     if (!port) return die(port.err().message);
     // JetStream on, so that routers take the durable queue too.
     const std::string log = dir + "/nats-server.log";
-    auto pid = spawn_child({o.nats_server, "-a", "127.0.0.1", "-p",
-                            std::to_string(*port), "-js", "-sd",
-                            dir + "/jetstream", "-l", log});
+    child_options co;
+    co.env = nats_server_env(threads);
+    auto pid = spawn_child(
+        {o.nats_server, "-a", "127.0.0.1", "-p", std::to_string(*port), "-js",
+         "-sd", dir + "/jetstream", "-l", log},
+        co);
     if (!pid) return die(pid.err().message);
     nats.push_back(
         {"nats-server", "nats://127.0.0.1:" + std::to_string(*port), *pid});
@@ -303,8 +308,6 @@ int run_up_mesh(const up_options& o) {
   }
   std::fflush(stdout);
 
-  const uint32_t threads =
-      host_share_threads(o.shards + o.agents + cfg.routers, o.threads);
   auto start = [&](const std::string& role, const std::string& name,
                    std::vector<std::string> argv,
                    const std::string& note) -> bool {
@@ -458,7 +461,8 @@ void add_up(CLI::App& app, std::function<int()>& run) {
           ->check(CLI::PositiveNumber)
           ->capture_default_str(),
       cmd->add_option("--threads", o->threads,
-                      "threads running each started process's actors (0: "
+                      "threads running each started process's actors, and "
+                      "the started nats-server's GOMAXPROCS unless set (0: "
                       "the host's cores split among the processes, at "
                       "least one)")
           ->check(CLI::Range(0u, max_threads))

@@ -85,8 +85,8 @@ constexpr shared_key shared_keys[] = {
      "the address the metrics endpoint listens on"},
     {"--threads", "process.threads",
      "threads running the process's actors (0: one per core; for up and "
-     "bench, each started process's, 0: the host's cores split among "
-     "them)"},
+     "bench, each started process's and the GOMAXPROCS of the nats-server "
+     "they start, 0: the host's cores split among them)"},
     {"--log-level", "log.level",
      "show events of this level and more severe: error, warn, info, debug"},
     {"--log-format", "log.format",

@@ -71,6 +71,24 @@ expected<pid_t> spawn_child(const std::vector<std::string>& argv,
   for (const auto& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Ours, with opt.env's names replaced.
+  std::vector<char*> envp;
+  if (!opt.env.empty()) {
+    auto name_of = [](const char* e) {
+      const char* eq = std::strchr(e, '=');
+      return std::string(e, eq ? static_cast<size_t>(eq - e) : std::strlen(e));
+    };
+    for (char** e = environ; *e; ++e) {
+      const std::string name = name_of(*e);
+      if (std::none_of(
+              opt.env.begin(), opt.env.end(),
+              [&](const std::string& o) { return name_of(o.c_str()) == name; }))
+        envp.push_back(*e);
+    }
+    for (const auto& o : opt.env)
+      envp.push_back(const_cast<char*>(o.c_str()));
+    envp.push_back(nullptr);
+  }
   const std::string failed = "kvmesh: cannot start " + argv[0] + ": ";
   const pid_t parent = getpid();
   const pid_t pid = fork();
@@ -110,7 +128,10 @@ expected<pid_t> spawn_child(const std::vector<std::string>& argv,
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execvp(args[0], args.data());
+    if (envp.empty())
+      execvp(args[0], args.data());
+    else
+      execvpe(args[0], args.data(), envp.data());
     const char* why = std::strerror(errno);
     (void)!write(err_fd, failed.data(), failed.size());
     (void)!write(err_fd, why, std::strlen(why));
@@ -277,6 +298,11 @@ void stop_procs(std::vector<child_proc>& procs, int sig, const char*) {
 temp_dir_guard::~temp_dir_guard() {
   std::error_code ec;
   if (!path.empty()) std::filesystem::remove_all(path, ec);
+}
+
+std::vector<std::string> nats_server_env(uint32_t threads) {
+  if (std::getenv("GOMAXPROCS") != nullptr) return {};
+  return {"GOMAXPROCS=" + std::to_string(std::max(1u, threads))};
 }
 
 uint32_t host_share_threads(uint32_t procs, uint32_t requested) {

@@ -33,6 +33,8 @@ struct child_options {
   // The child gets this signal when the parent dies, so that a parent that
   // is killed (SIGKILL, crash) leaves no orphans.
   int parent_death_signal = SIGTERM;
+  // "NAME=value" entries set in the child's environment (over ours).
+  std::vector<std::string> env;
 };
 
 // Starts `argv` (argv[0] is looked up in PATH) as a child in its own
@@ -42,6 +44,12 @@ struct child_options {
 // failure is written to our stderr and the child exits with 127.
 expected<pid_t> spawn_child(const std::vector<std::string>& argv,
                             const child_options& opt = {});
+
+// The environment of a nats-server started beside `threads`-thread kvmesh
+// processes: Go's scheduler gets as many threads (GOMAXPROCS), unless our
+// own environment sets GOMAXPROCS. On a host the mesh shares, a Go server
+// with a thread per core spins its idle threads against the others.
+std::vector<std::string> nats_server_env(uint32_t threads);
 
 // Sends `sig` to every pid > 0, waits up to `grace` for them, then sends
 // SIGKILL to the rest and reaps them. Each reaped pid is set to -1; its wait

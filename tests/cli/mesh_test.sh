@@ -142,6 +142,25 @@ start_up up router-1 15 --workers 8 --routers 2 --shards 2 --agents 2 \
 mesh_admin() { run admin --nats "$url" "$@"; }
 mesh_route() { run route --nats "$url" --block-tokens 16 "$@"; }
 
+# gomaxprocs NAME: the GOMAXPROCS in the environment of the nats-server
+# that `kvmesh up` NAME started ("" if none).
+gomaxprocs() {
+  local pid
+  pid=$(sed -n 's/^nats-server [^ ]* pid \([0-9]*\).*/\1/p' "$tmp/$1.out")
+  tr '\0' '\n' <"/proc/$pid/environ" | sed -n 's/^GOMAXPROCS=//p'
+}
+
+# Its nats-server's Go threads: the cores' share of each of the 6 processes
+# and itself, as the processes' own threads.
+want=$(($(nproc) / 7))
+[ "$want" -ge 1 ] || want=1
+got=$(gomaxprocs up)
+if [ "$got" = "$want" ]; then
+  ok up_nats_server_threads
+else
+  fail up_nats_server_threads "GOMAXPROCS '$got', want $want"
+fi
+
 # (a) every worker, with the contract's fields, live.
 if poll 15 admin --nats "$url" workers --json -- \
   'assert sum(w["state"] == "live" for w in d["workers"]) == 8'; then
@@ -398,7 +417,15 @@ fi
 
 # -- up when a child dies: it stops the rest and says which ----------------
 
+export GOMAXPROCS=3  # the user's own choice for nats-server stands
 start_up up2 router-0 15 --workers 2 --agents 2 --heartbeat-ms 200
+unset GOMAXPROCS
+got=$(gomaxprocs up2)
+if [ "$got" = 3 ]; then
+  ok up_nats_server_threads_given
+else
+  fail up_nats_server_threads_given "GOMAXPROCS '$got', want 3"
+fi
 doomed=$(sed -n 's/^agent agent-1 pid \([0-9]*\).*/\1/p' "$tmp/up2.out")
 kill -9 "$doomed"
 wait_exit "$up" 20
