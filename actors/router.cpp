@@ -113,6 +113,17 @@ void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
 }
 
 void award_next(rpointer self, auction_ptr a);
+void withdraw(rpointer self, auction_ptr a, uint32_t w, uint32_t attempt);
+
+// Worker `w` left its award unanswered past the deadline (or its stand-in
+// failed the call). It stays out of the auctions until a heartbeat says
+// otherwise; the request goes on once it withdrew the award
+// (docs/reliability.md, "Late awards"): a release alone cannot take back a
+// request its engine started, and the request would run twice.
+void award_unanswered(rpointer self, const auction_ptr& a, uint32_t w) {
+  count_out(self, w, "its award went unanswered");
+  withdraw(self, a, w, 0);
+}
 
 // Worker `w` took the request (its award's reply, or its answer to a
 // withdraw that it runs it): the decision.
@@ -205,13 +216,18 @@ void award_next(rpointer self, auction_ptr a) {
     st.auction->award(a->request.id, a->bids[idx], a->prices[idx]);
   }
   const uint32_t w = a->bids[idx].worker;
+  a->awardee = w;
+  const uint32_t wt =
+      await(self, a, auction::award_reply, st.opt.award_deadline);
   self->request(
-          st.bidders[st.members[w].bidder], st.opt.award_deadline,
-          award_atom::value,
+          st.bidders[st.members[w].bidder], caf::infinite, award_atom::value,
           award_msg{a->request, st.auction->expected_queued(a->request.id), w,
                     a->prices[idx].price})
       .then(
           [=](const award_reply& reply) {
+            // Past its deadline the award is being withdrawn, whose answer
+            // decides.
+            if (!end_wait(a, wt)) return;
             auto& st = self->state;
             if (reply.accepted) {
               won(self, a, w, reply.count, reply.endpoint);
@@ -235,13 +251,7 @@ void award_next(rpointer self, auction_ptr a) {
             }
           },
           [=](caf::error&) {
-            // Silence past the deadline. The worker stays out of the
-            // auctions until a heartbeat says otherwise; the request goes
-            // on once it withdrew the award (docs/reliability.md, "Late
-            // awards"): a release alone cannot take back a request its
-            // engine started, and the request would run twice.
-            count_out(self, w, "its award went unanswered");
-            withdraw(self, a, w, 0);
+            if (end_wait(a, wt)) award_unanswered(self, a, w);
           });
 }
 
@@ -474,6 +484,8 @@ void sweep(rpointer self) {
     end_wait(a, w);
     if (what == auction::holders)
       send_bids(self, a, pick(self, a->eligible, {}));
+    else if (what == auction::award_reply)
+      award_unanswered(self, a, a->awardee);
     else
       decide(self, a);  // with the bids that came in time
   }
