@@ -7,7 +7,6 @@
 #include <rocksdb/slice.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/status.h>
-#include <rocksdb/write_batch.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -130,7 +129,9 @@ expected<std::unique_ptr<block_store>> block_store::open(
   st->db_.reset(raw);
   st->options_ = std::make_unique<rocksdb::Options>(o);
   // A file the writer was building when the process died: never ingested.
-  fs::remove(st->ingest_path(), fe);
+  // Should it not go, the writer's first job fails on it, saying so.
+  std::error_code stale;
+  fs::remove(st->ingest_path(), stale);
 
   // One sequential pass; these pages are read once, so keep them out of the
   // block cache and read ahead in large steps.
@@ -318,6 +319,7 @@ status block_store::run(job& j) {
   // The last change of each entry wins: stable, so repeats keep their
   // order, and the last of a run of equal keys is written.
   auto& c = j.changes;
+  if (c.empty()) return ok;  // an SST file must have an entry
   std::stable_sort(c.begin(), c.end(), [](const change& a, const change& b) {
     return a.worker != b.worker ? a.worker < b.worker : a.hash < b.hash;
   });

@@ -143,9 +143,9 @@ class block_store {
   std::condition_variable idle_;  // the queue ran empty
   std::deque<job> jobs_;
   // The last written change list, emptied with its capacity kept: the next
-  // persist() notes into it. With the writer's own batch this keeps the
-  // once-a-second hand-over free of megabyte allocations, which glibc's
-  // heap served from ever new places (the shard's RSS crept in steps).
+  // persist() notes into it. This keeps the once-a-second hand-over free
+  // of megabyte allocations, which glibc's heap served from ever new
+  // places (the shard's RSS crept in steps).
   std::vector<change> spare_;
   // The DB's options, which the writer's SST files are built with.
   std::unique_ptr<rocksdb::Options> options_;
