@@ -89,6 +89,25 @@ void log_new_faults(epointer self) {
         id_of(self), to_string(f));
 }
 
+// Bids for `cfb` (if this worker was asked), holding a soft reservation.
+bid_list bid_for(epointer self, const call_for_bids& cfb) {
+  auto& st = self->state;
+  const uint32_t id = id_of(self);
+  // Asked by id (an agent's stand-in forwards its list); empty: me.
+  if (!cfb.workers.empty() && std::find(cfb.workers.begin(), cfb.workers.end(),
+                                        id) == cfb.workers.end())
+    return {{}, "worker " + std::to_string(id) + " was not asked"};
+  const auto& r = cfb.request;
+  const uint32_t n = static_cast<uint32_t>(r.blocks.size());
+  bid b = st.eng->make_bid(r.blocks.data(), n);
+  st.eng->reserve(
+      r.id,
+      expected_share(n, st.eng->ledger().config().speed, cfb.bidders_speed), n,
+      now_ms(self));
+  b.worker = id;
+  return {{b}, {}};
+}
+
 engine_worker_actor::behavior_type engine_worker(epointer self,
                                                  engine_worker_options opt) {
   auto& st = self->state;
@@ -104,22 +123,10 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
   self->delayed_send(self, st.sweep, step_atom::value);
   return {
       [=](bid_atom, const call_for_bids& cfb) -> bid_list {
-        auto& st = self->state;
-        const uint32_t id = id_of(self);
-        // Asked by id (an agent's stand-in forwards its list); empty: me.
-        if (!cfb.workers.empty() &&
-            std::find(cfb.workers.begin(), cfb.workers.end(), id) ==
-                cfb.workers.end())
-          return {{}, "worker " + std::to_string(id) + " was not asked"};
-        const auto& r = cfb.request;
-        const uint32_t n = static_cast<uint32_t>(r.blocks.size());
-        bid b = st.eng->make_bid(r.blocks.data(), n);
-        st.eng->reserve(r.id,
-                        expected_share(n, st.eng->ledger().config().speed,
-                                       cfb.bidders_speed),
-                        n, now_ms(self));
-        b.worker = id;
-        return {{b}, {}};
+        return bid_for(self, cfb);
+      },
+      [=](bid_atom, const call_for_bids& cfb, uint64_t tag) {
+        send_bids(self, tag, bid_for(self, cfb));
       },
       [=](award_atom, const award_msg& a) -> award_reply {
         auto& st = self->state;

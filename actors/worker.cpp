@@ -175,6 +175,35 @@ void remember_withdrawn(worker_state& st, uint64_t request) {
         request;
 }
 
+// Bids for `cfb` (if this worker was asked), holding a soft reservation.
+bid_list bid_for(wpointer self, const call_for_bids& cfb) {
+  auto& st = self->state;
+  const uint32_t id = st.ledger->config().id;
+  // Asked by id (an agent's stand-in forwards its list); empty: me.
+  if (!cfb.workers.empty() && std::find(cfb.workers.begin(), cfb.workers.end(),
+                                        id) == cfb.workers.end())
+    return {{}, "worker " + std::to_string(id) + " was not asked"};
+  const double now = now_ms(self);
+  st.ledger->expire(now);
+  const auto& r = cfb.request;
+  const uint32_t n = static_cast<uint32_t>(r.blocks.size());
+  bid b = make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
+  b.worker = id;
+  // Perhaps handed out again by the durable queue (its answer lost,
+  // or the queue's cluster lost a node): if it is here already, the
+  // router must award it here.
+  if (may_be_taken(r) && taken_count(st, r.id, r.stream_sequence) > 0) {
+    b.holds = true;
+    return {{b}, {}};
+  }
+  // A full table of open bids still yields a valid bid; the auction just
+  // cannot hold the work here.
+  (void)st.ledger->reserve(
+      r.id, expected_share(n, st.ledger->config().speed, cfb.bidders_speed),
+      now + st.ledger->config().reservation_ms, n);
+  return {{b}, {}};
+}
+
 }  // namespace
 
 worker_actor::behavior_type worker(wpointer self, worker_options opt) {
@@ -193,33 +222,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.taken_hint.assign(worker_state::taken_hint_slots, 0);
   return {
       [=](bid_atom, const call_for_bids& cfb) -> bid_list {
-        auto& st = self->state;
-        const uint32_t id = st.ledger->config().id;
-        // Asked by id (an agent's stand-in forwards its list); empty: me.
-        if (!cfb.workers.empty() &&
-            std::find(cfb.workers.begin(), cfb.workers.end(), id) ==
-                cfb.workers.end())
-          return {{}, "worker " + std::to_string(id) + " was not asked"};
-        const double now = now_ms(self);
-        st.ledger->expire(now);
-        const auto& r = cfb.request;
-        const uint32_t n = static_cast<uint32_t>(r.blocks.size());
-        bid b = make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
-        b.worker = id;
-        // Perhaps handed out again by the durable queue (its answer lost,
-        // or the queue's cluster lost a node): if it is here already, the
-        // router must award it here.
-        if (may_be_taken(r) && taken_count(st, r.id, r.stream_sequence) > 0) {
-          b.holds = true;
-          return {{b}, {}};
-        }
-        // A full table of open bids still yields a valid bid; the auction just
-        // cannot hold the work here.
-        (void)st.ledger->reserve(
-            r.id,
-            expected_share(n, st.ledger->config().speed, cfb.bidders_speed),
-            now + st.ledger->config().reservation_ms, n);
-        return {{b}, {}};
+        return bid_for(self, cfb);
+      },
+      [=](bid_atom, const call_for_bids& cfb, uint64_t tag) {
+        send_bids(self, tag, bid_for(self, cfb));
       },
       [=](award_atom, award_msg& a) -> award_reply {
         auto& st = self->state;

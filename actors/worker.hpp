@@ -34,6 +34,15 @@ struct worker_meters {
   metrics::counter* kv_events[2] = {};
 };
 
+// Answers a call for bids made as a message (worker_actor's
+// (bid_atom, call_for_bids, tag)): to its sender, if it has one (an agent,
+// dynamically typed: CAF lets a typed actor reach it only anonymously).
+template <class Self>
+void send_bids(Self* self, uint64_t tag, bid_list bids) {
+  if (auto to = caf::actor_cast<caf::actor>(self->current_sender()))
+    caf::anon_send(to, bid_atom::value, tag, std::move(bids));
+}
+
 struct worker_options {
   engine_config engine;
   worker_config ledger;

@@ -158,6 +158,15 @@ struct agent_state {
   std::map<uint32_t, shard_seen> seen;
   batcher out;  // replies, sent when the mailbox has drained
   std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (bridge)
+  // Calls for bids whose workers' answers are still coming, by tag.
+  struct gather {
+    bid_list out;
+    size_t left = 0;
+    std::string reply;
+    steady::time_point since;
+  };
+  std::unordered_map<uint64_t, gather> gathers;
+  uint64_t next_tag = 0;
 };
 
 using agent_pointer = caf::stateful_actor<agent_state>*;
@@ -170,12 +179,6 @@ void agent_bid(agent_pointer self, const std::string& reply,
     answer(*st.bus, reply, encode(bid_list{{}, cfb.err().message}));
     return;
   }
-  struct gather {
-    bid_list out;
-    size_t left = 0;
-    std::string reply;
-  };
-  auto g = std::make_shared<gather>();
   // The asked workers hosted here, as the call's list: each worker finds
   // itself in it.
   std::vector<uint32_t> here;
@@ -187,32 +190,51 @@ void agent_bid(agent_pointer self, const std::string& reply,
            encode(bid_list{{}, "agent " + st.agent + " hosts none of them"}));
     return;
   }
-  g->left = here.size();
-  g->out.bids.reserve(here.size());
-  g->reply = reply;
+  const uint64_t tag = st.next_tag++;
+  auto& g = st.gathers[tag];
+  g.left = here.size();
+  g.out.bids.reserve(here.size());
+  g.reply = reply;
+  g.since = steady::now();
   // One message for all of them: CAF shares it (copy on write, and the
   // workers only read it), where a call each would copy the prompt's
-  // blocks once per worker.
+  // blocks once per worker. Each answers with a message of its own
+  // (agent_bids); a worker never fails to, short of its death, which
+  // agent_sweep covers.
   const caf::message call = caf::make_message(
       bid_atom::value,
-      call_for_bids{std::move(cfb->request), cfb->bidders_speed, here});
-  auto done = [self, g] {
-    if (--g->left == 0)
-      answer_batched(self, *self->state.bus, self->state.out, g->reply,
-                     encode(g->out));
-  };
-  // Local workers always answer (a dead one's request fails at once), so
-  // no timer per bid: the router's deadline covers this agent as a whole.
+      call_for_bids{std::move(cfb->request), cfb->bidders_speed, here}, tag);
   for (uint32_t w : here)
-    self->request(caf::actor_cast<caf::actor>(st.workers.at(w)), caf::infinite,
-                  call)
-        .then(
-            [g, done](bid_list& l) {
-              for (const bid& b : l.bids)
-                g->out.bids.push_back(b);
-              done();
-            },
-            [done](caf::error&) { done(); });
+    self->send(caf::actor_cast<caf::actor>(st.workers.at(w)), call);
+}
+
+// A worker's answer to call `tag`: the call is answered with every asked
+// worker's bids.
+void agent_bids(agent_pointer self, uint64_t tag, bid_list& l) {
+  auto& st = self->state;
+  auto it = st.gathers.find(tag);
+  if (it == st.gathers.end()) return;  // swept: answered without it
+  auto& g = it->second;
+  for (const bid& b : l.bids)
+    g.out.bids.push_back(b);
+  if (--g.left > 0) return;
+  answer_batched(self, *st.bus, st.out, g.reply, encode(g.out));
+  st.gathers.erase(it);
+}
+
+// Calls still missing answers a heartbeat after they came (a worker died
+// meanwhile) are answered with the bids they have: the router's deadline
+// passed long ago, but the call's place is freed.
+void agent_sweep(agent_pointer self) {
+  auto& st = self->state;
+  const auto old = steady::now() - st.mesh.heartbeat;
+  for (auto it = st.gathers.begin(); it != st.gathers.end();)
+    if (it->second.since < old) {
+      answer(*st.bus, it->second.reply, encode(it->second.out));
+      it = st.gathers.erase(it);
+    } else {
+      ++it;
+    }
 }
 
 void agent_award(agent_pointer self, const std::string& reply,
@@ -401,9 +423,11 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
           answer(*st.bus, reply, encode(out));
         }
       },
+      [=](bid_atom, uint64_t tag, bid_list& l) { agent_bids(self, tag, l); },
       [=](flush_atom) { self->state.out.flush(*self->state.bus); },
       [=](beat_atom) {
         auto& st = self->state;
+        agent_sweep(self);
         for (auto& [id, w] : st.workers)
           self->request(w, st.mesh.heartbeat, status_atom::value)
               .then(

@@ -39,6 +39,23 @@ class actor_fixture : public ::testing::Test {
     return slot;
   }
 
+  // Calls `dest` for bids as a message (bid_atom, cfb, tag) from a fresh
+  // actor and runs until idle; the answers that actor got, (tag, bids).
+  template <class Dest>
+  std::vector<std::pair<uint64_t, bid_list>> call_bids(const Dest& dest,
+                                                       call_for_bids cfb,
+                                                       uint64_t tag) {
+    auto got = std::make_shared<std::vector<std::pair<uint64_t, bid_list>>>();
+    sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      self->send(caf::actor_cast<caf::actor>(dest), bid_atom::value, cfb, tag);
+      return {[=](bid_atom, uint64_t t, bid_list& l) {
+        got->emplace_back(t, std::move(l));
+      }};
+    });
+    run();
+    return *got;
+  }
+
   // Actors under test: they get an exit message at teardown, which breaks
   // the reference cycles that held promises and handles can form.
   template <class Handle>

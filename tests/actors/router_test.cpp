@@ -49,6 +49,8 @@ worker_actor::behavior_type mock_worker(
         b.worker = cfb.workers.empty() ? 0 : cfb.workers.front();
         return bid_list{{b}, {}};
       },
+      // Routers call by request; agents use this form.
+      [=](bid_atom, const call_for_bids&, uint64_t) {},
       [=](award_atom, const award_msg&) -> caf::result<award_reply> {
         ++*spec.awards;
         if (spec.silent_awards) {
