@@ -402,11 +402,15 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
         } else if (verb == "withdraw") {
           agent_withdraw(self, reply, payload);
         } else if (verb == "release") {
-          if (auto r = decode<release_msg>(payload))
-            for (uint32_t w : r->workers)
+          if (auto r = decode<release_msg>(payload)) {
+            // One message for all of them (CAF shares it): a worker reads
+            // only the request.
+            const caf::message m =
+                caf::make_message(release_atom::value, std::move(*r));
+            for (uint32_t w : m.get_as<release_msg>(1).workers)
               if (auto it = st.workers.find(w); it != st.workers.end())
-                self->send(it->second, release_atom::value,
-                           release_msg{r->request, {w}});
+                self->send(caf::actor_cast<caf::actor>(it->second), m);
+          }
         } else if (verb == "drain") {
           auto r = decode<admin_request>(payload);
           admin_reply out;
