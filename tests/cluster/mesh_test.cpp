@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cluster/bridge.hpp"
+#include "cluster/remote.hpp"
 #include "core/block_hash.hpp"
 #include "core/sim.hpp"
 #include "messages/codec.hpp"
@@ -305,6 +306,36 @@ TEST_F(mesh_test, a_remote_router_s_burst_gets_every_decision) {
   caf::scoped_actor waiter{*sys_};
   waiter->send_exit(*front, caf::exit_reason::user_shutdown);
   waiter->wait_for(*front);
+}
+
+// A router's stand-in for a remote worker answers a call for bids made as a
+// message (the form an agent uses with its own workers) through the
+// worker's agent: its bid, under the call's tag.
+TEST_F(mesh_test, a_remote_worker_answers_a_tagged_call_through_its_agent) {
+  start_agent("node-a", 0, 4);
+  auto box = inbox::open(bus());
+  ASSERT_TRUE(box) << box.err().message;
+  auto link = spawn_agent_link(*sys_, *box, mesh(), "node-a");
+  auto w = spawn_remote_worker(*sys_, 2, link, std::chrono::seconds(10));
+  auto got = std::make_shared<std::atomic<int>>(0);
+  auto worker = std::make_shared<std::atomic<uint32_t>>(99);
+  auto helper = sys_->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->send(caf::actor_cast<caf::actor>(w), bid_atom::value,
+               call_for_bids{request(1, 1, 8), 4.0, {}}, uint64_t{41});
+    return {[=](bid_atom, uint64_t tag, const bid_list& l) {
+      if (tag == 41 && l.bids.size() == 1) *worker = l.bids[0].worker;
+      ++*got;
+    }};
+  });
+  EXPECT_TRUE(eventually([&] { return got->load() > 0; }, 5000ms));
+  EXPECT_EQ(got->load(), 1);
+  EXPECT_EQ(worker->load(), 2u);
+  caf::scoped_actor waiter{*sys_};
+  for (const caf::actor& a : {caf::actor_cast<caf::actor>(w),
+                              caf::actor_cast<caf::actor>(link), helper}) {
+    waiter->send_exit(a, caf::exit_reason::user_shutdown);
+    waiter->wait_for(a);
+  }
 }
 
 // A fleet's listing outgrows one NATS message: the ADMIN answers in pages
