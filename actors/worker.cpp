@@ -18,8 +18,7 @@ double now_ms(wpointer self) {
          self->state.time_scale;
 }
 
-// Starts the engine's next step if it is idle and has work, and schedules
-// its end on the actor clock.
+// The hint slot of request `id`.
 size_t taken_hint_slot(uint64_t id) {
   return static_cast<size_t>((id * 0x9E3779B97F4A7C15ull) >> 48);
 }
@@ -30,7 +29,8 @@ constexpr uint64_t any_sequence = ~uint64_t{0};
 // `sequence`, unless any_sequence), or 0: it did not, or too long ago to
 // say (the ring of recent awards).
 uint64_t taken_count(const worker_state& st, uint64_t id, uint64_t sequence) {
-  if (st.taken_hint[taken_hint_slot(id)] == 0) return 0;
+  if (!st.taken_hint.empty() && st.taken_hint[taken_hint_slot(id)] == 0)
+    return 0;
   for (const auto& t : st.taken)
     if (t.request == id && t.count > 0 &&
         (sequence == any_sequence || t.stream_sequence == sequence))
@@ -41,9 +41,23 @@ uint64_t taken_count(const worker_state& st, uint64_t id, uint64_t sequence) {
 void remember_taken(worker_state& st, const route_request_msg& r,
                     uint64_t count) {
   auto& slot = st.taken[st.taken_next++ % worker_state::taken_window];
-  if (slot.count > 0) --st.taken_hint[taken_hint_slot(slot.request)];
+  if (!st.taken_hint.empty()) {
+    if (slot.count > 0) --st.taken_hint[taken_hint_slot(slot.request)];
+    ++st.taken_hint[taken_hint_slot(r.id)];
+  }
   slot = {r.id, r.stream_sequence, count};
-  ++st.taken_hint[taken_hint_slot(r.id)];
+}
+
+// Whether this worker took `r` already, when it may have (taken_count's
+// count, else 0); the hint is built at the first such look.
+uint64_t taken_before(worker_state& st, const route_request_msg& r) {
+  if (!may_be_taken(r)) return 0;
+  if (st.taken_hint.empty()) {
+    st.taken_hint.assign(worker_state::taken_hint_slots, 0);
+    for (const auto& t : st.taken)
+      if (t.count > 0) ++st.taken_hint[taken_hint_slot(t.request)];
+  }
+  return taken_count(st, r.id, r.stream_sequence);
 }
 
 // Engine steps one handler runs at most when it catches up.
@@ -58,6 +72,8 @@ void schedule_step_end(wpointer self, double end, double now) {
   self->delayed_send(self, wall, step_atom::value);
 }
 
+// Starts the engine's next step if it is idle and has work, and schedules
+// its end on the actor clock.
 void maybe_step(wpointer self) {
   auto& st = self->state;
   if (st.stepping) return;
@@ -192,7 +208,7 @@ bid_list bid_for(wpointer self, const call_for_bids& cfb) {
   // Perhaps handed out again by the durable queue (its answer lost,
   // or the queue's cluster lost a node): if it is here already, the
   // router must award it here.
-  if (may_be_taken(r) && taken_count(st, r.id, r.stream_sequence) > 0) {
+  if (taken_before(st, r) > 0) {
     b.holds = true;
     return {{b}, {}};
   }
@@ -219,7 +235,6 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.kv_out.resize(st.shards.size());
   st.origin = self->clock().now();
   st.taken.assign(worker_state::taken_window, {});
-  st.taken_hint.assign(worker_state::taken_hint_slots, 0);
   return {
       [=](bid_atom, const call_for_bids& cfb) -> bid_list {
         return bid_for(self, cfb);
@@ -244,9 +259,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         }
         // Taken already (a durable request handed out again): accepted
         // again, run once.
-        if (may_be_taken(r))
-          if (const uint64_t c = taken_count(st, r.id, r.stream_sequence))
-            return {true, {}, {}, c};
+        if (const uint64_t c = taken_before(st, r)) return {true, {}, {}, c};
         if (st.draining) {
           count(worker_meters::draining);
           return {false, "draining", {}};

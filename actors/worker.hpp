@@ -98,7 +98,9 @@ struct worker_state {
   std::vector<taken_award> taken;
   size_t taken_next = 0;
   // Ring entries per hashed request id: every durable bid looks, and most
-  // looks end here instead of scanning the ring.
+  // looks end here instead of scanning the ring. Built from the ring when
+  // the first request that may be taken comes (may_be_taken): a mesh
+  // without durable intake never holds its 128 KB per worker.
   static constexpr size_t taken_hint_slots = size_t{1} << 16;
   std::vector<uint16_t> taken_hint;
 };
