@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -306,6 +307,45 @@ TEST_F(mesh_test, a_remote_router_s_burst_gets_every_decision) {
   caf::scoped_actor waiter{*sys_};
   waiter->send_exit(*front, caf::exit_reason::user_shutdown);
   waiter->wait_for(*front);
+}
+
+// A worker that died with a call for bids in flight never answers it: the
+// agent answers the call with the bids it has at its next heartbeat but
+// one, and goes on answering later calls.
+TEST_F(mesh_test, an_agent_whose_worker_died_answers_with_the_bids_it_has) {
+  start_agent("node-a", 0, 4);
+  {
+    caf::scoped_actor killer{*sys_};
+    const auto& ws = agents_["node-a"]->workers();
+    killer->send_exit(ws[1], caf::exit_reason::kill);
+    killer->wait_for(ws[1]);
+  }
+  auto& c = bus();
+  const std::string subject = subjects{}.agent("node-a", "bid");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reply = c.request(
+      subject, encode(call_for_bids{request(1, 1, 8), 4.0, {0, 1, 2, 3}}),
+      5000ms);
+  ASSERT_TRUE(reply) << reply.err().message;
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  auto l = decode<bid_list>(*reply);
+  ASSERT_TRUE(l) << l.err().message;
+  std::vector<uint32_t> bidders;
+  for (const bid& b : l->bids)
+    bidders.push_back(b.worker);
+  std::sort(bidders.begin(), bidders.end());
+  EXPECT_EQ(bidders, (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_GE(waited, beat);  // held until a sweep found it a beat old
+  // Swept by the next heartbeat but one; the bound leaves a loaded host
+  // room, far below the call's own timeout.
+  EXPECT_LT(waited, 10 * beat);
+  // The living workers alone: answered at once.
+  reply = c.request(
+      subject, encode(call_for_bids{request(2, 2, 8), 4.0, {0, 2}}), 5000ms);
+  ASSERT_TRUE(reply) << reply.err().message;
+  l = decode<bid_list>(*reply);
+  ASSERT_TRUE(l) << l.err().message;
+  EXPECT_EQ(l->bids.size(), 2u);
 }
 
 // A router's stand-in for a remote worker answers a call for bids made as a
