@@ -126,7 +126,7 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
         return bid_for(self, cfb);
       },
       [=](bid_atom, const call_for_bids& cfb, uint64_t tag) {
-        send_bids(self, tag, bid_for(self, cfb));
+        send_bids(self->current_sender(), tag, bid_for(self, cfb));
       },
       [=](award_atom, const award_msg& a) -> award_reply {
         auto& st = self->state;

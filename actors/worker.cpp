@@ -240,7 +240,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         return bid_for(self, cfb);
       },
       [=](bid_atom, const call_for_bids& cfb, uint64_t tag) {
-        send_bids(self, tag, bid_for(self, cfb));
+        send_bids(self->current_sender(), tag, bid_for(self, cfb));
       },
       [=](award_atom, award_msg& a) -> award_reply {
         auto& st = self->state;

@@ -35,12 +35,13 @@ struct worker_meters {
 };
 
 // Answers a call for bids made as a message (worker_actor's
-// (bid_atom, call_for_bids, tag)): to its sender, if it has one (an agent,
-// dynamically typed: CAF lets a typed actor reach it only anonymously).
-template <class Self>
-void send_bids(Self* self, uint64_t tag, bid_list bids) {
-  if (auto to = caf::actor_cast<caf::actor>(self->current_sender()))
-    caf::anon_send(to, bid_atom::value, tag, std::move(bids));
+// (bid_atom, call_for_bids, tag)) to `to`, its sender: an agent, dynamically
+// typed, which CAF lets a typed actor reach only anonymously. Without a
+// sender the answer goes nowhere.
+inline void send_bids(const caf::strong_actor_ptr& to, uint64_t tag,
+                      bid_list bids) {
+  if (auto a = caf::actor_cast<caf::actor>(to))
+    caf::anon_send(a, bid_atom::value, tag, std::move(bids));
 }
 
 struct worker_options {

@@ -2,6 +2,8 @@
 // and the publisher of request events.
 #include "cluster/remote.hpp"
 
+#include "actors/worker.hpp"
+
 #include "messages/codec.hpp"
 
 namespace kvmesh {
@@ -133,17 +135,13 @@ remote_worker_actor::behavior_type remote_worker(
       },
       [=](bid_atom, call_for_bids& cfb, uint64_t tag) {
         cfb.workers.assign(1, self->state.id);
-        auto to = caf::actor_cast<caf::actor>(self->current_sender());
+        auto to = self->current_sender();
         self->request(self->state.link, caf::infinite, bid_atom::value,
                       std::move(cfb))
-            .then(
-                [to, tag](bid_list& l) {
-                  caf::anon_send(to, bid_atom::value, tag, std::move(l));
-                },
-                [to, tag](caf::error& e) {
-                  caf::anon_send(to, bid_atom::value, tag,
-                                 bid_list{{}, describe(e)});
-                });
+            .then([to, tag](bid_list& l) { send_bids(to, tag, std::move(l)); },
+                  [to, tag](caf::error& e) {
+                    send_bids(to, tag, bid_list{{}, describe(e)});
+                  });
       },
       [=](award_atom, award_msg& a) -> caf::result<award_reply> {
         a.worker = self->state.id;

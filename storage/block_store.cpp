@@ -327,6 +327,12 @@ status block_store::run(job& j) {
   // the WAL, the memtable and its flush, which together cost the shard
   // more CPU than anything else under cache churn (docs/benchmarks.md).
   const std::string path = ingest_path();
+  // A file that was not ingested goes, so the next attempt starts afresh.
+  auto abandon = [&](const std::string& what, const rocksdb::Status& st) {
+    std::error_code fe;
+    fs::remove(path, fe);
+    return fail(ec::io_error, what + path + ": " + describe(st));
+  };
   rocksdb::SstFileWriter w(rocksdb::EnvOptions(), *options_);
   rocksdb::Status s = w.Open(path);
   if (!s.ok())
@@ -344,19 +350,11 @@ status block_store::run(job& j) {
     ++n;
   }
   if (s.ok()) s = w.Finish();  // synced to disk
-  if (!s.ok()) {
-    std::error_code fe;
-    fs::remove(path, fe);
-    return fail(ec::io_error, "cannot write " + path + ": " + describe(s));
-  }
+  if (!s.ok()) return abandon("cannot write ", s);
   rocksdb::IngestExternalFileOptions io;
   io.move_files = true;  // linked into the DB, then this name removed
   s = db_->IngestExternalFile({path}, io);
-  if (!s.ok()) {
-    std::error_code fe;
-    fs::remove(path, fe);
-    return fail(ec::io_error, "cannot ingest " + path + ": " + describe(s));
-  }
+  if (!s.ok()) return abandon("cannot ingest ", s);
   written_.fetch_add(n, std::memory_order_relaxed);
   return ok;
 }
