@@ -8,6 +8,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -572,11 +573,13 @@ void sample_queues(nats_bus& bus, const subjects& subj, uint32_t workers,
 // The replay client in this process, its requests going over NATS to the
 // routers' queue group through a remote router, its first tokens and ends
 // coming from the agents' events. With a `sampler`, the workers' queues
-// are polled through the ADMIN while the replay runs.
+// are polled through the ADMIN while the replay runs. With `rounds`, a raw
+// scatter-gather round starts at each arrival instant of the trace beside
+// the replay's route request.
 expected<trace_run> replay_trace(
     nats_bus& bus, const bench_options& o, const std::string& prefix,
     std::shared_ptr<const std::vector<trace_request>> trace, mesh_procs& m,
-    double timeout_s, queued_sampler* sampler) {
+    double timeout_s, queued_sampler* sampler, scatter_gather_rounds* rounds) {
   caf::actor_system_config sys_cfg;
   register_types(sys_cfg);
   tune_for_latency(sys_cfg);
@@ -614,6 +617,28 @@ expected<trace_run> replay_trace(
   // One handle is enough: whichever router of the queue group NATS picks
   // takes each request.
   caf::anon_send(client, start_atom::value, std::vector<router_actor>{front});
+  // The rounds keep the replay's clock (arrivals over speedup, on the wall
+  // time_scale times faster) from its start on a thread of their own.
+  std::atomic<bool> stopping{false};
+  std::thread pacer;
+  if (rounds)
+    pacer = std::thread([&] {
+      for (const trace_request& t : *trace) {
+        const auto at =
+            run.start + std::chrono::duration_cast<steady::duration>(
+                            std::chrono::duration<double, std::milli>(
+                                t.arrival_ms / o.cfg.speedup / o.time_scale));
+        while (!stopping && steady::now() < at)
+          std::this_thread::sleep_until(
+              std::min(at, steady::now() + std::chrono::milliseconds(50)));
+        if (stopping) return;
+        rounds->start();
+      }
+    });
+  auto stop_rounds = [&] {
+    stopping = true;
+    if (pacer.joinable()) pacer.join();
+  };
   const auto deadline =
       run.start + std::chrono::duration_cast<steady::duration>(
                       std::chrono::duration<double>(timeout_s));
@@ -635,11 +660,13 @@ expected<trace_run> replay_trace(
       why = "the replay did not end within " + arg(timeout_s) +
             " s (--timeout): requests or their events were lost";
     if (!why.empty()) {
+      stop_rounds();
       stop();
       return make_error(ec::io_error, why);
     }
   }
   run.end = steady::now();
+  stop_rounds();
   run.result = result.get();
   stop();  // the tally is done: it may be read
   run.errors = *errors;
@@ -969,9 +996,16 @@ struct baseline_report {
   double paced_rate = 0;
   expected<baseline_result> rr_paced = make_error(ec::not_found, "not run");
   expected<baseline_result> sg_paced = make_error(ec::not_found, "not run");
+  // Rounds at the trace's arrival instants while the mesh routed it (trace
+  // mode): the same bursts and the same busy host as the auctions.
+  expected<baseline_result> sg_during = make_error(ec::not_found, "not run");
 
+  bool ran_during() const {
+    return sg_during || sg_during.err().code != ec::not_found;
+  }
   bool complete() const {
-    return rr && sg && (paced_rate == 0 || (rr_paced && sg_paced));
+    return rr && sg && (paced_rate == 0 || (rr_paced && sg_paced)) &&
+           (sg_during || !ran_during());
   }
 };
 
@@ -1006,20 +1040,28 @@ void print_baseline(const baseline_report& b, const overhead_result& h,
     row("request/reply", paced, b.rr_paced);
     row(sg, paced, b.sg_paced);
   }
+  const bool during = b.ran_during();
+  if (during) row(sg, "trace", b.sg_during);
   print_rows(rows);
   std::printf(
       "pacing: none, rounds back to back (threads awake); N/s, rounds at the "
-      "run's decision rate (threads woken as in the run)%s\n",
+      "run's decision rate (threads woken as in the run)%s%s\n",
       b.paced_rate > 0 ? ""
-                       : "; paced rounds not run: the load left no idle time");
+                       : "; paced rounds not run: the load left no idle time",
+      during ? "; trace, a round at each of the trace's arrivals during the "
+               "run (its bursts, the host as busy)"
+             : "");
   if (b.sg && b.sg->p99_us > 0) {
     std::printf("auction p99 / scatter-gather p99: %.1f",
                 h.auction_p99_us / b.sg->p99_us);
     if (b.paced_rate > 0 && b.sg_paced && b.sg_paced->p99_us > 0)
       std::printf(" (paced: %.1f)", h.auction_p99_us / b.sg_paced->p99_us);
+    if (b.sg_during && b.sg_during->p99_us > 0)
+      std::printf(" (during the run: %.1f)",
+                  h.auction_p99_us / b.sg_during->p99_us);
     std::printf("\n");
   }
-  for (const auto* r : {&b.rr, &b.sg, &b.rr_paced, &b.sg_paced})
+  for (const auto* r : {&b.rr, &b.sg, &b.rr_paced, &b.sg_paced, &b.sg_during})
     if (!*r && r->err().code != ec::not_found) log::error(r->err().message);
 }
 
@@ -1070,11 +1112,14 @@ json baseline_json(const baseline_report& b) {
     paced = json{{"rate", b.paced_rate},
                  {"request_reply", one(b.rr_paced)},
                  {"scatter_gather", one(b.sg_paced)}};
+  json during = nullptr;
+  if (b.ran_during()) during = one(b.sg_during);
   return json{{"fanout", b.fanout},
               {"payload_bytes", b.payload},
               {"request_reply", one(b.rr)},
               {"scatter_gather", one(b.sg)},
-              {"paced", paced}};
+              {"paced", paced},
+              {"scatter_gather_during_run", during}};
 }
 
 json config_json(const bench_options& o, const std::string& url,
@@ -1153,6 +1198,7 @@ std::vector<std::pair<std::string, std::string>> report_extra(
     raw("raw NATS request/reply" + paced, b.rr_paced);
     raw(sg + paced, b.sg_paced);
   }
+  if (b.ran_during()) raw(sg + ", during the run", b.sg_during);
   for (const auto& [what, count] : errors)
     out.emplace_back("failed: " + what, std::to_string(count));
   return out;
@@ -1309,6 +1355,8 @@ int run_bench(bench_options o) {
   sim_result result;
   error_counts trace_errors;
   load_result load;
+  const size_t fanout = std::min<size_t>(o.cfg.workers, o.fanout);
+  expected<baseline_result> sg_during = make_error(ec::not_found, "not run");
   const cpu_use cpu_before = cpu_now(m);
   if (throughput) {
     KVMESH_INFO("%" PRIu64 " requests, %u outstanding, rate %s", o.requests,
@@ -1342,12 +1390,26 @@ int run_bench(bench_options o) {
                    span / static_cast<double>(o.cfg.queued_max_samples)),
           o.cfg.queued_max_samples, trace->front().arrival_ms / o.cfg.speedup);
     }
-    auto r =
-        replay_trace(**bus, o, o.prefix, trace, m, timeout_s, sampler.get());
+    // A raw scatter-gather round at each arrival, beside the replay: the
+    // trace's bursts and the busy host hit it as they hit the auctions,
+    // which rounds before or after the run never see. Its responders live
+    // in this process: their CPU is in the bench client's row.
+    nats_options ro = security;
+    ro.url = m.url;
+    ro.name = "kvmesh-bench";
+    auto rounds = scatter_gather_rounds::open(ro, fanout, payload, payload);
+    if (!rounds) {
+      close_bus();
+      return failure(rounds.err().message);
+    }
+    auto r = replay_trace(**bus, o, o.prefix, trace, m, timeout_s,
+                          sampler.get(), rounds->get());
     if (!r) {
       close_bus();
       return failure(r.err().message);
     }
+    sg_during = (*rounds)->finish(std::chrono::seconds(2));
+    rounds->reset();
     result = std::move(r->result);
     if (sampler) result.queued_over_time = sampler->take();
     trace_errors = std::move(r->errors);
@@ -1425,7 +1487,8 @@ int run_bench(bench_options o) {
 
   baseline_report b;
   b.payload = payload;
-  b.fanout = std::min<size_t>(o.cfg.workers, o.fanout);
+  b.fanout = fanout;
+  b.sg_during = std::move(sg_during);
   nats_options bo = security;
   bo.url = m.url;
   bo.name = "kvmesh-bench";

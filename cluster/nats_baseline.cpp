@@ -236,4 +236,126 @@ expected<baseline_result> scatter_gather_latency(
   return result_of(us);
 }
 
+// The books of the rounds in flight, shared with the requester's handler
+// (a libnats thread).
+struct rounds_books {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<steady::time_point> started;
+  std::vector<uint32_t> replies;  // per round
+  std::vector<double> us;         // completed rounds
+  size_t open = 0;                // rounds still missing replies
+  uint64_t stray = 0;
+  std::string publish_error;  // the first failed publish
+};
+
+struct scatter_gather_rounds::impl {
+  std::string what;
+  size_t fanout = 0;
+  std::string subject, inbox;
+  std::vector<uint8_t> request;
+  std::shared_ptr<rounds_books> books;
+  nats_bus* requester = nullptr;
+  connections conns;  // declared last: drained before the books go
+};
+
+scatter_gather_rounds::scatter_gather_rounds(std::unique_ptr<impl> p)
+    : impl_(std::move(p)) {}
+
+scatter_gather_rounds::~scatter_gather_rounds() = default;
+
+expected<std::unique_ptr<scatter_gather_rounds>> scatter_gather_rounds::open(
+    const nats_options& o, size_t fanout, size_t request_bytes,
+    size_t reply_bytes) {
+  auto p = std::make_unique<impl>();
+  p->what = "scatter-gather rounds on " + o.url;
+  if (fanout == 0)
+    return make_error(ec::invalid_argument, p->what + ": fan-out 0");
+  const std::string prefix = unique_prefix("sgr");
+  p->fanout = fanout;
+  p->subject = prefix + ".scatter";
+  p->inbox = prefix + ".inbox.";
+  p->request.assign(request_bytes, 0xa5);
+  p->books = std::make_shared<rounds_books>();
+  const std::vector<uint8_t> reply(reply_bytes, 0x5a);
+  for (size_t k = 0; k < fanout; ++k) {
+    auto b = p->conns.add(o, "responder-" + std::to_string(k));
+    if (!b) return context(p->what, b.err());
+    nats_bus* r = *b;
+    auto sub = r->subscribe(p->subject, "", [r, reply](nats_message m) {
+      // A reply that cannot be sent shows up as a round missing replies.
+      (void)r->publish(m.reply, reply);
+    });
+    if (!sub) return context(p->what, sub.err());
+  }
+  for (auto& r : p->conns.buses)
+    if (auto f = r->flush(sample_timeout); !f) return context(p->what, f.err());
+  auto requester = p->conns.add(o, "requester");
+  if (!requester) return context(p->what, requester.err());
+  p->requester = *requester;
+  const size_t skip = p->inbox.size();
+  auto sub = p->requester->subscribe(
+      p->inbox + "*", "", [books = p->books, fanout, skip](nats_message m) {
+        const auto now = steady::now();
+        const uint64_t i = std::strtoull(m.subject.c_str() + skip, nullptr, 10);
+        std::lock_guard<std::mutex> l(books->mu);
+        if (i >= books->replies.size() || books->replies[i] == fanout) {
+          ++books->stray;
+          return;
+        }
+        if (++books->replies[i] < fanout) return;
+        books->us.push_back(micros(now - books->started[i]));
+        if (--books->open == 0) books->cv.notify_all();
+      });
+  if (!sub) return context(p->what, sub.err());
+  if (auto f = p->requester->flush(sample_timeout); !f)
+    return context(p->what, f.err());
+  return std::unique_ptr<scatter_gather_rounds>(
+      new scatter_gather_rounds(std::move(p)));
+}
+
+void scatter_gather_rounds::start() {
+  impl& p = *impl_;
+  size_t i = 0;
+  {
+    std::lock_guard<std::mutex> l(p.books->mu);
+    i = p.books->started.size();
+    p.books->started.push_back(steady::now());
+    p.books->replies.push_back(0);
+    ++p.books->open;
+  }
+  if (auto st = p.requester->publish(p.subject, p.request,
+                                     p.inbox + std::to_string(i));
+      !st) {
+    std::lock_guard<std::mutex> l(p.books->mu);
+    if (p.books->publish_error.empty())
+      p.books->publish_error =
+          "round " + std::to_string(i) + ": " + st.err().message;
+  }
+}
+
+expected<baseline_result> scatter_gather_rounds::finish(
+    std::chrono::milliseconds grace) {
+  impl& p = *impl_;
+  rounds_books& b = *p.books;
+  std::unique_lock<std::mutex> l(b.mu);
+  b.cv.wait_for(l, grace, [&] { return b.open == 0; });
+  if (!b.publish_error.empty())
+    return make_error(ec::io_error, p.what + ", " + b.publish_error);
+  if (b.stray > 0)
+    return make_error(ec::io_error,
+                      p.what + ": " + std::to_string(b.stray) +
+                          " replies beyond the fan-out (subjects shared "
+                          "with another run?)");
+  if (b.open > 0)
+    return make_error(ec::io_error,
+                      p.what + ": " + std::to_string(b.open) + " of " +
+                          std::to_string(b.started.size()) +
+                          " rounds missed replies (" +
+                          std::to_string(grace.count()) + " ms of grace)");
+  if (b.us.empty())
+    return make_error(ec::invalid_argument, p.what + ": no rounds");
+  return result_of(b.us);
+}
+
 }  // namespace kvmesh

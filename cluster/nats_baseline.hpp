@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "cluster/nats.hpp"
 #include "core/error.hpp"
@@ -44,5 +45,34 @@ expected<baseline_result> scatter_gather_latency(
     const nats_options& o, size_t fanout, size_t request_bytes,
     size_t reply_bytes, size_t samples,
     std::chrono::microseconds interval = {});
+
+// Scatter-gather rounds started whenever the caller chooses, several in
+// flight at once: run at a trace's arrival instants while the mesh routes
+// that trace, they meet the same bursts and the same busy host as the
+// auctions, where rounds before or after the run meet neither. Responders
+// and requester as in scatter_gather_latency.
+class scatter_gather_rounds {
+ public:
+  // Connects the `fanout` responders and the requester; a failed connect
+  // or subscription, or zero fanout, is an error value.
+  static expected<std::unique_ptr<scatter_gather_rounds>> open(
+      const nats_options& o, size_t fanout, size_t request_bytes,
+      size_t reply_bytes);
+  ~scatter_gather_rounds();
+
+  // Publishes a round now and returns: its replies are counted as they
+  // come. A failed publish is remembered for finish().
+  void start();
+  // Waits up to `grace` for the rounds in flight, then their latencies. A
+  // round missing replies, a reply beyond the fan-out, a failed publish or
+  // no rounds at all is an error value.
+  expected<baseline_result> finish(std::chrono::milliseconds grace);
+
+  struct impl;
+
+ private:
+  explicit scatter_gather_rounds(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
 
 }  // namespace kvmesh

@@ -58,8 +58,10 @@ for k in ("request_reply", "scatter_gather"):
     assert b[k]["samples"] == 200 and 0 < b[k]["p50_us"] <= b[k]["p99_us"]
 c = d["config"]
 assert c["threads"] == 1 and c["workers"] == 4 and c["routers"] == 2
-# Decisions back to back leave no idle time: no paced baseline.
-assert b["paced"] is None'; then
+# Decisions back to back leave no idle time: no paced baseline; and no
+# trace, so no rounds at its arrivals.
+assert b["paced"] is None
+assert b["scatter_gather_during_run"] is None'; then
   ok throughput_baseline_and_config
 else
   fail throughput_baseline_and_config "$(python3 -c 'import json,sys
@@ -72,7 +74,7 @@ run bench --trace "$data/conversation_head.jsonl" --limit 60 --workers 4 \
   --routers 1 --shards 1 --speedup 20 --baseline-samples 100 \
   --json "$tmp/r.json"
 if [ "$rc" -eq 0 ] && grep -q '^kvmesh ' <<<"$out" &&
-  grep -q 'auction p99 / scatter-gather p99' <<<"$out"; then
+  grep -q 'auction p99 / scatter-gather p99.*during the run' <<<"$out"; then
   ok trace_table
 else
   fail trace_table "exit $rc: $(tail -n 5 <<<"$err") $(head -c 400 <<<"$out")"
@@ -86,7 +88,10 @@ assert d["config"]["threads"] == 0
 p = d["baseline"]["paced"]
 assert 0 < p["rate"] < d["overhead"]["decisions_per_s"] * 1.01
 for k in ("request_reply", "scatter_gather"):
-    assert 0 < p[k]["p50_us"] <= p[k]["p99_us"] and p[k]["samples"] == 100'; then
+    assert 0 < p[k]["p50_us"] <= p[k]["p99_us"] and p[k]["samples"] == 100
+# And a round at each arrival of the trace while the mesh routed it.
+s = d["baseline"]["scatter_gather_during_run"]
+assert s["samples"] == 60 and 0 < s["p50_us"] <= s["p99_us"], s'; then
   ok trace_every_request_routed
 else
   fail trace_every_request_routed "$(head -c 600 <<<"$out")"

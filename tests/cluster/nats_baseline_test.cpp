@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <thread>
 
 #include "nats_server.hpp"
 
@@ -109,6 +110,49 @@ TEST_F(nats_baseline_test, a_reply_beyond_the_fanout_is_an_error_value) {
       << sg.err().message;
 }
 
+// Rounds started together are in flight together, each counting its own
+// replies: every round of a burst completes, none borrows another's.
+TEST_F(nats_baseline_test, rounds_in_flight_together_each_count_every_reply) {
+  auto rounds = scatter_gather_rounds::open(o, 8, 64, 64);
+  ASSERT_TRUE(rounds) << rounds.err().message;
+  for (int i = 0; i < 100; ++i)
+    (*rounds)->start();
+  auto r = (*rounds)->finish(std::chrono::seconds(10));
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_EQ(r->samples, 100u);
+  EXPECT_GT(r->p50_us, 0);
+  EXPECT_LE(r->p50_us, r->p99_us);
+}
+
+// As for the sequential rounds: a reply too many is an error value, and so
+// are rounds that never started.
+TEST_F(nats_baseline_test, rounds_report_surplus_replies_and_no_rounds) {
+  auto none = scatter_gather_rounds::open(o, 2, 8, 8);
+  ASSERT_TRUE(none) << none.err().message;
+  auto empty = (*none)->finish(std::chrono::milliseconds(0));
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.err().code, ec::invalid_argument);
+
+  auto b = nats_bus::connect(o);
+  ASSERT_TRUE(b) << b.err().message;
+  nats_bus* intruder = b->get();
+  ASSERT_TRUE(intruder->subscribe(">", "", [intruder](nats_message m) {
+    if (!m.reply.empty()) (void)intruder->publish(m.reply, {1});
+  }));
+  ASSERT_TRUE(intruder->flush(std::chrono::seconds(2)));
+  auto rounds = scatter_gather_rounds::open(o, 2, 8, 8);
+  ASSERT_TRUE(rounds) << rounds.err().message;
+  for (int i = 0; i < 20; ++i)
+    (*rounds)->start();
+  // Each round completes at its second reply; its third comes after.
+  (void)(*rounds)->finish(std::chrono::seconds(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto r = (*rounds)->finish(std::chrono::milliseconds(0));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.err().message.find("beyond the fan-out"), std::string::npos)
+      << r.err().message;
+}
+
 TEST(nats_baseline, an_unreachable_server_is_an_error_value) {
   nats_options o;
   o.url = "nats://127.0.0.1:" + std::to_string(nats_server::free_port());
@@ -122,6 +166,9 @@ TEST(nats_baseline, an_unreachable_server_is_an_error_value) {
   auto sg = scatter_gather_latency(o, 4, 64, 64, 10);
   ASSERT_FALSE(sg);
   EXPECT_EQ(sg.err().code, ec::io_error);
+  auto rounds = scatter_gather_rounds::open(o, 4, 64, 64);
+  ASSERT_FALSE(rounds);
+  EXPECT_EQ(rounds.err().code, ec::io_error);
 }
 
 TEST(nats_baseline, zero_samples_or_fanout_is_invalid) {
@@ -136,6 +183,9 @@ TEST(nats_baseline, zero_samples_or_fanout_is_invalid) {
   auto sg1 = scatter_gather_latency(o, 4, 64, 64, 0);
   ASSERT_FALSE(sg1);
   EXPECT_EQ(sg1.err().code, ec::invalid_argument);
+  auto rounds = scatter_gather_rounds::open(o, 0, 64, 64);
+  ASSERT_FALSE(rounds);
+  EXPECT_EQ(rounds.err().code, ec::invalid_argument);
 }
 
 }  // namespace
