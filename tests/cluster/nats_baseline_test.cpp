@@ -14,6 +14,20 @@
 namespace kvmesh::test {
 namespace {
 
+// A responder to every request on the server: a run whose subjects it also
+// hears gets a reply too many per request.
+expected<std::unique_ptr<nats_bus>> answer_everything(const nats_options& o) {
+  auto b = nats_bus::connect(o);
+  if (!b) return b.err();
+  nats_bus* r = b->get();
+  auto sub = r->subscribe(">", "", [r](nats_message m) {
+    if (!m.reply.empty()) (void)r->publish(m.reply, {1});
+  });
+  if (!sub) return sub.err();
+  if (auto f = r->flush(std::chrono::seconds(2)); !f) return f.err();
+  return b;
+}
+
 class nats_baseline_test : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -97,13 +111,8 @@ TEST_F(nats_baseline_test, concurrent_runs_on_one_server_do_not_collide) {
 // that answers every request on the server) makes each sample get one reply
 // too many, and that is an error value, not a faster sample.
 TEST_F(nats_baseline_test, a_reply_beyond_the_fanout_is_an_error_value) {
-  auto b = nats_bus::connect(o);
-  ASSERT_TRUE(b) << b.err().message;
-  nats_bus* intruder = b->get();
-  ASSERT_TRUE(intruder->subscribe(">", "", [intruder](nats_message m) {
-    if (!m.reply.empty()) (void)intruder->publish(m.reply, {1});
-  }));
-  ASSERT_TRUE(intruder->flush(std::chrono::seconds(2)));
+  auto intruder = answer_everything(o);
+  ASSERT_TRUE(intruder) << intruder.err().message;
   auto sg = scatter_gather_latency(o, 2, 8, 8, 50);
   ASSERT_FALSE(sg);
   EXPECT_NE(sg.err().message.find("beyond the fan-out"), std::string::npos)
@@ -133,13 +142,8 @@ TEST_F(nats_baseline_test, rounds_report_surplus_replies_and_no_rounds) {
   ASSERT_FALSE(empty);
   EXPECT_EQ(empty.err().code, ec::invalid_argument);
 
-  auto b = nats_bus::connect(o);
-  ASSERT_TRUE(b) << b.err().message;
-  nats_bus* intruder = b->get();
-  ASSERT_TRUE(intruder->subscribe(">", "", [intruder](nats_message m) {
-    if (!m.reply.empty()) (void)intruder->publish(m.reply, {1});
-  }));
-  ASSERT_TRUE(intruder->flush(std::chrono::seconds(2)));
+  auto intruder = answer_everything(o);
+  ASSERT_TRUE(intruder) << intruder.err().message;
   auto rounds = scatter_gather_rounds::open(o, 2, 8, 8);
   ASSERT_TRUE(rounds) << rounds.err().message;
   for (int i = 0; i < 20; ++i)
