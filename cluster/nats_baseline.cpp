@@ -236,6 +236,8 @@ expected<baseline_result> scatter_gather_latency(
   return result_of(us);
 }
 
+namespace {
+
 // The books of the rounds in flight, shared with the requester's handler
 // (a libnats thread).
 struct rounds_books {
@@ -249,9 +251,10 @@ struct rounds_books {
   std::string publish_error;  // the first failed publish
 };
 
+}  // namespace
+
 struct scatter_gather_rounds::impl {
   std::string what;
-  size_t fanout = 0;
   std::string subject, inbox;
   std::vector<uint8_t> request;
   std::shared_ptr<rounds_books> books;
@@ -272,7 +275,6 @@ expected<std::unique_ptr<scatter_gather_rounds>> scatter_gather_rounds::open(
   if (fanout == 0)
     return make_error(ec::invalid_argument, p->what + ": fan-out 0");
   const std::string prefix = unique_prefix("sgr");
-  p->fanout = fanout;
   p->subject = prefix + ".scatter";
   p->inbox = prefix + ".inbox.";
   p->request.assign(request_bytes, 0xa5);
