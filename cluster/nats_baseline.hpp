@@ -68,9 +68,8 @@ class scatter_gather_rounds {
   // no rounds at all is an error value.
   expected<baseline_result> finish(std::chrono::milliseconds grace);
 
-  struct impl;
-
  private:
+  struct impl;
   explicit scatter_gather_rounds(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };
