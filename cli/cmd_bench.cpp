@@ -1355,6 +1355,10 @@ int run_bench(bench_options o) {
   sim_result result;
   error_counts trace_errors;
   load_result load;
+  // The raw baselines' connections: to the mesh's server, as this client.
+  nats_options bo = security;
+  bo.url = m.url;
+  bo.name = "kvmesh-bench";
   const size_t fanout = std::min<size_t>(o.cfg.workers, o.fanout);
   expected<baseline_result> sg_during = make_error(ec::not_found, "not run");
   const cpu_use cpu_before = cpu_now(m);
@@ -1394,10 +1398,7 @@ int run_bench(bench_options o) {
     // trace's bursts and the busy host hit it as they hit the auctions,
     // which rounds before or after the run never see. Its responders live
     // in this process: their CPU is in the bench client's row.
-    nats_options ro = security;
-    ro.url = m.url;
-    ro.name = "kvmesh-bench";
-    auto rounds = scatter_gather_rounds::open(ro, fanout, payload, payload);
+    auto rounds = scatter_gather_rounds::open(bo, fanout, payload, payload);
     if (!rounds) {
       close_bus();
       return failure(rounds.err().message);
@@ -1489,9 +1490,6 @@ int run_bench(bench_options o) {
   b.payload = payload;
   b.fanout = fanout;
   b.sg_during = std::move(sg_during);
-  nats_options bo = security;
-  bo.url = m.url;
-  bo.name = "kvmesh-bench";
   if (auto why = watch(m, 0); !why.empty()) return failure(why);
   b.rr = request_reply_latency(bo, b.payload, o.baseline_samples);
   if (auto why = watch(m, 0); !why.empty()) return failure(why);

@@ -107,6 +107,26 @@ struct connections {
   }
 };
 
+// Connects `fanout` responders to `conns`, each answering every request on
+// `subject` with `reply_bytes` (one that cannot be sent shows up as a sample
+// missing replies), and waits until the server has their subscriptions.
+status add_responders(connections& conns, const nats_options& o, size_t fanout,
+                      const std::string& subject, size_t reply_bytes) {
+  const std::vector<uint8_t> reply(reply_bytes, 0x5a);
+  for (size_t k = 0; k < fanout; ++k) {
+    auto b = conns.add(o, "responder-" + std::to_string(k));
+    if (!b) return b.err();
+    nats_bus* r = *b;
+    auto sub = r->subscribe(subject, "", [r, reply](nats_message m) {
+      (void)r->publish(m.reply, reply);
+    });
+    if (!sub) return sub.err();
+  }
+  for (auto& r : conns.buses)
+    if (auto f = r->flush(sample_timeout); !f) return f.err();
+  return ok;
+}
+
 }  // namespace
 
 expected<baseline_result> request_reply_latency(
@@ -169,19 +189,8 @@ expected<baseline_result> scatter_gather_latency(
 
   gather g;  // declared first: it outlives the requester's handler
   connections conns;
-  const std::vector<uint8_t> reply(reply_bytes, 0x5a);
-  for (size_t k = 0; k < fanout; ++k) {
-    auto b = conns.add(o, "responder-" + std::to_string(k));
-    if (!b) return context(what, b.err());
-    nats_bus* r = *b;
-    auto sub = r->subscribe(subject, "", [r, reply](nats_message m) {
-      // A reply that cannot be sent shows up as the sample's timeout.
-      (void)r->publish(m.reply, reply);
-    });
-    if (!sub) return context(what, sub.err());
-  }
-  for (auto& r : conns.buses)
-    if (auto f = r->flush(sample_timeout); !f) return context(what, f.err());
+  if (auto st = add_responders(conns, o, fanout, subject, reply_bytes); !st)
+    return context(what, st.err());
 
   auto requester = conns.add(o, "requester");
   if (!requester) return context(what, requester.err());
@@ -279,19 +288,9 @@ expected<std::unique_ptr<scatter_gather_rounds>> scatter_gather_rounds::open(
   p->inbox = prefix + ".inbox.";
   p->request.assign(request_bytes, 0xa5);
   p->books = std::make_shared<rounds_books>();
-  const std::vector<uint8_t> reply(reply_bytes, 0x5a);
-  for (size_t k = 0; k < fanout; ++k) {
-    auto b = p->conns.add(o, "responder-" + std::to_string(k));
-    if (!b) return context(p->what, b.err());
-    nats_bus* r = *b;
-    auto sub = r->subscribe(p->subject, "", [r, reply](nats_message m) {
-      // A reply that cannot be sent shows up as a round missing replies.
-      (void)r->publish(m.reply, reply);
-    });
-    if (!sub) return context(p->what, sub.err());
-  }
-  for (auto& r : p->conns.buses)
-    if (auto f = r->flush(sample_timeout); !f) return context(p->what, f.err());
+  if (auto st = add_responders(p->conns, o, fanout, p->subject, reply_bytes);
+      !st)
+    return context(p->what, st.err());
   auto requester = p->conns.add(o, "requester");
   if (!requester) return context(p->what, requester.err());
   p->requester = *requester;
