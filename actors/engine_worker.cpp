@@ -55,16 +55,17 @@ void publish_changes(epointer self) {
   }
   for (const cache_event& e : st.changes)
     st.kv_out[shard_of(e.root, st.shards.size())].push_back(e);
-  if (const worker_meters* m = st.meters.get()) {
-    size_t stored = 0;
-    for (const cache_event& e : st.changes)
-      stored += e.kind == cache_event::stored;
-    m->kv_events[0]->inc(static_cast<double>(stored));
-    m->kv_events[1]->inc(static_cast<double>(st.changes.size() - stored));
-  }
   st.changes.clear();
   for (size_t i = 0; i < st.kv_out.size(); ++i) {
+    drop_superseded(st.kv_out[i]);
     if (st.kv_out[i].empty()) continue;
+    if (const worker_meters* m = st.meters.get()) {
+      size_t stored = 0;
+      for (const cache_event& e : st.kv_out[i])
+        stored += e.kind == cache_event::stored;
+      m->kv_events[0]->inc(static_cast<double>(stored));
+      m->kv_events[1]->inc(static_cast<double>(st.kv_out[i].size() - stored));
+    }
     self->send(st.shards[i], kv_atom::value, id_of(self),
                std::move(st.kv_out[i]));
     st.kv_out[i].clear();

@@ -140,6 +140,7 @@ void finish_step(wpointer self) {
   }
   // One batch per shard and step: shards write batches, not single events.
   for (size_t i = 0; i < st.kv_out.size(); ++i) {
+    drop_superseded(st.kv_out[i]);
     if (st.kv_out[i].empty()) continue;
     if (st.meters) {
       size_t stored = 0;

@@ -295,4 +295,20 @@ void tiered_cache::commit(uint64_t hash, uint64_t root) {
   emit(cache_event::stored, tier::gpu, n);
 }
 
+void drop_superseded(std::vector<cache_event>& events) {
+  // make_room's cascade puts at most one removed per tier between a
+  // block's removed and its stored below.
+  constexpr size_t ahead = 2 * tier_count;
+  const size_t n = events.size();
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t h = events[i].hash;
+    bool moot = false;
+    for (size_t j = i + 1; j < n && j <= i + ahead && !moot; ++j)
+      moot = events[j].hash == h && events[j].kind == cache_event::stored;
+    if (!moot) events[kept++] = events[i];
+  }
+  events.resize(kept);
+}
+
 }  // namespace kvmesh

