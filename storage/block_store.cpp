@@ -110,6 +110,11 @@ expected<std::unique_ptr<block_store>> block_store::open(
   o.bytes_per_sync = 1 << 20;
   o.level_compaction_dynamic_level_bytes = true;
   o.keep_log_file_num = 4;
+  // Uncompressed: Snappy took a twentieth of the shard's CPU (its writer
+  // thread compresses every ingested file) to save disk a block map does
+  // not need saved: after a 20,000-request run with 64 workers the DB held
+  // 20 MB instead of 12.
+  o.compression = rocksdb::kNoCompression;
   // Each persist() ingests one L0 file over the whole key range, and under
   // cache churn most of its entries are deleted again within seconds.
   // Compacting 16 files at a time instead of 4 lets more of them cancel
