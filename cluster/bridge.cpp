@@ -37,12 +37,13 @@ std::string_view parent_of(std::string_view subject) {
 }  // namespace
 
 bool batcher::add(const std::string& subject, const std::string& reply,
-                  const bytes& payload) {
-  const std::string_view parent = parent_of(subject);
-  auto it = std::find_if(receivers_.begin(), receivers_.end(),
-                         [&](const receiver& r) { return r.parent == parent; });
+                  const bytes& payload, bool own) {
+  const std::string_view parent = own ? subject : parent_of(subject);
+  auto it = std::find_if(
+      receivers_.begin(), receivers_.end(),
+      [&](const receiver& r) { return r.parent == parent && r.own == own; });
   if (it == receivers_.end()) {
-    receivers_.push_back(receiver{std::string(parent), {}, 0});
+    receivers_.push_back(receiver{std::string(parent), {}, 0, own});
     it = receivers_.end() - 1;
   }
   it->items.push_back(batch_item{subject, reply, payload});
@@ -54,7 +55,7 @@ bool batcher::add(const std::string& subject, const std::string& reply,
 void batcher::send(nats_bus& bus, receiver& r) {
   if (r.items.empty()) return;
   ++sent_;
-  if (r.items.size() == 1 || r.parent.empty()) {
+  if (!r.own && (r.items.size() == 1 || r.parent.empty())) {
     for (auto& i : r.items)
       (void)bus.publish(i.subject, i.payload, i.reply);
   } else {
@@ -69,18 +70,22 @@ void batcher::send(nats_bus& bus, receiver& r) {
 size_t batcher::flush(nats_bus& bus) {
   sent_ = 0;
   for (auto& r : receivers_) {
-    // A big batch goes in parts, each below the payload limit.
-    while (r.bytes > max_batch_bytes && r.items.size() > 1) {
-      receiver part{r.parent, {}, 0};
-      while (!r.items.empty() && part.bytes < max_batch_bytes) {
-        part.bytes += r.items.back().payload.size() + 64;
-        part.items.push_back(std::move(r.items.back()));
-        r.items.pop_back();
-      }
-      r.bytes = r.bytes > part.bytes ? r.bytes - part.bytes : 0;
-      send(bus, part);
+    if (r.bytes <= max_batch_bytes || r.items.size() < 2) {
+      send(bus, r);
+      continue;
     }
-    send(bus, r);
+    // A big batch goes in parts, each below the payload limit, in order.
+    receiver part{r.parent, {}, 0, r.own};
+    for (auto& i : r.items) {
+      const size_t b = i.subject.size() + i.reply.size() + i.payload.size() + 32;
+      if (!part.items.empty() && part.bytes + b > max_batch_bytes)
+        send(bus, part);
+      part.items.push_back(std::move(i));
+      part.bytes += b;
+    }
+    send(bus, part);
+    r.items.clear();
+    r.bytes = 0;
   }
   queued_ = 0;
   return sent_;

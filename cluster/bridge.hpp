@@ -46,9 +46,14 @@ using progress_atom = caf::atom_constant<caf::atom("progress")>;
 class batcher {
  public:
   // Queues a message. True when it is the first since the last flush: the
-  // caller then schedules flush() for the end of its drain.
+  // caller then schedules flush() for the end of its drain. `own`: the
+  // subject is its receiver's alone though its parent is shared (an index
+  // shard's KV events, P.kv.<shard>): batches go on the subject itself plus
+  // ".batch", and always as a Batch, so that a receiver that hears the
+  // subject and its batches on two subscriptions gets one sender's messages
+  // in order.
   bool add(const std::string& subject, const std::string& reply,
-           const bytes& payload);
+           const bytes& payload, bool own = false);
   // Publishes what is queued; returns how many NATS messages that took.
   size_t flush(nats_bus& bus);
   bool empty() const { return queued_ == 0; }
@@ -61,6 +66,7 @@ class batcher {
     std::string parent;  // the items' subject up to its last token
     std::vector<batch_item> items;
     size_t bytes = 0;
+    bool own = false;  // parent is the items' subject (add's `own`)
   };
   void send(nats_bus& bus, receiver& r);
   std::vector<receiver> receivers_;  // few per actor: a linear search
@@ -72,7 +78,8 @@ class batcher {
 bool is_batch(const std::string& subject);
 
 // The messages of `m`: its items when it is a batch (those whose subject
-// shares the batch's parent; a batch cannot send elsewhere), else itself.
+// shares the batch's parent or is that parent; a batch cannot send
+// elsewhere), else itself.
 // A malformed batch is counted (decode_errors(msg_kind::batch)) and yields
 // nothing.
 std::vector<nats_message> unbatch(nats_message m);
@@ -286,12 +293,14 @@ class pending_calls {
     }
   }
 
-  // A message without reply, batched with the calls when they are.
+  // A message without reply, batched with the calls when they are (`own`:
+  // as batcher::add).
   template <class Self>
   status publish(Self* self, const std::string& subject, const bytes& payload,
-                 const std::string& reply = {}) {
+                 const std::string& reply = {}, bool own = false) {
     if (!batched_) return box_->bus().publish(subject, payload, reply);
-    if (out_.add(subject, reply, payload)) self->send(self, flush_atom::value);
+    if (out_.add(subject, reply, payload, own))
+      self->send(self, flush_atom::value);
     return ok;
   }
   void flush() { out_.flush(box_->bus()); }

@@ -1723,12 +1723,14 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
                       opt.shards, opt.meters, gate, kv_refused);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
-  // Queries also come batched, on the query subject's parent + ".batch".
+  // Queries also come batched, on the query subject's parent + ".batch";
+  // KV events on kv_batch (an agent's workers' batches of one drain).
   // A refused KV message is lost to the index (KvBatch has no reply): it
   // is counted, logged and reported in the shard's heartbeat, on which
   // the agents have their workers announce their caches again.
   for (const auto& [subject, kind] :
        {std::make_pair(s.kv(opt.shard.shard), feed_kind::kv),
+        std::make_pair(s.kv_batch(opt.shard.shard), feed_kind::kv),
         std::make_pair(s.index_query(opt.shard.shard), feed_kind::query),
         std::make_pair(s.index_batch(opt.shard.shard), feed_kind::query)})
     if (auto st = p->listen(

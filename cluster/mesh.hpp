@@ -46,6 +46,11 @@ struct subjects {
   std::string kv(uint32_t shard) const {
     return prefix + ".kv." + std::to_string(shard);
   }
+  // An agent's KV events of several workers in one Batch (its items on
+  // kv(shard)): the shard's own, as kv(shard)'s parent is every shard's.
+  std::string kv_batch(uint32_t shard) const {
+    return kv(shard) + ".batch";
+  }
   std::string index_query(uint32_t shard) const {
     return prefix + ".index." + std::to_string(shard) + ".query";
   }

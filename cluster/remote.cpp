@@ -207,10 +207,13 @@ remote_shard_actor::behavior_type remote_shard(
   st.timeout = mesh.call_timeout;
   st.calls.attach(std::move(box), true);
   return {
+      // The agent's workers' batches of one drain go in one NATS message,
+      // in the order they came (kv_batch subject: see subjects).
       [=](kv_atom, uint32_t worker, std::vector<cache_event>& events) {
         auto& st = self->state;
-        (void)st.calls.box().bus().publish(
-            st.subj.kv(st.shard), encode(kv_batch{worker, std::move(events)}));
+        (void)st.calls.publish(self, st.subj.kv(st.shard),
+                               encode(kv_batch{worker, std::move(events)}), {},
+                               true);
       },
       [=](query_atom, std::vector<uint64_t>& chain)
           -> caf::result<std::vector<holder_match>> {
@@ -241,7 +244,7 @@ remote_shard_actor::behavior_type remote_shard(
         kv_batch b;
         b.worker = worker;
         b.resync = true;
-        (void)st.calls.box().bus().publish(st.subj.kv(st.shard), encode(b));
+        (void)st.calls.publish(self, st.subj.kv(st.shard), encode(b), {}, true);
       },
       [=](status_atom) -> caf::result<shard_status> {
         auto& st = self->state;

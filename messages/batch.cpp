@@ -25,7 +25,11 @@ std::vector<batch_item> unbatch_items(std::string_view subject,
   const std::string_view parent = subject_parent(subject);
   out.reserve(b->items.size());
   for (auto& i : b->items) {
-    if (subject_parent(i.subject) != parent || is_batch_subject(i.subject))
+    // Below the batch's parent, or the parent itself: a receiver whose
+    // subject's parent others share (an index shard's P.kv.<shard>) hears
+    // its batches on <subject>.batch.
+    if ((subject_parent(i.subject) != parent && i.subject != parent) ||
+        is_batch_subject(i.subject))
       continue;
     out.push_back(std::move(i));
   }

@@ -20,8 +20,8 @@ std::string_view subject_parent(std::string_view subject);
 bool is_batch_subject(std::string_view subject);
 
 // The items of a Batch that came on `subject`: only those whose subject
-// shares the batch's parent and is no batch itself (a sender cannot reach
-// other receivers or nest batches). A malformed payload yields nothing and
+// shares the batch's parent, or is that parent, and is no batch itself (a
+// sender cannot reach other receivers or nest batches). A malformed payload yields nothing and
 // counts in decode_errors(msg_kind::batch).
 std::vector<batch_item> unbatch_items(std::string_view subject,
                                       const uint8_t* data, size_t size);

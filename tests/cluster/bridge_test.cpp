@@ -97,9 +97,36 @@ TEST_F(bridge_test, a_batch_cannot_reach_beyond_its_parent) {
   b.items.push_back({"t.agent.other.drain", "", {2}});  // another receiver
   b.items.push_back({"t.agent.a.batch", "", {3}});      // nested
   b.items.push_back({"t.agent.a.x.y", "", {4}});        // deeper
+  b.items.push_back({"t.agent", "", {5}});              // above
+  b.items.push_back({"t.agent.a", "", {6}});            // the parent
   auto items = unbatch(nats_message{"t.agent.a.batch", "", encode(b)});
-  ASSERT_EQ(items.size(), 1u);
+  ASSERT_EQ(items.size(), 2u);
   EXPECT_EQ(items[0].subject, "t.agent.a.bid");
+  EXPECT_EQ(items[1].subject, "t.agent.a");
+}
+
+// KV events: P.kv.<shard>'s parent is every shard's, so they batch on the
+// subject itself, always as a Batch (one sender, one subject: in order).
+TEST_F(bridge_test, a_receivers_own_subject_batches_below_itself) {
+  batcher out;
+  EXPECT_TRUE(out.add("t.kv.0", "", {1}, true));
+  EXPECT_EQ(out.flush(*bus), 1u);
+  EXPECT_TRUE(out.add("t.kv.1", "", {2}, true));
+  EXPECT_FALSE(out.add("t.kv.1", "", {3}, true));
+  EXPECT_FALSE(out.add("t.kv.0", "", {4}, true));
+  EXPECT_EQ(out.flush(*bus), 2u);
+  auto got = log.wait_for(3);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].subject, "t.kv.0.batch");  // even a single item
+  // The second flush: one batch per receiver.
+  if (got[1].subject != "t.kv.1.batch") std::swap(got[1], got[2]);
+  EXPECT_EQ(got[1].subject, "t.kv.1.batch");
+  EXPECT_EQ(got[2].subject, "t.kv.0.batch");
+  auto one = unbatch(got[1]);
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[0].subject, "t.kv.1");
+  EXPECT_EQ(one[0].payload, bytes{2});
+  EXPECT_EQ(one[1].payload, bytes{3});
 }
 
 TEST_F(bridge_test, a_malformed_batch_is_counted_and_yields_nothing) {
@@ -120,12 +147,16 @@ TEST_F(bridge_test, a_big_flush_goes_in_parts_below_the_payload_limit) {
   const size_t sent = out.flush(*bus);
   EXPECT_GE(sent, 3u);
   auto got = log.wait_for(sent);
-  size_t items = 0;
+  std::vector<std::string> items;
   for (auto& m : got) {
     EXPECT_LE(m.payload.size(), batcher::max_batch_bytes * 2);
-    items += unbatch(std::move(m)).size();
+    for (auto& one : unbatch(std::move(m)))
+      items.push_back(one.subject);
   }
-  EXPECT_EQ(items, 10u);
+  // The parts keep the order the messages were queued in.
+  ASSERT_EQ(items.size(), 10u);
+  for (size_t i = 0; i < items.size(); ++i)
+    EXPECT_EQ(items[i], "t.big.x" + std::to_string(i));
 }
 
 // What the slow actor saw, shared with the test.

@@ -809,7 +809,8 @@ TEST_F(mesh_test, only_a_restarted_shard_hears_the_caches_again) {
   start_agent("node-a", 0, 2);
   auto& c = bus();
   std::atomic<int> resyncs{0};
-  auto sub = c.subscribe(subjects{}.kv(0), "", [&](nats_message m) {
+  // Agents send KV events batched, on kv_batch(0).
+  auto sub = c.subscribe(subjects{}.kv_batch(0), "", [&](nats_message m) {
     for (auto& one : unbatch(std::move(m)))
       if (auto b = decode<kv_batch>(one.payload); b && b->resync) ++resyncs;
   });
