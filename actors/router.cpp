@@ -376,37 +376,43 @@ std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
   auto& st = self->state;
   const size_t fanout = std::max<size_t>(st.opt.fanout, 1);
   std::vector<uint32_t> out;
-  std::vector<bool> taken(st.opt.workers.size(), false);
-  std::vector<bool> ok(st.opt.workers.size(), false);
+  out.reserve(fanout);
+  // Per worker: 1 eligible, 2 eligible and taken.
+  auto& mark = st.pick_mark;
+  mark.assign(st.opt.workers.size(), 0);
   for (uint32_t i : eligible)
-    ok[i] = true;
+    mark[i] = 1;
   for (const auto& h : holders) {
     if (out.size() >= (fanout + 1) / 2) break;
-    if (h.worker < ok.size() && ok[h.worker] && !taken[h.worker]) {
+    if (h.worker < mark.size() && mark[h.worker] == 1) {
       out.push_back(h.worker);
-      taken[h.worker] = true;
+      mark[h.worker] = 2;
     }
   }
-  std::vector<uint32_t> rest;
+  auto& rest = st.pick_rest;
+  rest.clear();
   for (uint32_t i : eligible)
-    if (!taken[i]) rest.push_back(i);
+    if (mark[i] == 1) rest.push_back(i);
+  if (rest.empty()) return out;
   // Equal loads take turns rather than the lowest ids: an idle fleet, or a
   // burst whose calls all go out before a single award.
-  if (!rest.empty())
-    std::rotate(rest.begin(), rest.begin() + st.picks++ % rest.size(),
-                rest.end());
-  auto load = [&](uint32_t x) {
-    const auto& m = st.members[x];
-    // The last heartbeat plus what this router awarded since.
-    return m.last.queued + m.last.reserved + m.since_beat +
-           st.auction->pending(x);
-  };
-  std::stable_sort(rest.begin(), rest.end(),
-                   [&](uint32_t x, uint32_t y) { return load(x) < load(y); });
-  for (uint32_t i : rest) {
-    if (out.size() >= fanout) break;
-    out.push_back(i);
+  std::rotate(rest.begin(), rest.begin() + st.picks++ % rest.size(),
+              rest.end());
+  // Each load once (the last heartbeat plus what this router awarded
+  // since), then only the few least loaded in order; equal loads keep the
+  // rotated order.
+  auto& load = st.pick_load;
+  load.clear();
+  for (uint32_t k = 0; k < rest.size(); ++k) {
+    const auto& m = st.members[rest[k]];
+    load.emplace_back(m.last.queued + m.last.reserved + m.since_beat +
+                          st.auction->pending(rest[k]),
+                      k);
   }
+  const size_t want = std::min(load.size(), fanout - out.size());
+  std::partial_sort(load.begin(), load.begin() + want, load.end());
+  for (size_t k = 0; k < want; ++k)
+    out.push_back(rest[load[k].second]);
   return out;
 }
 

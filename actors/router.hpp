@@ -125,6 +125,10 @@ struct router_state {
   uint64_t runner_up_awards = 0;
   uint64_t overloaded = 0;
   uint64_t picks = 0;  // bounded calls for bids so far: equal loads rotate
+  // pick()'s scratch, kept between calls: it runs for every request.
+  std::vector<uint8_t> pick_mark;                     // per worker
+  std::vector<uint32_t> pick_rest;                    // not holders
+  std::vector<std::pair<double, uint32_t>> pick_load;  // (load, rest index)
   // The last decisions' latencies (a ring), for status percentiles.
   static constexpr size_t latency_window = 4096;
   std::vector<float> latency_us;
