@@ -77,7 +77,8 @@ size_t batcher::flush(nats_bus& bus) {
     // A big batch goes in parts, each below the payload limit, in order.
     receiver part{r.parent, {}, 0, r.own};
     for (auto& i : r.items) {
-      const size_t b = i.subject.size() + i.reply.size() + i.payload.size() + 32;
+      const size_t b =
+          i.subject.size() + i.reply.size() + i.payload.size() + 32;
       if (!part.items.empty() && part.bytes + b > max_batch_bytes)
         send(bus, part);
       part.items.push_back(std::move(i));
