@@ -66,8 +66,10 @@ void publish_changes(epointer self) {
       m->kv_events[0]->inc(static_cast<double>(stored));
       m->kv_events[1]->inc(static_cast<double>(st.kv_out[i].size() - stored));
     }
+    // A copy of exactly its size travels; the buffer keeps its capacity,
+    // so that the next batch does not grow it again from nothing.
     self->send(st.shards[i], kv_atom::value, id_of(self),
-               std::move(st.kv_out[i]));
+               std::vector<cache_event>(st.kv_out[i]));
     st.kv_out[i].clear();
   }
 }

@@ -150,8 +150,10 @@ void finish_step(wpointer self) {
       st.meters->kv_events[1]->inc(
           static_cast<double>(st.kv_out[i].size() - stored));
     }
+    // A copy of exactly its size travels; the buffer keeps its capacity,
+    // so that the next batch does not grow it again from nothing.
     self->send(st.shards[i], kv_atom::value, st.ledger->config().id,
-               std::move(st.kv_out[i]));
+               std::vector<cache_event>(st.kv_out[i]));
     st.kv_out[i].clear();
   }
   maybe_step(self);
@@ -192,33 +194,39 @@ void remember_withdrawn(worker_state& st, uint64_t request) {
         request;
 }
 
-// Bids for `cfb` (if this worker was asked), holding a soft reservation.
-bid_list bid_for(wpointer self, const call_for_bids& cfb) {
+// Bids for `cfb` into `b`, holding a soft reservation; false when this
+// worker was not asked.
+bool bid_for(wpointer self, const call_for_bids& cfb, bid& b) {
   auto& st = self->state;
   const uint32_t id = st.ledger->config().id;
   // Asked by id (an agent's stand-in forwards its list); empty: me.
   if (!cfb.workers.empty() && std::find(cfb.workers.begin(), cfb.workers.end(),
                                         id) == cfb.workers.end())
-    return {{}, "worker " + std::to_string(id) + " was not asked"};
+    return false;
   const double now = now_ms(self);
   st.ledger->expire(now);
   const auto& r = cfb.request;
   const uint32_t n = static_cast<uint32_t>(r.blocks.size());
-  bid b = make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
+  b = make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
   b.worker = id;
   // Perhaps handed out again by the durable queue (its answer lost,
   // or the queue's cluster lost a node): if it is here already, the
   // router must award it here.
   if (taken_before(st, r) > 0) {
     b.holds = true;
-    return {{b}, {}};
+    return true;
   }
   // A full table of open bids still yields a valid bid; the auction just
   // cannot hold the work here.
   (void)st.ledger->reserve(
       r.id, expected_share(n, st.ledger->config().speed, cfb.bidders_speed),
       now + st.ledger->config().reservation_ms, n);
-  return {{b}, {}};
+  return true;
+}
+
+std::string not_asked(wpointer self) {
+  return "worker " + std::to_string(self->state.ledger->config().id) +
+         " was not asked";
 }
 
 }  // namespace
@@ -238,10 +246,16 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.taken.assign(worker_state::taken_window, {});
   return {
       [=](bid_atom, const call_for_bids& cfb) -> bid_list {
-        return bid_for(self, cfb);
+        bid b;
+        if (!bid_for(self, cfb, b)) return {{}, not_asked(self)};
+        return {{b}, {}};
       },
       [=](bid_atom, const call_for_bids& cfb, uint64_t tag) {
-        send_bids(self->current_sender(), tag, bid_for(self, cfb));
+        bid b;
+        if (bid_for(self, cfb, b))
+          send_bid(self->current_sender(), tag, b);
+        else
+          send_bids(self->current_sender(), tag, {{}, not_asked(self)});
       },
       [=](award_atom, award_msg& a) -> award_reply {
         auto& st = self->state;

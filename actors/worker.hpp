@@ -43,6 +43,13 @@ inline void send_bids(const caf::strong_actor_ptr& to, uint64_t tag,
   if (auto a = caf::actor_cast<caf::actor>(to))
     caf::anon_send(a, bid_atom::value, tag, std::move(bids));
 }
+// One worker's bid, as (bid_atom, tag, bid): a bid_list of one would cost
+// its vector, sixteen allocations per auction on a node agent.
+inline void send_bid(const caf::strong_actor_ptr& to, uint64_t tag,
+                     const bid& b) {
+  if (auto a = caf::actor_cast<caf::actor>(to))
+    caf::anon_send(a, bid_atom::value, tag, b);
+}
 
 struct worker_options {
   engine_config engine;

@@ -208,15 +208,14 @@ void agent_bid(agent_pointer self, const std::string& reply,
     self->send(caf::actor_cast<caf::actor>(st.workers.at(w)), call);
 }
 
-// A worker's answer to call `tag`: the call is answered with every asked
-// worker's bids.
-void agent_bids(agent_pointer self, uint64_t tag, bid_list& l) {
+// A worker's answer to call `tag` (`n` bids, as a list or one alone): the
+// call is answered with every asked worker's bids.
+void agent_bids(agent_pointer self, uint64_t tag, const bid* bids, size_t n) {
   auto& st = self->state;
   auto it = st.gathers.find(tag);
   if (it == st.gathers.end()) return;  // swept: answered without it
   auto& g = it->second;
-  for (const bid& b : l.bids)
-    g.out.bids.push_back(b);
+  g.out.bids.insert(g.out.bids.end(), bids, bids + n);
   if (--g.left > 0) return;
   answer_batched(self, *st.bus, st.out, g.reply, encode(g.out));
   st.gathers.erase(it);
@@ -427,7 +426,12 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
           answer(*st.bus, reply, encode(out));
         }
       },
-      [=](bid_atom, uint64_t tag, bid_list& l) { agent_bids(self, tag, l); },
+      [=](bid_atom, uint64_t tag, const bid_list& l) {
+        agent_bids(self, tag, l.bids.data(), l.bids.size());
+      },
+      [=](bid_atom, uint64_t tag, const bid& b) {
+        agent_bids(self, tag, &b, 1);
+      },
       [=](flush_atom) { self->state.out.flush(*self->state.bus); },
       [=](beat_atom) {
         auto& st = self->state;

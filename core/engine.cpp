@@ -314,8 +314,10 @@ void engine::finish_step(std::vector<engine_event>& out) {
   for (auto& e : pending_)
     if (e.time_ms == 0) e.time_ms = step_start_;
   cache_.set_event_sink(&cache_events_);
-  std::vector<uint32_t> still_running;
-  still_running.reserve(running_.size());
+  // Swapped with running_ below: both keep their capacity, and a step
+  // allocates nothing here.
+  std::vector<uint32_t>& still_running = still_running_;
+  still_running.clear();
   for (uint32_t slot : running_) {
     sequence& s = seqs_[slot];
     if (s.cancelled) {

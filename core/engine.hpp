@@ -137,6 +137,7 @@ class engine {
   std::vector<uint32_t> free_;
   std::deque<uint32_t> waiting_;
   std::vector<uint32_t> running_;  // in admission order
+  std::vector<uint32_t> still_running_;  // finish_step's scratch, kept
   std::vector<cache_event> cache_events_;
   std::vector<engine_event> pending_;  // events of the step in progress
   double step_start_ = -1;

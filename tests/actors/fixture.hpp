@@ -48,9 +48,13 @@ class actor_fixture : public ::testing::Test {
     auto got = std::make_shared<std::vector<std::pair<uint64_t, bid_list>>>();
     sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
       self->send(caf::actor_cast<caf::actor>(dest), bid_atom::value, cfb, tag);
+      // A worker answers with its bid alone, an agent with a list.
       return {[=](bid_atom, uint64_t t, bid_list& l) {
-        got->emplace_back(t, std::move(l));
-      }};
+                got->emplace_back(t, std::move(l));
+              },
+              [=](bid_atom, uint64_t t, const bid& b) {
+                got->emplace_back(t, bid_list{{b}, {}});
+              }};
     });
     run();
     return *got;
