@@ -47,6 +47,7 @@ void fail(rpointer self, auction_ptr a, ec code, const std::string& what) {
 std::vector<std::pair<uint32_t, std::vector<uint32_t>>> by_bidder(
     const router_state& st, const std::vector<uint32_t>& workers) {
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> out;
+  out.reserve(4);  // an auction's workers sit on a few agents
   for (uint32_t w : workers) {
     const uint32_t b = st.members[w].bidder;
     auto it = std::find_if(out.begin(), out.end(),
@@ -54,6 +55,8 @@ std::vector<std::pair<uint32_t, std::vector<uint32_t>>> by_bidder(
     if (it == out.end()) {
       out.emplace_back(b, std::vector<uint32_t>{});
       it = out.end() - 1;
+      // Once, not grown a worker at a time.
+      it->second.reserve(workers.size());
     }
     it->second.push_back(w);
   }
@@ -107,6 +110,7 @@ void release(rpointer self, const auction_ptr& a,
 // Releases the reservations of every bidder but `keep`.
 void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
   std::vector<uint32_t> others;
+  others.reserve(a->bids.size());
   for (const bid& b : a->bids)
     if (b.worker != keep) others.push_back(b.worker);
   release(self, a, others);
@@ -319,6 +323,7 @@ void decide(rpointer self, auction_ptr a) {
   }
   // The winner first (the pricing broke its ties), then the rest by price.
   a->ranked.clear();
+  a->ranked.reserve(a->bids.size());
   a->ranked.push_back(static_cast<uint32_t>(win));
   for (uint32_t i = 0; i < a->bids.size(); ++i)
     if (i != win) a->ranked.push_back(i);
@@ -339,6 +344,7 @@ void send_bids(rpointer self, auction_ptr a,
   for (uint32_t i : candidates)
     bidders_speed += st.opt.speeds[i];
   auto groups = by_bidder(st, candidates);
+  a->bids.reserve(candidates.size());
   a->outstanding = groups.size();
   ++st.rounds;
   const uint32_t w = await(self, a, auction::bids_in, st.opt.bid_deadline);
@@ -422,6 +428,7 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   a->bids.clear();
   auto& eligible = a->eligible;
   eligible.clear();
+  eligible.reserve(st.opt.workers.size());
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
     if (st.members[i].present && st.members[i].live &&
         !st.members[i].last.draining && !st.members[i].last.unhealthy)

@@ -22,6 +22,8 @@ struct link_state {
   static inline const char* name = "agent_link";
   subjects subj;
   std::string agent;
+  // The agent's verbs' subjects, built once: every auction uses three.
+  std::string bid, award, release, withdraw;
   caf::timespan timeout{};
   pending_calls calls;
 };
@@ -35,14 +37,18 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
   auto& st = self->state;
   st.subj = mesh.subj;
   st.agent = std::move(agent);
+  st.bid = st.subj.agent(st.agent, "bid");
+  st.award = st.subj.agent(st.agent, "award");
+  st.release = st.subj.agent(st.agent, "release");
+  st.withdraw = st.subj.agent(st.agent, "withdraw");
   st.timeout = mesh.call_timeout;
   st.calls.attach(std::move(box), true);
   return {
       [=](bid_atom, const call_for_bids& cfb) -> caf::result<bid_list> {
         auto& st = self->state;
         auto rp = self->make_response_promise<bid_list>();
-        st.calls.call(self, st.subj.agent(st.agent, "bid"), encode(cfb),
-                      st.timeout, [rp](expected<bytes> r) mutable {
+        st.calls.call(self, st.bid, encode(cfb), st.timeout,
+                      [rp](expected<bytes> r) mutable {
                         auto bids = r ? decode<bid_list>(*r)
                                       : expected<bid_list>(r.err());
                         if (!bids)
@@ -58,8 +64,8 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
       [=](award_atom, const award_msg& a) -> caf::result<award_reply> {
         auto& st = self->state;
         auto rp = self->make_response_promise<award_reply>();
-        st.calls.call(self, st.subj.agent(st.agent, "award"), encode(a),
-                      st.timeout, [rp](expected<bytes> reply) mutable {
+        st.calls.call(self, st.award, encode(a), st.timeout,
+                      [rp](expected<bytes> reply) mutable {
                         if (!reply) {
                           rp.deliver(to_caf(reply.err()));
                           return;
@@ -74,14 +80,13 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
       },
       [=](release_atom, const release_msg& r) {
         auto& st = self->state;
-        (void)st.calls.publish(self, st.subj.agent(st.agent, "release"),
-                               encode(r));
+        (void)st.calls.publish(self, st.release, encode(r));
       },
       [=](withdraw_atom, const withdraw_msg& w) -> caf::result<withdraw_reply> {
         auto& st = self->state;
         auto rp = self->make_response_promise<withdraw_reply>();
-        st.calls.call(self, st.subj.agent(st.agent, "withdraw"), encode(w),
-                      st.timeout, [rp](expected<bytes> reply) mutable {
+        st.calls.call(self, st.withdraw, encode(w), st.timeout,
+                      [rp](expected<bytes> reply) mutable {
                         auto r = reply ? decode<withdraw_reply>(*reply)
                                        : expected<withdraw_reply>(reply.err());
                         if (!r)
