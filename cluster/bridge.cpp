@@ -37,7 +37,7 @@ std::string_view parent_of(std::string_view subject) {
 }  // namespace
 
 bool batcher::add(const std::string& subject, const std::string& reply,
-                  const bytes& payload, bool own) {
+                  bytes payload, bool own) {
   const std::string_view parent = own ? subject : parent_of(subject);
   auto it = std::find_if(
       receivers_.begin(), receivers_.end(),
@@ -46,8 +46,8 @@ bool batcher::add(const std::string& subject, const std::string& reply,
     receivers_.push_back(receiver{std::string(parent), {}, 0, own});
     it = receivers_.end() - 1;
   }
-  it->items.push_back(batch_item{subject, reply, payload});
   it->bytes += subject.size() + reply.size() + payload.size() + 32;
+  it->items.push_back(batch_item{subject, reply, std::move(payload)});
   ++queued_;
   return queued_ == 1;
 }

@@ -53,7 +53,7 @@ class batcher {
   // subject and its batches on two subscriptions gets one sender's messages
   // in order.
   bool add(const std::string& subject, const std::string& reply,
-           const bytes& payload, bool own = false);
+           bytes payload, bool own = false);
   // Publishes what is queued; returns how many NATS messages that took.
   size_t flush(nats_bus& bus);
   bool empty() const { return queued_ == 0; }
@@ -245,13 +245,14 @@ class inbox {
 // out.flush(bus)); replies to anyone else (a NATS CLI) go alone.
 template <class Self>
 void answer_batched(Self* self, nats_bus& bus, batcher& out,
-                    const std::string& reply, const bytes& payload) {
+                    const std::string& reply, bytes payload) {
   if (reply.empty()) return;
   if (reply.rfind(inbox::subject_prefix, 0) != 0) {
     (void)bus.publish_reply(reply, payload);  // only to inboxes
     return;
   }
-  if (out.add(reply, {}, payload)) self->send(self, flush_atom::value);
+  if (out.add(reply, {}, std::move(payload)))
+    self->send(self, flush_atom::value);
 }
 
 // Calls an actor has on the wire: each ends with its reply or, at its
@@ -274,12 +275,12 @@ class pending_calls {
   // When batched, the call goes out with the actor's others (see batcher):
   // the actor handles (flush_atom) by flush().
   template <class Self>
-  void call(Self* self, const std::string& subject, const bytes& payload,
+  void call(Self* self, const std::string& subject, bytes payload,
             caf::timespan timeout, done_fn done) {
     uint64_t seq = 0;
     const std::string reply =
         box_->expect(caf::actor_cast<caf::actor>(self), seq);
-    if (auto st = publish(self, subject, payload, reply); !st) {
+    if (auto st = publish(self, subject, std::move(payload), reply); !st) {
       box_->forget(seq);
       done(st.err());
       return;
@@ -296,10 +297,10 @@ class pending_calls {
   // A message without reply, batched with the calls when they are (`own`:
   // as batcher::add).
   template <class Self>
-  status publish(Self* self, const std::string& subject, const bytes& payload,
+  status publish(Self* self, const std::string& subject, bytes payload,
                  const std::string& reply = {}, bool own = false) {
     if (!batched_) return box_->bus().publish(subject, payload, reply);
-    if (out_.add(subject, reply, payload, own))
+    if (out_.add(subject, reply, std::move(payload), own))
       self->send(self, flush_atom::value);
     return ok;
   }
