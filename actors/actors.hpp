@@ -211,8 +211,9 @@ using bidder_actor = caf::typed_actor<
 // bidder for itself alone.
 using worker_actor = bidder_actor::extend<
     // The bids of a call as (bid_atom, call_for_bids) gives them, sent to
-    // the sender as a message (bid_atom, tag, bid_list) instead of a
-    // response: a node agent asks its workers for every auction, and CAF
+    // the sender as a message instead of a response: (bid_atom, tag, bid)
+    // for a worker's bid, (bid_atom, tag, bid_list) for none, with the
+    // reason (an engine worker answers with a list either way): a node agent asks its workers for every auction, and CAF
     // 0.17 keeps response handlers in a flat vector it searches and shifts
     // on each response (a sixth of the agent's CPU at 2,000 open bids).
     caf::reacts_to<bid_atom, call_for_bids, uint64_t>,

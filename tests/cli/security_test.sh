@@ -35,7 +35,10 @@ serve() {
   nats-server -c "$2" -l "$tmp/$1.log" &
   pids+=($!)
   local end=$((SECONDS + 10))
-  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+  # Its own log says it is ready: a listener on $port alone could be
+  # another test's server that took the same free port first.
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null &&
+    grep -q "Server is ready" "$tmp/$1.log" 2>/dev/null; do
     if [ "$SECONDS" -ge "$end" ]; then
       echo "FAIL nats-server $1 did not start: $(tail -5 "$tmp/$1.log")"
       exit 1
@@ -325,6 +328,14 @@ port=$(free_port)
 } >"$tmp/jwt-server.conf"
 serve jwt "$tmp/jwt-server.conf"
 jw=(--nats "nats://127.0.0.1:$port" --prefix jw)
+# Good credentials were refused once right after the server came up (a
+# clean-clone CI run), and a router refused at start gives up: wait until
+# these get through ("no responders" is through) before starting it.
+end=$((SECONDS + 10))
+while run admin routers "${jw[@]}" --nats-creds "$tmp/jwt/user.creds" &&
+  grep -q "authentication failed" <<<"$err" && [ "$SECONDS" -lt "$end" ]; do
+  sleep 0.2
+done
 "$bin" router "${jw[@]}" --nats-creds "$tmp/jwt/user.creds" \
   --name jwt-router --block-tokens 16 --heartbeat-ms 200 2>"$tmp/jw.err" &
 pids+=($!)
