@@ -34,6 +34,13 @@ std::string_view parent_of(std::string_view subject) {
   return subject_parent(subject);
 }
 
+// What an item adds to its batch, framing included (an estimate that keeps
+// batches below the payload limit).
+size_t item_bytes(const std::string& subject, const std::string& reply,
+                  const bytes& payload) {
+  return subject.size() + reply.size() + payload.size() + 32;
+}
+
 }  // namespace
 
 bool batcher::add(const std::string& subject, const std::string& reply,
@@ -46,7 +53,7 @@ bool batcher::add(const std::string& subject, const std::string& reply,
     receivers_.push_back(receiver{std::string(parent), {}, 0, own});
     it = receivers_.end() - 1;
   }
-  it->bytes += subject.size() + reply.size() + payload.size() + 32;
+  it->bytes += item_bytes(subject, reply, payload);
   it->items.push_back(batch_item{subject, reply, std::move(payload)});
   ++queued_;
   return queued_ == 1;
@@ -77,8 +84,7 @@ size_t batcher::flush(nats_bus& bus) {
     // A big batch goes in parts, each below the payload limit, in order.
     receiver part{r.parent, {}, 0, r.own};
     for (auto& i : r.items) {
-      const size_t b =
-          i.subject.size() + i.reply.size() + i.payload.size() + 32;
+      const size_t b = item_bytes(i.subject, i.reply, i.payload);
       if (!part.items.empty() && part.bytes + b > max_batch_bytes)
         send(bus, part);
       part.items.push_back(std::move(i));
