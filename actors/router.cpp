@@ -261,10 +261,11 @@ void award_next(rpointer self, auction_ptr a) {
 
 void decide(rpointer self, auction_ptr a) {
   auto& st = self->state;
-  if (a->asked_all && std::none_of(a->bids.begin(), a->bids.end(),
-                                   [](const bid& b) { return b.holds; })) {
-    // Nobody claims it: only the eligible may win; the rest asked only
-    // for a claim let go of their reservations.
+  if (!a->claimers.empty() &&
+      std::none_of(a->bids.begin(), a->bids.end(),
+                   [](const bid& b) { return b.holds; })) {
+    // Nobody claims it: only the eligible may win; the claimers let go of
+    // their reservations.
     auto out = std::stable_partition(
         a->bids.begin(), a->bids.end(), [&](const bid& b) {
           return std::binary_search(a->eligible.begin(), a->eligible.end(),
@@ -337,8 +338,16 @@ void decide(rpointer self, auction_ptr a) {
 
 // Sends the call for bids to `candidates` (indices into opt.workers).
 void send_bids(rpointer self, auction_ptr a,
-               const std::vector<uint32_t>& candidates) {
+               const std::vector<uint32_t>& picked) {
   auto& st = self->state;
+  std::vector<uint32_t> with_claimers;
+  if (!a->claimers.empty()) {
+    with_claimers.reserve(picked.size() + a->claimers.size());
+    with_claimers = picked;
+    with_claimers.insert(with_claimers.end(), a->claimers.begin(),
+                         a->claimers.end());
+  }
+  const auto& candidates = a->claimers.empty() ? picked : with_claimers;
   // Their total speed sizes each bidder's reservation (expected_share).
   double bidders_speed = 0;
   for (uint32_t i : candidates)
@@ -433,18 +442,23 @@ void call_for_bids_(rpointer self, auction_ptr a) {
     if (st.members[i].present && st.members[i].live &&
         !st.members[i].last.draining && !st.members[i].last.unhealthy)
       eligible.push_back(i);
-  a->asked_all = false;
-  if (!eligible.empty() && a->request.redelivered) {
-    // Handed out before: a worker may have taken it that this router has
-    // since counted out, for the outage that lost the first answer's ack
-    // (a nats-server restart) silenced its heartbeats too, or that drains
-    // now. Asked, it claims the request (bid.holds); elsewhere it would
-    // run twice. Rare enough to skip the index and ask everyone.
-    std::vector<uint32_t> known;
+  // Maybe handed out before: a worker may have taken it that this router
+  // has since counted out, for the outage that lost the first answer's ack
+  // (a nats-server restart) silenced its heartbeats too, or that drains
+  // now. Asked, it claims the request (bid.holds); elsewhere it would run
+  // twice. Not only when redelivered: a server that restarts before its
+  // consumer state is on disk hands a request out again as if for the
+  // first time (delivery count 1).
+  a->claimers.clear();
+  if (may_be_taken(a->request))
     for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
-      if (st.members[i].present) known.push_back(i);
-    a->asked_all = known.size() > eligible.size();
-    send_bids(self, a, known);
+      if (st.members[i].present &&
+          !std::binary_search(eligible.begin(), eligible.end(), i))
+        a->claimers.push_back(i);
+  if (!eligible.empty() && a->request.redelivered) {
+    // Surely handed out before, and rare: skip the index and ask everyone,
+    // for the taker may hold none of the prefix.
+    send_bids(self, a, eligible);
     return;
   }
   if (eligible.empty()) {

@@ -83,9 +83,10 @@ struct auction {
   // The workers that may win this round (live, not draining, healthy),
   // ascending.
   std::vector<uint32_t> eligible;
-  // This round asked every known worker, eligible or not (a redelivered
-  // request): only a holder's claim lets one that is not eligible win.
-  bool asked_all = false;
+  // For a request a worker may have taken already (may_be_taken): the
+  // known workers that are not eligible, asked too, only for a claim; one
+  // of them wins only by claiming it.
+  std::vector<uint32_t> claimers;
 };
 
 struct router_state {
@@ -126,8 +127,8 @@ struct router_state {
   uint64_t overloaded = 0;
   uint64_t picks = 0;  // bounded calls for bids so far: equal loads rotate
   // pick()'s scratch, kept between calls: it runs for every request.
-  std::vector<uint8_t> pick_mark;                     // per worker
-  std::vector<uint32_t> pick_rest;                    // not holders
+  std::vector<uint8_t> pick_mark;                      // per worker
+  std::vector<uint32_t> pick_rest;                     // not holders
   std::vector<std::pair<double, uint32_t>> pick_load;  // (load, rest index)
   // The last decisions' latencies (a ring), for status percentiles.
   static constexpr size_t latency_window = 4096;
