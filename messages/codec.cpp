@@ -706,15 +706,36 @@ admin_reply read(wire::AdminReply::Reader r) {
 
 // -- the generic halves ------------------------------------------------------
 
+// Each thread builds its messages in one first segment of its own: Cap'n
+// Proto's default builder callocs 8 KB per message, and the flat copy it
+// makes is a second allocation before the payload's own. (The builder's
+// destructor zeroes the words it used, as the next builder needs.)
 template <class T>
-std::vector<uint8_t> encode_message(const T& x) {
-  capnp::MallocMessageBuilder message;
+std::vector<uint8_t> build_message(const T& x, capnp::MessageBuilder& message) {
   auto root = message.initRoot<typename schema<T>::wire_t>();
   root.setVersion(current_version);
   write(x, root);
-  auto words = capnp::messageToFlatArray(message);
-  auto bytes = words.asBytes();
-  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  std::vector<uint8_t> out(capnp::computeSerializedSizeInWords(message) *
+                           sizeof(capnp::word));
+  kj::ArrayOutputStream stream(kj::arrayPtr(out.data(), out.size()));
+  capnp::writeMessage(stream, message);
+  return out;
+}
+
+template <class T>
+std::vector<uint8_t> encode_message(const T& x) {
+  thread_local std::array<capnp::word, 1024> first{};
+  thread_local bool busy = false;
+  if (busy) {  // not reentrant; never expected, but stay correct
+    capnp::MallocMessageBuilder message;
+    return build_message(x, message);
+  }
+  busy = true;
+  struct done {
+    ~done() { busy = false; }
+  } guard;
+  capnp::MallocMessageBuilder message(kj::arrayPtr(first.data(), first.size()));
+  return build_message(x, message);
 }
 
 }  // namespace
@@ -829,14 +850,39 @@ expected<T> decode(const uint8_t* data, size_t size) {
                 " bytes is not a whole number of 8-byte words");
   try {
     // NATS hands out payloads at any address; Cap'n Proto reads words in
-    // place and refuses unaligned ones, so copy into a fresh word array.
-    auto words = kj::heapArray<capnp::word>(size / word_bytes);
-    std::memcpy(words.begin(), data, size);
+    // place and refuses unaligned ones, so an unaligned payload is copied
+    // into word-aligned memory (the thread's, reused, unless a decode is
+    // already using it or the payload is large: the thread would keep it).
+    constexpr size_t scratch_bytes_max = 64 << 10;
+    thread_local std::vector<capnp::word> scratch;
+    thread_local bool scratch_busy = false;
+    kj::Array<capnp::word> own;
+    kj::ArrayPtr<const capnp::word> words;
+    bool took_scratch = false;
+    if (reinterpret_cast<uintptr_t>(data) % alignof(capnp::word) == 0) {
+      words = kj::arrayPtr(reinterpret_cast<const capnp::word*>(data),
+                           size / word_bytes);
+    } else if (!scratch_busy && size <= scratch_bytes_max) {
+      scratch.resize(size / word_bytes);
+      std::memcpy(scratch.data(), data, size);
+      words = kj::arrayPtr(scratch.data(), scratch.size());
+      took_scratch = scratch_busy = true;
+    } else {
+      own = kj::heapArray<capnp::word>(size / word_bytes);
+      std::memcpy(own.begin(), data, size);
+      words = own.asPtr();
+    }
+    struct release_scratch {
+      bool took;
+      ~release_scratch() {
+        if (took) scratch_busy = false;
+      }
+    } release{took_scratch};
     capnp::ReaderOptions options;
     options.traversalLimitInWords =
         words.size() * traversal_words_per_word + traversal_slack_words;
     options.nestingLimit = nesting_limit;
-    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
+    capnp::FlatArrayMessageReader reader(words, options);
     // One payload is one message: anything after it is corruption, or a
     // producer that frames differently.
     if (reader.getEnd() != words.end())

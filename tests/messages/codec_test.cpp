@@ -574,6 +574,34 @@ TEST(codec, decodes_from_unaligned_memory) {
   });
 }
 
+// A thread builds every message in one reused first segment: what it
+// built before (a message that filled the segment and spilled past it,
+// then a small one) must not show in the next message's bytes.
+TEST(codec, encodings_do_not_depend_on_what_came_before) {
+  std::vector<std::vector<uint8_t>> fresh;
+  for_each_sample([&](const auto& x) { fresh.push_back(encode(x)); });
+  index_query big;
+  for (uint64_t i = 1; i <= 5000; ++i)  // 5,000 words: past the segment
+    big.chain.push_back(~i);
+  size_t k = 0;
+  for_each_sample([&](const auto& x) {
+    using T = std::decay_t<decltype(x)>;
+    ASSERT_TRUE(decode<index_query>(encode(big)));
+    index_query small;
+    small.chain = {~uint64_t{0}, ~uint64_t{1}};
+    ASSERT_TRUE(decode<index_query>(encode(small)));
+    EXPECT_EQ(encode(x), fresh[k++]) << name_of<T>();
+    // Read back from unaligned memory after a larger unaligned read: the
+    // reused copy holds this payload alone.
+    auto b = encode(x);
+    bytes shifted(1, 0xAB);
+    shifted.insert(shifted.end(), b.begin(), b.end());
+    auto got = decode<T>(shifted.data() + 1, b.size());
+    ASSERT_TRUE(got) << name_of<T>();
+    expect_same(x, *got, name_of<T>());
+  });
+}
+
 TEST(codec, large_messages_fit_the_reader_limits) {
   index_query q;
   for (uint64_t i = 1; i <= 100000; ++i)
