@@ -425,7 +425,11 @@ std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
                       k);
   }
   const size_t want = std::min(load.size(), fanout - out.size());
-  std::partial_sort(load.begin(), load.begin() + want, load.end());
+  // (k makes every pair distinct: the same few, in the same order, as a
+  // partial sort, which costs a heap operation per candidate.)
+  if (want < load.size())
+    std::nth_element(load.begin(), load.begin() + want, load.end());
+  std::sort(load.begin(), load.begin() + want);
   for (size_t k = 0; k < want; ++k)
     out.push_back(rest[load[k].second]);
   return out;
