@@ -98,7 +98,7 @@ typename Inspector::result_type inspect(Inspector& f, route_request_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, call_for_bids& x) {
   return f(caf::meta::type_name("call_for_bids"), x.request, x.bidders_speed,
-           x.workers);
+           x.workers, x.auction);
 }
 
 template <class Inspector>
@@ -138,7 +138,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, bid& x) {
   return f(caf::meta::type_name("bid"), x.worker, x.gpu, x.host, x.disk,
            x.queued, x.reserved, x.active, x.active_overlap, x.capacity,
-           x.speed, x.c_host, x.c_disk, x.accepted, x.holds);
+           x.speed, x.c_host, x.c_disk, x.accepted, x.holds, x.contested);
 }
 
 template <class Inspector>
@@ -213,9 +213,10 @@ using worker_actor = bidder_actor::extend<
     // The bids of a call as (bid_atom, call_for_bids) gives them, sent to
     // the sender as a message instead of a response: (bid_atom, tag, bid)
     // for a worker's bid, (bid_atom, tag, bid_list) for none, with the
-    // reason (an engine worker answers with a list either way): a node agent asks its workers for every auction, and CAF
-    // 0.17 keeps response handlers in a flat vector it searches and shifts
-    // on each response (a sixth of the agent's CPU at 2,000 open bids).
+    // reason (an engine worker answers with a list either way): a node agent
+    // asks its workers for every auction, and CAF 0.17 keeps response handlers
+    // in a flat vector it searches and shifts on each response (a sixth of the
+    // agent's CPU at 2,000 open bids).
     caf::reacts_to<bid_atom, call_for_bids, uint64_t>,
     // Reports queue, tiers and load.
     caf::replies_to<status_atom>::with<worker_status>,

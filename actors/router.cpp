@@ -3,6 +3,7 @@
 #include "actors/router.hpp"
 
 #include <algorithm>
+#include <random>
 
 #include "core/log.hpp"
 
@@ -261,6 +262,21 @@ void award_next(rpointer self, auction_ptr a) {
 
 void decide(rpointer self, auction_ptr a) {
   auto& st = self->state;
+  if (may_be_taken(a->request) &&
+      std::none_of(a->bids.begin(), a->bids.end(),
+                   [](const bid& b) { return b.holds; }) &&
+      std::any_of(a->bids.begin(), a->bids.end(),
+                  [](const bid& b) { return b.contested; })) {
+    // Handed to another router at the same time (a queue that hands a
+    // request out twice): neither auction knows where the other awards
+    // it. This one steps back; the other ends, and a later delivery finds
+    // its taker's claim.
+    release_others(self, a, UINT32_MAX);
+    fail(self, a, ec::conflict,
+         "request " + std::to_string(a->request.id) +
+             " is in another auction at the same time: try again");
+    return;
+  }
   if (!a->claimers.empty() &&
       std::none_of(a->bids.begin(), a->bids.end(),
                    [](const bid& b) { return b.holds; })) {
@@ -361,7 +377,7 @@ void send_bids(rpointer self, auction_ptr a,
     // No CAF timeout: the sweep ends the wait at the deadline, and a
     // bidder always answers (a remote one with its own call's timeout).
     self->request(st.bidders[g], caf::infinite, bid_atom::value,
-                  call_for_bids{a->request, bidders_speed, ws})
+                  call_for_bids{a->request, bidders_speed, ws, a->name})
         .then(
             [=, asked = ws](bid_list& got) mutable {
               if (a->wait != w) return;  // past the deadline
@@ -569,6 +585,8 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
     st.members[i].bidder = static_cast<uint32_t>(st.bidders.size());
     st.bidders.emplace_back(st.opt.workers[i]);
   }
+  std::random_device rd;
+  st.next_name = (uint64_t{rd()} << 32) ^ rd();
   self->delayed_send(self, st.opt.heartbeat, tick_atom::value);
   return {
       [=](route_atom, route_request_msg& r) -> caf::result<decision> {
@@ -595,6 +613,8 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         auto a = std::make_shared<auction>();
         a->arrived = self->clock().now();
         a->request = std::move(r);
+        a->name = st.next_name++;
+        if (a->name == 0) a->name = st.next_name++;
         a->promise = self->make_response_promise<decision>();
         if (wait) {
           st.waiting.push_back(a);

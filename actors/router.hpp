@@ -60,6 +60,7 @@ struct router_options {
 struct auction {
   caf::actor_clock::time_point arrived;
   route_request_msg request;
+  uint64_t name = 0;  // unique across routers: call_for_bids::auction
   caf::typed_response_promise<decision> promise;
   uint32_t round = 0;            // auctions run so far
   size_t outstanding = 0;        // bids still expected
@@ -126,6 +127,9 @@ struct router_state {
   uint64_t runner_up_awards = 0;
   uint64_t overloaded = 0;
   uint64_t picks = 0;  // bounded calls for bids so far: equal loads rotate
+  // The next auction's name: from a random start, so that two routers'
+  // names do not meet; never 0 (unnamed).
+  uint64_t next_name = 0;
   // pick()'s scratch, kept between calls: it runs for every request.
   std::vector<uint8_t> pick_mark;                      // per worker
   std::vector<uint32_t> pick_rest;                     // not holders

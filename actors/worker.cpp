@@ -216,11 +216,14 @@ bool bid_for(wpointer self, const call_for_bids& cfb, bid& b) {
     b.holds = true;
     return true;
   }
+  // Or handed to two routers at once: the other auction's open bid here
+  // says so, and neither knows where the other will award it.
+  if (may_be_taken(r)) b.contested = st.ledger->contested(r.id, cfb.auction);
   // A full table of open bids still yields a valid bid; the auction just
   // cannot hold the work here.
   (void)st.ledger->reserve(
       r.id, expected_share(n, st.ledger->config().speed, cfb.bidders_speed),
-      now + st.ledger->config().reservation_ms, n);
+      now + st.ledger->config().reservation_ms, n, cfb.auction);
   return true;
 }
 

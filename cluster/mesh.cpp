@@ -201,9 +201,11 @@ void agent_bid(agent_pointer self, const std::string& reply,
   // blocks once per worker. Each answers with a message of its own
   // (agent_bids); a worker never fails to, short of its death, which
   // agent_sweep covers.
-  const caf::message call = caf::make_message(
-      bid_atom::value,
-      call_for_bids{std::move(cfb->request), cfb->bidders_speed, here}, tag);
+  const caf::message call =
+      caf::make_message(bid_atom::value,
+                        call_for_bids{std::move(cfb->request),
+                                      cfb->bidders_speed, here, cfb->auction},
+                        tag);
   for (uint32_t w : here)
     self->send(caf::actor_cast<caf::actor>(st.workers.at(w)), call);
 }
@@ -867,17 +869,18 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                     (void)d->nak();
                     return;
                   }
-                  // No worker to take it, for now: back to the queue for
-                  // a heartbeat while deliveries are left. Not when an
-                  // award went unanswered (ec::timeout): a worker may run
-                  // it, and deciding it again could run it twice.
+                  // No worker to take it, for now, or another router's
+                  // auction of it is open (ec::conflict): back to the
+                  // queue for a heartbeat while deliveries are left. Not
+                  // when an award went unanswered (ec::timeout): a worker
+                  // may run it, and deciding it again could run it twice.
                   auto& st = self->state;
                   const auto code = static_cast<ec>(e.code());
                   const auto beat =
                       std::chrono::duration_cast<std::chrono::milliseconds>(
                           st.mesh.heartbeat);
-                  if ((code == ec::not_found ||
-                       code == ec::capacity_exceeded) &&
+                  if ((code == ec::not_found || code == ec::capacity_exceeded ||
+                       code == ec::conflict) &&
                       d->delivery_count() != 0 &&
                       d->delivery_count() < st.durable_deliveries) {
                     if (st.durable_retries++ == 0)

@@ -21,6 +21,8 @@ const char* to_string(ec code) {
       return "capacity_exceeded";
     case ec::timeout:
       return "timeout";
+    case ec::conflict:
+      return "conflict";
   }
   return "unknown";
 }

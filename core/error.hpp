@@ -19,6 +19,7 @@ enum class ec : uint8_t {
   not_found,          // an id that is not known
   capacity_exceeded,  // a bounded structure is full
   timeout,            // no answer in time (a peer on the network)
+  conflict,           // another party is deciding the same thing right now
 };
 
 const char* to_string(ec code);

@@ -37,6 +37,10 @@ struct bid {
   // For a redelivered request: this worker took it already (the router
   // then awards it here, and the worker does not run it twice).
   bool holds = false;
+  // For a request a worker may have taken already: another auction of it
+  // (another router's, handed the same request at the same time) holds a
+  // bid here still open. Awarding it now could run it twice.
+  bool contested = false;
 };
 
 // Every weight of the price, in one place; all can change at run time.

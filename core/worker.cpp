@@ -19,7 +19,7 @@ expected<worker_ledger> worker_ledger::make(const worker_config& cfg) {
 }
 
 status worker_ledger::reserve(uint64_t request, double read, double expiry_ms,
-                              uint32_t n) {
+                              uint32_t n, uint64_t auction) {
   if (!(read >= 0))
     return make_error(ec::invalid_argument, "reserved read work must be >= 0");
   for (auto& r : reservations_) {
@@ -29,6 +29,7 @@ status worker_ledger::reserve(uint64_t request, double read, double expiry_ms,
       r.expiry_ms = expiry_ms;
       r.queued_at_bid = queued_;
       r.n = n;
+      r.auction = auction;
       return ok;
     }
   }
@@ -37,7 +38,8 @@ status worker_ledger::reserve(uint64_t request, double read, double expiry_ms,
                       "worker " + std::to_string(cfg_.id) + " has " +
                           std::to_string(reservations_.size()) +
                           " open bids, the limit");
-  reservations_.push_back(reservation{request, read, expiry_ms, queued_, n});
+  reservations_.push_back(
+      reservation{request, read, expiry_ms, queued_, n, auction});
   reserved_ += read;
   return ok;
 }
@@ -71,6 +73,13 @@ size_t worker_ledger::expire(double now_ms) {
     }
   }
   return dropped;
+}
+
+bool worker_ledger::contested(uint64_t request, uint64_t auction) const {
+  if (auction == 0) return false;
+  for (const auto& r : reservations_)
+    if (r.request == request) return r.auction != 0 && r.auction != auction;
+  return false;
 }
 
 bool worker_ledger::has_reservation(uint64_t request) const {

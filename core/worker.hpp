@@ -47,9 +47,13 @@ class worker_ledger {
 
   // Holds `read` blocks for `request` until `expiry_ms`. Errors when too many
   // bids are open (capacity_exceeded) or read is negative.
-  // `n` is the request's size in blocks (the unit of refuse_growth).
+  // `n` is the request's size in blocks (the unit of refuse_growth);
+  // `auction` names the auction that asked (0: unnamed).
   status reserve(uint64_t request, double read, double expiry_ms,
-                 uint32_t n = 0);
+                 uint32_t n = 0, uint64_t auction = 0);
+  // Whether an open bid for `request` belongs to another named auction
+  // than `auction` (false when either is unnamed).
+  bool contested(uint64_t request, uint64_t auction) const;
   // Drops a reservation (the request went elsewhere); false if none.
   bool release(uint64_t request);
   // Drops reservations whose expiry is at or before now; returns how many.
@@ -84,6 +88,7 @@ class worker_ledger {
     double expiry_ms;
     double queued_at_bid;
     uint32_t n;
+    uint64_t auction;
   };
 
   explicit worker_ledger(const worker_config& cfg) : cfg_(cfg) {}

@@ -133,6 +133,7 @@ void write(const call_for_bids& x, wire::CallForBids::Builder b) {
   write(x.request, b.initRequest());
   b.setBiddersSpeed(x.bidders_speed);
   write_list(b.initWorkers(static_cast<unsigned>(x.workers.size())), x.workers);
+  b.setAuction(x.auction);
 }
 
 void write(const bid& x, wire::Bid::Builder b) {
@@ -151,6 +152,7 @@ void write(const bid& x, wire::Bid::Builder b) {
   b.setCDisk(x.c_disk);
   b.setAccepted(x.accepted);
   b.setHolds(x.holds);
+  b.setContested(x.contested);
 }
 
 void write(const award_msg& x, wire::Award::Builder b) {
@@ -408,6 +410,7 @@ expected<call_for_bids> read(wire::CallForBids::Reader r) {
   x.request = std::move(*request);
   x.bidders_speed = r.getBiddersSpeed();
   if (auto s = read_workers(x.workers, r.getWorkers()); !s) return s.err();
+  x.auction = r.getAuction();
   return x;
 }
 
@@ -427,6 +430,7 @@ bid read(wire::Bid::Reader r) {
   x.c_disk = r.getCDisk();
   x.accepted = r.getAccepted();
   x.holds = r.getHolds();
+  x.contested = r.getContested();
   return x;
 }
 

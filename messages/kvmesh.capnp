@@ -87,6 +87,8 @@ struct CallForBids {
   biddersSpeed @2 :Float64 = 1.0;
   # The agent's workers asked to bid (one call per node agent).
   workers @3 :List(UInt32);
+  # The auction that calls, unique across routers; 0: unnamed.
+  auction @4 :UInt64;
 }
 
 # A worker's bid, computed from its exact state.
@@ -111,6 +113,9 @@ struct Bid {
   # Asked for a redelivered request: this worker took it already. The
   # router awards it to this worker, whatever the prices.
   holds @14 :Bool;
+  # Another auction of the same request (one that may be taken) holds an
+  # open bid here: awarding it now could run it twice.
+  contested @15 :Bool;
 }
 
 # An award: the request and the queue the router priced the winner with (its

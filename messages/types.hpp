@@ -46,6 +46,10 @@ struct call_for_bids {
   // Over NATS, one call goes to a node agent for several of its workers:
   // these (empty in process, where each worker is called on its own).
   std::vector<uint32_t> workers;
+  // The auction that calls, unique across routers (0: unnamed): a worker
+  // holding an open bid of another auction for the same request that may
+  // be taken says so (bid::contested).
+  uint64_t auction = 0;
 };
 
 // A worker's refusal of an award when its engine stopped answering; the

@@ -225,6 +225,33 @@ TEST_F(router_test, a_redelivered_request_asks_workers_counted_out) {
   EXPECT_EQ(*holder.awards, 2);
 }
 
+// A bid that says another auction of the same durable request is open
+// (another router handed it at the same time): with nobody holding it,
+// this router awards nothing, lets go of every bid and says why; with a
+// holder, the holder wins as always.
+TEST_F(router_test, a_contested_durable_request_is_handed_back) {
+  auto contested = bidder(0, 0);
+  contested.b.contested = true;
+  auto ws = mocks({contested, bidder(1, 10)});
+  auto r = spawn_router(ws);
+  auto durable = request(7);
+  durable.stream_sequence = 3;
+  auto d = ask<decision>(r, route_atom::value, durable);
+  ASSERT_TRUE(d->has_value());
+  ASSERT_FALSE(**d);
+  EXPECT_EQ((**d).error().code(), static_cast<uint8_t>(ec::conflict));
+  EXPECT_EQ(*contested.awards, 0);
+  EXPECT_EQ(*contested.releases, 1);
+  // Not durable: nothing to contest (no queue hands it out twice).
+  EXPECT_EQ(route(r, 8).worker, 0u);
+  // A holder decides it.
+  auto holder = bidder(1, 10);
+  holder.b.holds = true;
+  auto r2 = spawn_router(mocks({contested, holder}));
+  EXPECT_EQ(route(r2, durable).worker, 1u);
+  EXPECT_EQ(*holder.awards, 1);
+}
+
 // Asked only for a claim, a worker counted out that makes none cannot win,
 // however cheap, and lets go of its reservation.
 TEST_F(router_test, a_redelivered_request_nobody_claims_goes_to_the_live) {

@@ -247,6 +247,31 @@ TEST_F(worker_test, a_durable_request_it_took_is_held_whatever_its_count) {
   EXPECT_FALSE(rb->holds);
 }
 
+// Handed to two routers at once (a queue handing a durable request out
+// twice): the second auction to ask hears that the first one's bid is
+// open here; a later round of the same auction, or a request that cannot
+// have been handed out before, does not.
+TEST_F(worker_test, a_durable_request_in_two_auctions_at_once_is_contested) {
+  auto w = spawn();
+  auto durable = request(7, 100);
+  durable.stream_sequence = 41;
+  auto first = bid_of(w, call_for_bids{durable, 1.0, {}, 1001});
+  ASSERT_TRUE(first);
+  EXPECT_FALSE(first->contested);
+  auto again = bid_of(w, call_for_bids{durable, 1.0, {}, 1001});
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->contested);
+  auto other = bid_of(w, call_for_bids{durable, 1.0, {}, 2002});
+  ASSERT_TRUE(other);
+  EXPECT_TRUE(other->contested);
+  // Not durable: ids are the client's, and no queue hands it out twice.
+  auto plain = request(8, 100);
+  ASSERT_TRUE(bid_of(w, call_for_bids{plain, 1.0, {}, 1001}));
+  auto plain2 = bid_of(w, call_for_bids{plain, 1.0, {}, 2002});
+  ASSERT_TRUE(plain2);
+  EXPECT_FALSE(plain2->contested);
+}
+
 // A late award the engine has not started is withdrawn (and not run); one
 // whose first token is out stays: the worker says it runs it, with the
 // count its award's reply had.

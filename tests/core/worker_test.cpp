@@ -47,6 +47,24 @@ TEST(worker, reservations_expire_and_convert_on_accept) {
   EXPECT_EQ(l.reservations(), 0u);
 }
 
+// An open bid of another named auction for the same request contests it;
+// the same auction's next round, an unnamed one, or a bid gone does not.
+TEST(worker, an_open_bid_of_another_auction_contests_the_request) {
+  auto l = ledger();
+  EXPECT_FALSE(l.contested(1, 7));  // no bid at all
+  ASSERT_TRUE(l.reserve(1, 6, 100, 10, 7));
+  EXPECT_FALSE(l.contested(1, 7));  // its own
+  EXPECT_TRUE(l.contested(1, 8));
+  EXPECT_FALSE(l.contested(1, 0));           // the caller unnamed
+  EXPECT_FALSE(l.contested(2, 8));           // another request
+  ASSERT_TRUE(l.reserve(1, 6, 100, 10, 8));  // the second auction's bid
+  EXPECT_TRUE(l.contested(1, 7));
+  ASSERT_TRUE(l.reserve(3, 1, 100, 10));  // unnamed
+  EXPECT_FALSE(l.contested(3, 8));
+  EXPECT_TRUE(l.release(1));
+  EXPECT_FALSE(l.contested(1, 7));
+}
+
 TEST(worker, queued_work_shrinks_with_progress) {
   auto l = ledger();
   l.accept(1, 10);

@@ -37,12 +37,12 @@ auto fields(const route_request_msg& x) {
                   x.block_tokens, x.redelivered, x.stream_sequence);
 }
 auto fields(const call_for_bids& x) {
-  return std::tie(x.request, x.bidders_speed, x.workers);
+  return std::tie(x.request, x.bidders_speed, x.workers, x.auction);
 }
 auto fields(const bid& x) {
   return std::tie(x.worker, x.gpu, x.host, x.disk, x.queued, x.reserved,
                   x.active, x.active_overlap, x.capacity, x.speed, x.c_host,
-                  x.c_disk, x.accepted, x.holds);
+                  x.c_disk, x.accepted, x.holds, x.contested);
 }
 auto fields(const award_msg& x) {
   return std::tie(x.request, x.expected_queued, x.worker, x.price);
@@ -319,6 +319,7 @@ bid sample_bid(uint32_t worker) {
              0.6,
              0.125,
              (1ull << 41) + 7,
+             true,
              true};
 }
 
@@ -388,7 +389,8 @@ std::tuple<route_request_msg, call_for_bids, bid, award_msg, award_reply,
 samples() {
   return {
       sample_request(0xFEDCBA9876543210ull),
-      call_for_bids{sample_request(5), 3.5, {3, 4000000000u, 9}},
+      call_for_bids{
+          sample_request(5), 3.5, {3, 4000000000u, 9}, (1ull << 63) + 21},
       sample_bid(7),
       award_msg{sample_request(6), 17.25, 4000000001u, 42.0625},
       award_reply{true, "queue grew: 12.5 > 10 (d\xC3\xA9j\xC3\xA0 vu)",
@@ -733,6 +735,7 @@ TEST(codec, fields_of_a_newer_schema_are_skipped) {
   b.setCDisk(0.125);
   b.setAccepted((1ull << 41) + 7);
   b.setHolds(true);
+  b.setContested(true);
   b.setRegion("eu-west");
   b.setWarmBlocks(123);
   auto got = decode<bid>(flat(m));

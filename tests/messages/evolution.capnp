@@ -22,8 +22,9 @@ struct BidNext {
   cDisk @12 :Float64 = nan;
   accepted @13 :UInt64 = 18446744073709551615;
   holds @14 :Bool;
-  region @15 :Text;
-  warmBlocks @16 :UInt64;
+  contested @15 :Bool;
+  region @16 :Text;
+  warmBlocks @17 :UInt64;
 }
 
 # An earlier producer's Bid, from before workers measured their credits.
