@@ -344,10 +344,13 @@ void decide(rpointer self, auction_ptr a) {
   a->ranked.push_back(static_cast<uint32_t>(win));
   for (uint32_t i = 0; i < a->bids.size(); ++i)
     if (i != win) a->ranked.push_back(i);
-  std::stable_sort(a->ranked.begin() + 1, a->ranked.end(),
-                   [&](uint32_t x, uint32_t y) {
-                     return a->prices[x].price < a->prices[y].price;
-                   });
+  // Equal prices keep bid order, as a stable sort would, without the
+  // buffer one allocates on every call.
+  std::sort(a->ranked.begin() + 1, a->ranked.end(),
+            [&](uint32_t x, uint32_t y) {
+              const double px = a->prices[x].price, py = a->prices[y].price;
+              return px < py || (px == py && x < y);
+            });
   a->next = 0;
   award_next(self, a);
 }

@@ -135,6 +135,7 @@ struct agent_state {
   nats_bus* bus = nullptr;
   std::shared_ptr<inbox> box;
   mesh_options mesh;
+  std::string shard_beat_subject;  // mesh.subj.shard_beat(), built once
   std::string agent;
   std::unordered_map<uint32_t, worker_actor> workers;
   std::vector<uint32_t> ids;
@@ -377,6 +378,7 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
   st.bus = bus;
   st.box = std::move(box);
   st.mesh = std::move(mesh);
+  st.shard_beat_subject = st.mesh.subj.shard_beat();
   st.agent = std::move(agent);
   for (auto& [id, w] : ws) {
     st.workers.emplace(id, w);
@@ -390,7 +392,7 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
         // Handled once asked: the workers answer bids at once, and what
         // they queue is bounded by their own ledgers.
         gate_pass pass(st.gate.get(), payload.size());
-        if (subject == st.mesh.subj.shard_beat()) {
+        if (subject == st.shard_beat_subject) {
           if (auto s = decode<shard_status>(payload))
             agent_shard_beat(self, *s);
           return;
@@ -461,6 +463,7 @@ struct shard_host_state {
   static inline const char* name = "shard_endpoint";
   nats_bus* bus = nullptr;
   mesh_options mesh;
+  std::string kv_subject;  // mesh.subj.kv(index), built once
   index_shard_actor shard;
   uint32_t index = 0;
   uint32_t shards = 1;
@@ -523,6 +526,7 @@ caf::behavior shard_endpoint(
   st.mesh = std::move(mesh);
   st.shard = std::move(shard);
   st.index = index;
+  st.kv_subject = st.mesh.subj.kv(index);
   st.shards = shards;
   std::random_device rd;
   while (st.incarnation == 0)
@@ -533,7 +537,7 @@ caf::behavior shard_endpoint(
           const bytes& payload) {
         auto& st = self->state;
         gate_pass pass(st.gate.get(), payload.size());
-        if (subject == st.mesh.subj.kv(st.index)) {
+        if (subject == st.kv_subject) {
           // A malformed batch is counted by the codec and dropped: nobody
           // awaits an answer to KV events.
           if (auto b = decode<kv_batch>(payload)) {
@@ -601,6 +605,7 @@ struct front_state {
   static inline const char* name = "router_front";
   nats_bus* bus = nullptr;
   mesh_options mesh;
+  std::string route_subject;  // mesh.subj.route(), built once
   router_actor router;
   std::string name_;
   uint32_t block_tokens = 512;
@@ -728,6 +733,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
   st.meters = std::move(meters);
   st.bus = bus;
   st.mesh = std::move(mesh);
+  st.route_subject = st.mesh.subj.route();
   st.router = std::move(router);
   st.name_ = std::move(name);
   st.block_tokens = block_tokens;
@@ -737,7 +743,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
           const bytes& payload) {
         auto& st = self->state;
         gate_pass pass(st.gate.get(), payload.size());
-        if (subject == st.mesh.subj.route()) {
+        if (subject == st.route_subject) {
           const auto since = took(self, intake::core);
           auto r = decode_route(st, payload);
           if (!r) {

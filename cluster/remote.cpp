@@ -197,6 +197,8 @@ struct remote_shard_state {
   static inline const char* name = "remote_shard";
   subjects subj;
   uint32_t shard = 0;
+  // Its verbs' subjects, built once: every KV batch and query uses one.
+  std::string kv, query;
   caf::timespan timeout{};
   pending_calls calls;
   shard_status last;
@@ -209,6 +211,8 @@ remote_shard_actor::behavior_type remote_shard(
   auto& st = self->state;
   st.subj = mesh.subj;
   st.shard = shard;
+  st.kv = st.subj.kv(shard);
+  st.query = st.subj.index_query(shard);
   st.timeout = mesh.call_timeout;
   st.calls.attach(std::move(box), true);
   return {
@@ -216,17 +220,15 @@ remote_shard_actor::behavior_type remote_shard(
       // in the order they came (kv_batch subject: see subjects).
       [=](kv_atom, uint32_t worker, std::vector<cache_event>& events) {
         auto& st = self->state;
-        (void)st.calls.publish(self, st.subj.kv(st.shard),
-                               encode(kv_batch{worker, std::move(events)}), {},
-                               true);
+        (void)st.calls.publish(
+            self, st.kv, encode(kv_batch{worker, std::move(events)}), {}, true);
       },
       [=](query_atom, std::vector<uint64_t>& chain)
           -> caf::result<std::vector<holder_match>> {
         auto& st = self->state;
         auto rp = self->make_response_promise<std::vector<holder_match>>();
-        st.calls.call(self, st.subj.index_query(st.shard),
-                      encode(index_query{std::move(chain)}), st.timeout,
-                      [rp](expected<bytes> reply) mutable {
+        st.calls.call(self, st.query, encode(index_query{std::move(chain)}),
+                      st.timeout, [rp](expected<bytes> reply) mutable {
                         if (!reply) {
                           rp.deliver(to_caf(reply.err()));
                           return;
@@ -249,7 +251,7 @@ remote_shard_actor::behavior_type remote_shard(
         kv_batch b;
         b.worker = worker;
         b.resync = true;
-        (void)st.calls.publish(self, st.subj.kv(st.shard), encode(b), {}, true);
+        (void)st.calls.publish(self, st.kv, encode(b), {}, true);
       },
       [=](status_atom) -> caf::result<shard_status> {
         auto& st = self->state;
