@@ -355,7 +355,8 @@ void decide(rpointer self, auction_ptr a) {
   award_next(self, a);
 }
 
-// Sends the call for bids to `candidates` (indices into opt.workers).
+// Sends the call for bids to `picked` (indices into opt.workers) and to
+// the auction's claimers.
 void send_bids(rpointer self, auction_ptr a,
                const std::vector<uint32_t>& picked) {
   auto& st = self->state;

@@ -858,7 +858,7 @@ expected<T> decode(const uint8_t* data, size_t size) {
     // into word-aligned memory (the thread's, reused, unless a decode is
     // already using it or the payload is large: the thread would keep it).
     constexpr size_t scratch_bytes_max = 64 << 10;
-    thread_local std::vector<capnp::word> scratch;
+    thread_local std::vector<uint64_t> scratch;  // words: 8-byte aligned
     thread_local bool scratch_busy = false;
     kj::Array<capnp::word> own;
     kj::ArrayPtr<const capnp::word> words;
@@ -869,7 +869,8 @@ expected<T> decode(const uint8_t* data, size_t size) {
     } else if (!scratch_busy && size <= scratch_bytes_max) {
       scratch.resize(size / word_bytes);
       std::memcpy(scratch.data(), data, size);
-      words = kj::arrayPtr(scratch.data(), scratch.size());
+      words = kj::arrayPtr(reinterpret_cast<const capnp::word*>(scratch.data()),
+                           scratch.size());
       took_scratch = scratch_busy = true;
     } else {
       own = kj::heapArray<capnp::word>(size / word_bytes);
