@@ -262,9 +262,11 @@ void award_next(rpointer self, auction_ptr a) {
 
 void decide(rpointer self, auction_ptr a) {
   auto& st = self->state;
-  if (may_be_taken(a->request) &&
-      std::none_of(a->bids.begin(), a->bids.end(),
-                   [](const bid& b) { return b.holds; }) &&
+  // A bidder took this request already (only a durable one may be taken).
+  const bool claimed = may_be_taken(a->request) &&
+                       std::any_of(a->bids.begin(), a->bids.end(),
+                                   [](const bid& b) { return b.holds; });
+  if (!claimed && may_be_taken(a->request) &&
       std::any_of(a->bids.begin(), a->bids.end(),
                   [](const bid& b) { return b.contested; })) {
     // Handed to another router at the same time (a queue that hands a
@@ -277,9 +279,7 @@ void decide(rpointer self, auction_ptr a) {
              " is in another auction at the same time: try again");
     return;
   }
-  if (!a->claimers.empty() &&
-      std::none_of(a->bids.begin(), a->bids.end(),
-                   [](const bid& b) { return b.holds; })) {
+  if (!claimed && !a->claimers.empty()) {
     // Nobody claims it: only the eligible may win; the claimers let go of
     // their reservations.
     auto out = std::stable_partition(
@@ -312,17 +312,17 @@ void decide(rpointer self, auction_ptr a) {
                                   a->bids.size(), a->prices.data());
   // A redelivered request that a bidder took already goes there again,
   // whatever the prices: anywhere else it would run twice.
-  bool holder = false;
-  if (may_be_taken(a->request))
-    for (size_t i = 0; i < a->bids.size() && !holder; ++i)
-      if (a->bids[i].holds) {
-        holder = true;
-        if (i != win) {
-          win = i;
-          st.auction->award(a->request.id, a->bids[i], a->prices[i]);
-        }
-      }
-  if (!holder && saturated(st.auction->price(), n, a->prices[win].price)) {
+  if (claimed) {
+    const size_t i =
+        static_cast<size_t>(std::find_if(a->bids.begin(), a->bids.end(),
+                                         [](const bid& b) { return b.holds; }) -
+                            a->bids.begin());
+    if (i != win) {
+      win = i;
+      st.auction->award(a->request.id, a->bids[i], a->prices[i]);
+    }
+  }
+  if (!claimed && saturated(st.auction->price(), n, a->prices[win].price)) {
     // Even the cheapest worker is past the ceiling: hold the request and
     // try again on the next tick, or turn it away when the queue is full.
     st.auction->settle(a->request.id);
@@ -462,10 +462,6 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   auto& eligible = a->eligible;
   eligible.clear();
   eligible.reserve(st.opt.workers.size());
-  for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
-    if (st.members[i].present && st.members[i].live &&
-        !st.members[i].last.draining && !st.members[i].last.unhealthy)
-      eligible.push_back(i);
   // Maybe handed out before: a worker may have taken it that this router
   // has since counted out, for the outage that lost the first answer's ack
   // (a nats-server restart) silenced its heartbeats too, or that drains
@@ -474,11 +470,15 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   // consumer state is on disk hands a request out again as if for the
   // first time (delivery count 1).
   a->claimers.clear();
-  if (may_be_taken(a->request))
-    for (uint32_t i = 0; i < st.opt.workers.size(); ++i)
-      if (st.members[i].present &&
-          !std::binary_search(eligible.begin(), eligible.end(), i))
-        a->claimers.push_back(i);
+  const bool taken = may_be_taken(a->request);
+  for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
+    const auto& m = st.members[i];
+    if (!m.present) continue;
+    if (m.live && !m.last.draining && !m.last.unhealthy)
+      eligible.push_back(i);
+    else if (taken)
+      a->claimers.push_back(i);
+  }
   if (!eligible.empty() && a->request.redelivered) {
     // Surely handed out before, and rare: skip the index and ask everyone,
     // for the taker may hold none of the prefix.

@@ -22,16 +22,11 @@ status worker_ledger::reserve(uint64_t request, double read, double expiry_ms,
                               uint32_t n, uint64_t auction) {
   if (!(read >= 0))
     return make_error(ec::invalid_argument, "reserved read work must be >= 0");
-  for (auto& r : reservations_) {
-    if (r.request == request) {
-      reserved_ += read - r.read;
-      r.read = read;
-      r.expiry_ms = expiry_ms;
-      r.queued_at_bid = queued_;
-      r.n = n;
-      r.auction = auction;
-      return ok;
-    }
+  if (const size_t i = index_of(request); i < reservations_.size()) {
+    reserved_ += read - reservations_[i].read;
+    reservations_[i] =
+        reservation{request, read, expiry_ms, queued_, n, auction};
+    return ok;
   }
   if (reservations_.size() >= cfg_.max_reservations)
     return make_error(ec::capacity_exceeded,
@@ -53,13 +48,10 @@ void worker_ledger::drop_reservation(size_t i) {
 }
 
 bool worker_ledger::release(uint64_t request) {
-  for (size_t i = 0; i < reservations_.size(); ++i) {
-    if (reservations_[i].request == request) {
-      drop_reservation(i);
-      return true;
-    }
-  }
-  return false;
+  const size_t i = index_of(request);
+  if (i == reservations_.size()) return false;
+  drop_reservation(i);
+  return true;
 }
 
 size_t worker_ledger::expire(double now_ms) {
@@ -75,27 +67,33 @@ size_t worker_ledger::expire(double now_ms) {
   return dropped;
 }
 
+size_t worker_ledger::index_of(uint64_t request) const {
+  size_t i = 0;
+  while (i < reservations_.size() && reservations_[i].request != request)
+    ++i;
+  return i;
+}
+
+const worker_ledger::reservation* worker_ledger::find(uint64_t request) const {
+  const size_t i = index_of(request);
+  return i < reservations_.size() ? &reservations_[i] : nullptr;
+}
+
 bool worker_ledger::contested(uint64_t request, uint64_t auction) const {
-  if (auction == 0) return false;
-  for (const auto& r : reservations_)
-    if (r.request == request) return r.auction != 0 && r.auction != auction;
-  return false;
+  const reservation* r = auction != 0 ? find(request) : nullptr;
+  return r && r->auction != 0 && r->auction != auction;
 }
 
 bool worker_ledger::has_reservation(uint64_t request) const {
-  for (const auto& r : reservations_)
-    if (r.request == request) return true;
-  return false;
+  return find(request) != nullptr;
 }
 
 bool worker_ledger::should_refuse(uint64_t request,
                                   double expected_queued) const {
   if (!(cfg_.refuse_growth > 0)) return false;
-  for (const auto& r : reservations_)
-    if (r.request == request)
-      return queued_ - std::max(r.queued_at_bid, expected_queued) >
-             cfg_.refuse_growth * std::max<uint32_t>(r.n, 1);
-  return false;
+  const reservation* r = find(request);
+  return r && queued_ - std::max(r->queued_at_bid, expected_queued) >
+                  cfg_.refuse_growth * std::max<uint32_t>(r->n, 1);
 }
 
 void worker_ledger::accept(uint64_t request, double read) {

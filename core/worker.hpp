@@ -92,6 +92,9 @@ class worker_ledger {
   };
 
   explicit worker_ledger(const worker_config& cfg) : cfg_(cfg) {}
+  // The open bid for `request`: its index (size() if none), or null.
+  size_t index_of(uint64_t request) const;
+  const reservation* find(uint64_t request) const;
   void drop_reservation(size_t i);
 
   worker_config cfg_;
