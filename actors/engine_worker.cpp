@@ -128,8 +128,10 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
       [=](bid_atom, const call_for_bids& cfb) -> bid_list {
         return bid_for(self, cfb);
       },
-      [=](bid_atom, const call_for_bids& cfb, uint64_t tag) {
-        send_bids(self->current_sender(), tag, bid_for(self, cfb));
+      [=](bid_atom, const call_for_bids& cfb, const bid_gather_ptr& g) {
+        const bid_list l = bid_for(self, cfb);
+        g->put(place_in_call(cfb, id_of(self)),
+               l.bids.empty() ? nullptr : &l.bids[0]);
       },
       [=](award_atom, const award_msg& a) -> award_reply {
         auto& st = self->state;

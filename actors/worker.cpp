@@ -253,12 +253,11 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         if (!bid_for(self, cfb, b)) return {{}, not_asked(self)};
         return {{b}, {}};
       },
-      [=](bid_atom, const call_for_bids& cfb, uint64_t tag) {
+      [=](bid_atom, const call_for_bids& cfb, const bid_gather_ptr& g) {
         bid b;
-        if (bid_for(self, cfb, b))
-          send_bid(self->current_sender(), tag, b);
-        else
-          send_bids(self->current_sender(), tag, {{}, not_asked(self)});
+        const bool asked = bid_for(self, cfb, b);
+        g->put(place_in_call(cfb, self->state.ledger->config().id),
+               asked ? &b : nullptr);
       },
       [=](award_atom, award_msg& a) -> award_reply {
         auto& st = self->state;

@@ -34,23 +34,6 @@ struct worker_meters {
   metrics::counter* kv_events[2] = {};
 };
 
-// Answers a call for bids made as a message (worker_actor's
-// (bid_atom, call_for_bids, tag)) to `to`, its sender: an agent, dynamically
-// typed, which CAF lets a typed actor reach only anonymously. Without a
-// sender the answer goes nowhere.
-inline void send_bids(const caf::strong_actor_ptr& to, uint64_t tag,
-                      bid_list bids) {
-  if (auto a = caf::actor_cast<caf::actor>(to))
-    caf::anon_send(a, bid_atom::value, tag, std::move(bids));
-}
-// One worker's bid, as (bid_atom, tag, bid): a bid_list of one would cost
-// its vector, sixteen allocations per auction on a node agent.
-inline void send_bid(const caf::strong_actor_ptr& to, uint64_t tag,
-                     const bid& b) {
-  if (auto a = caf::actor_cast<caf::actor>(to))
-    caf::anon_send(a, bid_atom::value, tag, b);
-}
-
 struct worker_options {
   engine_config engine;
   worker_config ledger;

@@ -160,17 +160,23 @@ struct agent_state {
   batcher out;  // replies, sent when the mailbox has drained
   std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (bridge)
   // Calls for bids whose workers' answers are still coming, by tag.
-  struct gather {
-    bid_list out;
-    size_t left = 0;
+  struct open_call {
+    bid_gather_ptr bids;
     std::string reply;
     steady::time_point since;
   };
-  std::unordered_map<uint64_t, gather> gathers;
+  std::unordered_map<uint64_t, open_call> calls;
   uint64_t next_tag = 0;
 };
 
 using agent_pointer = caf::stateful_actor<agent_state>*;
+
+// The bids a gather holds, as a call's answer.
+bid_list bids_of(const bid_gather& g) {
+  bid_list out;
+  g.collect(out.bids);
+  return out;
+}
 
 void agent_bid(agent_pointer self, const std::string& reply,
                const bytes& payload) {
@@ -192,36 +198,32 @@ void agent_bid(agent_pointer self, const std::string& reply,
     return;
   }
   const uint64_t tag = st.next_tag++;
-  auto& g = st.gathers[tag];
-  g.left = here.size();
-  g.out.bids.reserve(here.size());
-  g.reply = reply;
-  g.since = steady::now();
+  auto bids = std::make_shared<bid_gather>(
+      here.size(), caf::actor_cast<caf::actor_addr>(self), tag);
+  st.calls.emplace(tag, agent_state::open_call{bids, reply, steady::now()});
   // One message for all of them: CAF shares it (copy on write, and the
   // workers only read it), where a call each would copy the prompt's
-  // blocks once per worker. Each answers with a message of its own
-  // (agent_bids); a worker never fails to, short of its death, which
-  // agent_sweep covers.
+  // blocks once per worker. Each puts its bid in the gather, the last one
+  // tells this actor (agent_bids); a worker never fails to, short of its
+  // death, which agent_sweep covers.
   const caf::message call =
       caf::make_message(bid_atom::value,
                         call_for_bids{std::move(cfb->request),
                                       cfb->bidders_speed, here, cfb->auction},
-                        tag);
+                        std::move(bids));
   for (uint32_t w : here)
     self->send(caf::actor_cast<caf::actor>(st.workers.at(w)), call);
 }
 
-// A worker's answer to call `tag` (`n` bids, as a list or one alone): the
-// call is answered with every asked worker's bids.
-void agent_bids(agent_pointer self, uint64_t tag, const bid* bids, size_t n) {
+// Every worker asked by call `tag` answered: the call is answered with
+// their bids.
+void agent_bids(agent_pointer self, uint64_t tag) {
   auto& st = self->state;
-  auto it = st.gathers.find(tag);
-  if (it == st.gathers.end()) return;  // swept: answered without it
-  auto& g = it->second;
-  g.out.bids.insert(g.out.bids.end(), bids, bids + n);
-  if (--g.left > 0) return;
-  answer_batched(self, *st.bus, st.out, g.reply, encode(g.out));
-  st.gathers.erase(it);
+  auto it = st.calls.find(tag);
+  if (it == st.calls.end()) return;  // swept: answered without them
+  answer_batched(self, *st.bus, st.out, it->second.reply,
+                 encode(bids_of(*it->second.bids)));
+  st.calls.erase(it);
 }
 
 // Calls still missing answers a heartbeat after they came (a worker died
@@ -230,10 +232,10 @@ void agent_bids(agent_pointer self, uint64_t tag, const bid* bids, size_t n) {
 void agent_sweep(agent_pointer self) {
   auto& st = self->state;
   const auto old = steady::now() - st.mesh.heartbeat;
-  for (auto it = st.gathers.begin(); it != st.gathers.end();)
+  for (auto it = st.calls.begin(); it != st.calls.end();)
     if (it->second.since < old) {
-      answer(*st.bus, it->second.reply, encode(it->second.out));
-      it = st.gathers.erase(it);
+      answer(*st.bus, it->second.reply, encode(bids_of(*it->second.bids)));
+      it = st.calls.erase(it);
     } else {
       ++it;
     }
@@ -430,12 +432,7 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
           answer(*st.bus, reply, encode(out));
         }
       },
-      [=](bid_atom, uint64_t tag, const bid_list& l) {
-        agent_bids(self, tag, l.bids.data(), l.bids.size());
-      },
-      [=](bid_atom, uint64_t tag, const bid& b) {
-        agent_bids(self, tag, &b, 1);
-      },
+      [=](bid_atom, uint64_t tag) { agent_bids(self, tag); },
       [=](flush_atom) { self->state.out.flush(*self->state.bus); },
       [=](beat_atom) {
         auto& st = self->state;

@@ -138,15 +138,16 @@ remote_worker_actor::behavior_type remote_worker(
         return self->delegate(self->state.link, bid_atom::value,
                               std::move(cfb));
       },
-      [=](bid_atom, call_for_bids& cfb, uint64_t tag) {
+      [=](bid_atom, call_for_bids& cfb, const bid_gather_ptr& g) {
+        const size_t place = place_in_call(cfb, self->state.id);
         cfb.workers.assign(1, self->state.id);
-        auto to = self->current_sender();
         self->request(self->state.link, caf::infinite, bid_atom::value,
                       std::move(cfb))
-            .then([to, tag](bid_list& l) { send_bids(to, tag, std::move(l)); },
-                  [to, tag](caf::error& e) {
-                    send_bids(to, tag, bid_list{{}, describe(e)});
-                  });
+            .then(
+                [g, place](const bid_list& l) {
+                  g->put(place, l.bids.empty() ? nullptr : &l.bids[0]);
+                },
+                [g, place](caf::error&) { g->put(place, nullptr); });
       },
       [=](award_atom, award_msg& a) -> caf::result<award_reply> {
         a.worker = self->state.id;

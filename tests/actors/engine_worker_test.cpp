@@ -106,7 +106,7 @@ TEST_F(engine_worker_test, the_engines_events_make_its_tiers_and_bids) {
   ASSERT_EQ((**b)->bids.size(), 1u);
   EXPECT_EQ((**b)->bids[0].gpu, 3u);
   EXPECT_EQ((**b)->bids[0].worker, 4u);
-  // The same as a message, answered under the call's tag.
+  // The same through a gather, told under the call's tag.
   auto got = call_bids(w, call_for_bids{request(3, 20), 1.0, {}}, 9);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].first, 9u);

@@ -39,22 +39,23 @@ class actor_fixture : public ::testing::Test {
     return slot;
   }
 
-  // Calls `dest` for bids as a message (bid_atom, cfb, tag) from a fresh
-  // actor and runs until idle; the answers that actor got, (tag, bids).
+  // Calls `dest` for bids with a gather of one slot, as a node agent calls
+  // its workers, from a fresh actor, and runs until idle; what that actor
+  // was told, (tag, the gather's bids), once per telling.
   template <class Dest>
   std::vector<std::pair<uint64_t, bid_list>> call_bids(const Dest& dest,
                                                        call_for_bids cfb,
                                                        uint64_t tag) {
     auto got = std::make_shared<std::vector<std::pair<uint64_t, bid_list>>>();
     sys->spawn([=](caf::event_based_actor* self) -> caf::behavior {
-      self->send(caf::actor_cast<caf::actor>(dest), bid_atom::value, cfb, tag);
-      // A worker answers with its bid alone, an agent with a list.
-      return {[=](bid_atom, uint64_t t, bid_list& l) {
-                got->emplace_back(t, std::move(l));
-              },
-              [=](bid_atom, uint64_t t, const bid& b) {
-                got->emplace_back(t, bid_list{{b}, {}});
-              }};
+      auto g = std::make_shared<bid_gather>(
+          1, caf::actor_cast<caf::actor_addr>(self), tag);
+      self->send(caf::actor_cast<caf::actor>(dest), bid_atom::value, cfb, g);
+      return {[=](bid_atom, uint64_t t) {
+        bid_list l;
+        g->collect(l.bids);
+        got->emplace_back(t, std::move(l));
+      }};
     });
     run();
     return *got;

@@ -50,7 +50,7 @@ worker_actor::behavior_type mock_worker(
         return bid_list{{b}, {}};
       },
       // Routers call by request; agents use this form.
-      [=](bid_atom, const call_for_bids&, uint64_t) {},
+      [=](bid_atom, const call_for_bids&, const bid_gather_ptr&) {},
       [=](award_atom, const award_msg&) -> caf::result<award_reply> {
         ++*spec.awards;
         if (spec.silent_awards) {

@@ -381,7 +381,7 @@ TEST_F(worker_test, bids_only_when_asked_by_id) {
   EXPECT_EQ(b->worker, 3u);
 }
 
-TEST_F(worker_test, answers_a_call_made_as_a_message_to_its_sender) {
+TEST_F(worker_test, answers_a_call_made_with_a_gather_in_its_slot) {
   auto w = spawn(3);
   auto got = call_bids(w, call_for_bids{request(1, 100), 4.0, {}}, 7);
   ASSERT_EQ(got.size(), 1u);
@@ -389,12 +389,13 @@ TEST_F(worker_test, answers_a_call_made_as_a_message_to_its_sender) {
   ASSERT_EQ(got[0].second.bids.size(), 1u);
   EXPECT_EQ(got[0].second.bids[0].worker, 3u);
   EXPECT_DOUBLE_EQ(status(w).reserved, 1.0);  // its share, held
-  // Not asked: the answer says so, under its own tag.
+  // Not asked: it answers without a bid (the gather is told all the same),
+  // and reserves nothing.
   got = call_bids(w, call_for_bids{request(2, 200), 4.0, {5}}, 8);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].first, 8u);
   EXPECT_TRUE(got[0].second.bids.empty());
-  EXPECT_NE(got[0].second.error.find("was not asked"), std::string::npos);
+  EXPECT_DOUBLE_EQ(status(w).reserved, 1.0);
 }
 
 TEST_F(worker_test, bad_options_are_errors) {

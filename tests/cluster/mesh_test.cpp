@@ -348,10 +348,10 @@ TEST_F(mesh_test, an_agent_whose_worker_died_answers_with_the_bids_it_has) {
   EXPECT_EQ(l->bids.size(), 2u);
 }
 
-// A router's stand-in for a remote worker answers a call for bids made as a
-// message (the form an agent uses with its own workers) through the
-// worker's agent: its bid, under the call's tag.
-TEST_F(mesh_test, a_remote_worker_answers_a_tagged_call_through_its_agent) {
+// A router's stand-in for a remote worker answers a call for bids made with
+// a gather (the form an agent uses with its own workers) through the
+// worker's agent: its bid, in its slot.
+TEST_F(mesh_test, a_remote_worker_answers_a_gathered_call_through_its_agent) {
   start_agent("node-a", 0, 4);
   auto box = inbox::open(bus());
   ASSERT_TRUE(box) << box.err().message;
@@ -360,10 +360,14 @@ TEST_F(mesh_test, a_remote_worker_answers_a_tagged_call_through_its_agent) {
   auto got = std::make_shared<std::atomic<int>>(0);
   auto worker = std::make_shared<std::atomic<uint32_t>>(99);
   auto helper = sys_->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    auto g = std::make_shared<bid_gather>(
+        1, caf::actor_cast<caf::actor_addr>(self), 41);
     self->send(caf::actor_cast<caf::actor>(w), bid_atom::value,
-               call_for_bids{request(1, 1, 8), 4.0, {}}, uint64_t{41});
-    return {[=](bid_atom, uint64_t tag, const bid_list& l) {
-      if (tag == 41 && l.bids.size() == 1) *worker = l.bids[0].worker;
+               call_for_bids{request(1, 1, 8), 4.0, {}}, g);
+    return {[=](bid_atom, uint64_t tag) {
+      std::vector<bid> bids;
+      g->collect(bids);
+      if (tag == 41 && bids.size() == 1) *worker = bids[0].worker;
       ++*got;
     }};
   });
