@@ -886,6 +886,11 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                        code == ec::conflict) &&
                       d->delivery_count() != 0 &&
                       d->delivery_count() < st.durable_deliveries) {
+                    if (const auto& m = st.meters)
+                      m->handed_back(code == ec::conflict ? handback::contested
+                                     : code == ec::capacity_exceeded
+                                         ? handback::overloaded
+                                         : handback::no_workers);
                     if (st.durable_retries++ == 0)
                       KVMESH_WARN(
                           "durable request %llu not decided (%s): handed "

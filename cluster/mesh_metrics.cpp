@@ -457,6 +457,13 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
                  "Requests answered without a worker, by why.", {"reason"});
   for (size_t i = 0; i < route_failure_count; ++i)
     m->failures[i] = b.at(failures, {to_string(static_cast<route_failure>(i))});
+  auto* handbacks =
+      b.counters("kvmesh_router_handbacks_total",
+                 "Durable route requests handed back to their queue "
+                 "undecided, for another delivery a heartbeat later, by why.",
+                 {"cause"});
+  for (size_t i = 0; i < handback_count; ++i)
+    m->handbacks[i] = b.at(handbacks, {to_string(static_cast<handback>(i))});
   m->auction_seconds = b.at(b.histograms(
       "kvmesh_router_auction_seconds",
       "From a route request's arrival at the router process's front to its "

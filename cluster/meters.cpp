@@ -18,6 +18,18 @@ const char* to_string(route_failure f) {
   return "other";
 }
 
+const char* to_string(handback h) {
+  switch (h) {
+    case handback::no_workers:
+      return "no_workers";
+    case handback::overloaded:
+      return "overloaded";
+    case handback::contested:
+      return "contested";
+  }
+  return "no_workers";
+}
+
 route_failure classify_route_error(ec code, const std::string& message) {
   if (code == ec::capacity_exceeded) return route_failure::overloaded;
   // timeout: as not_found, but an award went unanswered on the way.

@@ -28,6 +28,15 @@ const char* to_string(route_failure f);
 // checks them against the ROUTER's real answers).
 route_failure classify_route_error(ec code, const std::string& message);
 
+// Why a durable route request went back to its queue undecided, for
+// another delivery a heartbeat later: no worker could take it yet, the
+// router was overloaded, or another router's auction of it was open (its
+// bidders said contested: the queue handed it out twice).
+enum class handback : uint8_t { no_workers, overloaded, contested };
+inline constexpr size_t handback_count = 3;
+
+const char* to_string(handback h);
+
 // Where a route request came in (kvmesh_router_requests_total's intake).
 enum class intake : uint8_t { core, json, durable };
 inline constexpr size_t intake_count = 3;
@@ -39,6 +48,7 @@ inline constexpr size_t intake_count = 3;
 struct router_meters {
   metrics::counter* requests[intake_count] = {};
   metrics::counter* failures[route_failure_count] = {};
+  metrics::counter* handbacks[handback_count] = {};
   metrics::histogram* auction_seconds = nullptr;
   metrics::histogram* bids_per_auction = nullptr;
   metrics::histogram* winner_price = nullptr;
@@ -50,6 +60,9 @@ struct router_meters {
   void decided(const decision& d, double seconds) const;
   void failed(route_failure f) const {
     failures[static_cast<size_t>(f)]->inc();
+  }
+  void handed_back(handback h) const {
+    handbacks[static_cast<size_t>(h)]->inc();
   }
 };
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cluster/bridge.hpp"
+#include "cluster/mesh_metrics.hpp"
 #include "cluster/remote.hpp"
 #include "core/block_hash.hpp"
 #include "core/sim.hpp"
@@ -93,6 +94,7 @@ class mesh_test : public ::testing::Test {
     shards_.clear();
     buses_.clear();
     sys_.reset();
+    metrics_.clear();  // after the actors that count into them
     cluster_.reset();
     server_.reset();
     dir_.reset();
@@ -133,9 +135,12 @@ class mesh_test : public ::testing::Test {
     agents_[name] = std::move(*a);
   }
 
+  // With `metrics`, the router counts into a registry of its own, which
+  // the test reads with metrics->scrape().
   void start_router(const std::string& name, bool durable = false,
                     uint32_t durable_deliveries = 10,
-                    size_t admin_page_bytes = 0) {
+                    size_t admin_page_bytes = 0,
+                    process_metrics** metrics = nullptr) {
     router_node_options o;
     o.admin_page_bytes = admin_page_bytes;
     o.durable = durable;
@@ -148,6 +153,12 @@ class mesh_test : public ::testing::Test {
     o.router.bid_deadline = 1000ms;
     o.router.award_deadline = 1000ms;
     o.router.fanout = 4;  // above it, the index picks the bidders
+    if (metrics) {
+      auto m = process_metrics::for_router(o);
+      ASSERT_TRUE(m) << m.err().message;
+      *metrics = m->get();
+      metrics_.push_back(std::move(*m));
+    }
     auto r = router_node::start(*sys_, bus(), o);
     ASSERT_TRUE(r) << r.err().message;
     routers_.push_back(std::move(*r));
@@ -191,7 +202,16 @@ class mesh_test : public ::testing::Test {
   std::map<std::string, std::unique_ptr<agent_node>> agents_;
   std::vector<std::unique_ptr<router_node>> routers_;
   std::vector<std::unique_ptr<shard_node>> shards_;
+  std::vector<std::unique_ptr<process_metrics>> metrics_;
 };
+
+// The value of one series in a scrape's text; -1 when it is not there.
+double series_value(const std::string& text, const std::string& series) {
+  const std::string line = "\n" + series + " ";
+  const size_t at = text.find(line);
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + line.size(), nullptr);
+}
 
 // Publishes route requests without waiting and counts the decisions that
 // come back per request id, as a load generator would.
@@ -915,7 +935,10 @@ TEST_F(mesh_test, a_durable_request_no_worker_could_take_waits_for_one) {
   // "no workers", and decides it once a worker is there.
   use_jetstream();
   start_shard(0, 1);
-  start_router("r1", true, 100);  // 20 s of heartbeats: a slow machine
+  process_metrics* metrics = nullptr;
+  // 20 s of heartbeats: a slow machine.
+  start_router("r1", true, 100, 0, &metrics);
+  ASSERT_NE(metrics, nullptr);
   auto& pub = bus();
   auto qo = durable_queue(subjects{});
   qo.consume = false;
@@ -933,6 +956,15 @@ TEST_F(mesh_test, a_durable_request_no_worker_could_take_waits_for_one) {
   EXPECT_EQ(client.decided(), 0u);
   EXPECT_TRUE(client.errors().empty())
       << "answered: " << client.errors().front();
+  // Counted as handed back for want of a worker, and for nothing else.
+  const std::string text = metrics->scrape();
+  EXPECT_GE(
+      series_value(text, "kvmesh_router_handbacks_total{cause=\"no_workers\"}"),
+      1.0)
+      << text;
+  EXPECT_EQ(
+      series_value(text, "kvmesh_router_handbacks_total{cause=\"contested\"}"),
+      0.0);
   start_agent("node-a", 0, 4);
   ASSERT_TRUE(eventually([&] { return client.decided() == 1; }, 10000ms))
       << (client.errors().empty() ? "" : client.errors().front());

@@ -32,6 +32,10 @@ TEST(meters, route_errors_are_classed_by_code_and_the_routers_words) {
   EXPECT_EQ(classify_route_error(ec::not_found, "something new"),
             route_failure::other);
   EXPECT_STREQ(to_string(route_failure::no_workers), "no_workers");
+  // A durable request's handback is named by its cause's label.
+  EXPECT_STREQ(to_string(handback::no_workers), "no_workers");
+  EXPECT_STREQ(to_string(handback::overloaded), "overloaded");
+  EXPECT_STREQ(to_string(handback::contested), "contested");
 }
 
 TEST(meters, a_decision_adds_its_latency_bids_and_winners_terms) {
