@@ -354,7 +354,9 @@ std::string scalar_text(const key_spec& k, const toml::node& v,
       return wrong();
     case value_kind::floating:
       if (auto i = v.as_integer()) {
-        text = shown = std::to_string(i->get());
+        // As the number it becomes: an integer past 2^53 has no double of
+        // its own, and its digits would not read back as written.
+        text = shown = shortest(static_cast<double>(i->get()));
         return {};
       }
       if (auto f = v.as_floating_point()) {
