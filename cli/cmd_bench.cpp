@@ -310,6 +310,7 @@ struct router_overhead {
   std::string name;
   uint64_t decisions = 0;
   uint64_t reauctions = 0;  // awards refused or unanswered, auctioned again
+  router_status causes;     // the run's reauctions_* counts, by cause
   double auction_p50_us = 0;
   double auction_p99_us = 0;
   uint64_t nats_msgs = 0;       // in + out over the run
@@ -321,6 +322,7 @@ struct overhead_result {
   std::vector<router_overhead> routers;
   uint64_t decisions = 0;
   uint64_t reauctions = 0;
+  router_status causes;  // the routers' reauctions_* counts, summed
   double wall_s = 0;
   double decisions_per_s = 0;
   double auction_p50_us = 0;
@@ -331,6 +333,19 @@ struct overhead_result {
   double nats_msgs_per_decision_net = 0;
   std::string warning;
 };
+
+// Adds to `to` the re-auctions by cause counted from `then` to `now`.
+void add_causes(router_status& to, const router_status& now,
+                const router_status& then) {
+  to.reauctions_refused += now.reauctions_refused - then.reauctions_refused;
+  to.reauctions_unanswered +=
+      now.reauctions_unanswered - then.reauctions_unanswered;
+  to.reauctions_no_bids += now.reauctions_no_bids - then.reauctions_no_bids;
+  to.reauctions_saturated +=
+      now.reauctions_saturated - then.reauctions_saturated;
+  to.reauctions_no_live_worker +=
+      now.reauctions_no_live_worker - then.reauctions_no_live_worker;
+}
 
 // The run's share of each router's counters: from its last beat before
 // `start` to its last beat now (after `end`). The rate between its last
@@ -362,6 +377,8 @@ overhead_result overhead_of(beat_log& log, steady::time_point start,
     const router_status& s0 = before ? before->s : zero;
     r.decisions = last.s.decisions - s0.decisions;
     r.reauctions = last.s.reauctions - s0.reauctions;
+    add_causes(r.causes, last.s, s0);
+    add_causes(out.causes, last.s, s0);
     r.nats_msgs = traffic(last.s) - traffic(s0);
     r.auction_p50_us = last.s.auction_p50_us;
     r.auction_p99_us = last.s.auction_p99_us;
@@ -921,6 +938,14 @@ void print_overhead(const overhead_result& h) {
                   fmt("%.0f", h.auction_p99_us), std::to_string(h.nats_msgs),
                   fmt("%.2f", h.nats_msgs_per_decision), ""});
   print_rows(rows);
+  if (h.reauctions > 0) {
+    std::string by;
+    const json causes = reauctions_by_cause(h.causes);
+    for (const auto& [cause, n] : causes.items())
+      by += (by.empty() ? "" : ", ") + cause + " " +
+            std::to_string(n.get<uint64_t>());
+    std::printf("reauctions by cause: %s\n", by.c_str());
+  }
   std::printf(
       "auction: a route request's arrival at a router to its decision, over "
       "each router's last %zu decisions; total p50: decision-weighted mean, "
@@ -1083,12 +1108,14 @@ json overhead_json(const overhead_result& h) {
     routers.push_back({{"name", r.name},
                        {"decisions", r.decisions},
                        {"reauctions", r.reauctions},
+                       {"reauctions_by_cause", reauctions_by_cause(r.causes)},
                        {"auction_p50_us", r.auction_p50_us},
                        {"auction_p99_us", r.auction_p99_us},
                        {"nats_msgs", r.nats_msgs},
                        {"idle_msgs_per_s", r.background_per_s}});
   return json{{"decisions", h.decisions},
               {"reauctions", h.reauctions},
+              {"reauctions_by_cause", reauctions_by_cause(h.causes)},
               {"wall_s", h.wall_s},
               {"decisions_per_s", h.decisions_per_s},
               {"auction_p50_us", h.auction_p50_us},

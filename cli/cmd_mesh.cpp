@@ -1236,12 +1236,7 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                         {"nats_out", x.nats_out},
                         {"text_requests", x.text_requests},
                         {"block_mismatches", x.block_mismatches},
-                        {"reauctions_by_cause",
-                         {{"refused", x.reauctions_refused},
-                          {"unanswered", x.reauctions_unanswered},
-                          {"no_bids", x.reauctions_no_bids},
-                          {"saturated", x.reauctions_saturated},
-                          {"no_live_worker", x.reauctions_no_live_worker}}},
+                        {"reauctions_by_cause", reauctions_by_cause(x)},
                         {"rounds", x.rounds},
                         {"bids", x.bids},
                         {"runner_up_awards", x.runner_up_awards}});

@@ -11,6 +11,14 @@ json to_json(const summary& s) {
   return json{{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}};
 }
 
+json reauctions_by_cause(const router_status& s) {
+  return {{"refused", s.reauctions_refused},
+          {"unanswered", s.reauctions_unanswered},
+          {"no_bids", s.reauctions_no_bids},
+          {"saturated", s.reauctions_saturated},
+          {"no_live_worker", s.reauctions_no_live_worker}};
+}
+
 json result_json(const sim_result& r) {
   json assigned = json::array();
   for (uint64_t a : r.assigned)

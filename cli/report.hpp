@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/sim.hpp"
+#include "messages/types.hpp"
 
 namespace kvmesh::cli {
 
@@ -14,6 +15,9 @@ using json = nlohmann::ordered_json;
 
 json to_json(const summary& s);
 json result_json(const sim_result& r);
+// A router's re-auctions by cause ({"refused": .., "unanswered": .., ...}),
+// as `kvmesh admin routers --json` and `kvmesh bench --json` give them.
+json reauctions_by_cause(const router_status& s);
 // The comparison table's cells as print_table prints them (and the HTML
 // report shows them): a header, one row per result, then the oracle's
 // bound, which stops after the hit ratio.

@@ -37,7 +37,13 @@ assert o["decisions"] == 300
 assert len(o["routers"]) == 2
 assert sum(r["decisions"] for r in o["routers"]) == 300
 assert 0 < o["auction_p50_us"] <= o["auction_p99_us"]
-assert o["nats_msgs_per_decision"] > 0'; then
+assert o["nats_msgs_per_decision"] > 0
+# Re-auctions by cause sum to the re-auctions, per router and in all.
+for x in o["routers"] + [o]:
+    c = x["reauctions_by_cause"]
+    assert sorted(c) == sorted(["refused", "unanswered", "no_bids",
+                                "saturated", "no_live_worker"]), c
+    assert sum(c.values()) == x["reauctions"], x'; then
   ok throughput_overhead
 else
   fail throughput_overhead "$(python3 -c 'import json,sys
