@@ -235,8 +235,9 @@ expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
   nats_bus* b = &bus;
   return bus.subscribe(subject, queue,
                        [b, to, adm = std::move(adm)](nats_message m) {
-                         for (auto& one : unbatch(std::move(m)))
+                         each_unbatched(std::move(m), [&](nats_message one) {
                            (void)admit(*b, adm, to, std::move(one));
+                         });
                        });
 }
 
@@ -252,8 +253,8 @@ expected<std::shared_ptr<inbox>> inbox::open(nats_bus& bus) {
   box->prefix_ = std::string(subject_prefix) + hex + ".";
   inbox* raw = box.get();
   auto sub = bus.subscribe(box->prefix_ + "*", "", [raw](nats_message m) {
-    for (auto& one : unbatch(std::move(m)))
-      raw->deliver(std::move(one));
+    each_unbatched(std::move(m),
+                   [raw](nats_message one) { raw->deliver(std::move(one)); });
   });
   if (!sub) return sub.err();
   box->sub_ = *sub;

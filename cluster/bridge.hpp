@@ -52,8 +52,8 @@ class batcher {
   // ".batch", and always as a Batch, so that a receiver that hears the
   // subject and its batches on two subscriptions gets one sender's messages
   // in order.
-  bool add(const std::string& subject, const std::string& reply,
-           bytes payload, bool own = false);
+  bool add(const std::string& subject, const std::string& reply, bytes payload,
+           bool own = false);
   // Publishes what is queued; returns how many NATS messages that took.
   size_t flush(nats_bus& bus);
   bool empty() const { return queued_ == 0; }
@@ -83,6 +83,17 @@ bool is_batch(const std::string& subject);
 // A malformed batch is counted (decode_errors(msg_kind::batch)) and yields
 // nothing.
 std::vector<nats_message> unbatch(nats_message m);
+// The same, each handed to `f` in turn: a message that is no batch (a
+// route request, say) goes on as it is, without a list of one to hold it.
+template <class F>
+void each_unbatched(nats_message m, F&& f) {
+  if (!is_batch(m.subject)) {
+    f(std::move(m));
+    return;
+  }
+  for (auto& one : unbatch(std::move(m)))
+    f(std::move(one));
+}
 
 // An error as a peer on the wire should read it: kvmesh's own errors are
 // their message; others are CAF's rendering.

@@ -139,6 +139,29 @@ TEST_F(bridge_test, a_malformed_batch_is_counted_and_yields_nothing) {
   EXPECT_EQ(one[0].payload, (bytes{1, 2, 3}));
 }
 
+TEST_F(bridge_test, each_unbatched_hands_on_what_unbatch_gives) {
+  std::vector<nats_message> got;
+  auto keep = [&](nats_message m) { got.push_back(std::move(m)); };
+  each_unbatched(nats_message{"t.agent.a.bid", "r", {7}}, keep);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].subject, "t.agent.a.bid");
+  EXPECT_EQ(got[0].reply, "r");
+  EXPECT_EQ(got[0].payload, bytes{7});
+  batch_msg b;
+  b.items.push_back({"t.agent.a.bid", "r.1", {1}});
+  b.items.push_back({"t.agent.other.drain", "", {2}});  // another receiver
+  b.items.push_back({"t.agent.a.award", "r.2", {3}});
+  got.clear();
+  each_unbatched(nats_message{"t.agent.a.batch", "", encode(b)}, keep);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].reply, "r.1");
+  EXPECT_EQ(got[1].subject, "t.agent.a.award");
+  EXPECT_EQ(got[1].payload, bytes{3});
+  got.clear();
+  each_unbatched(nats_message{"t.agent.a.batch", "", {1, 2, 3}}, keep);
+  EXPECT_TRUE(got.empty());  // malformed: nothing
+}
+
 TEST_F(bridge_test, a_big_flush_goes_in_parts_below_the_payload_limit) {
   batcher out;
   const bytes big(batcher::max_batch_bytes / 4, 7);
