@@ -269,6 +269,11 @@ inline size_t place_in_call(const call_for_bids& cfb, uint32_t worker) {
       std::find(cfb.workers.begin(), cfb.workers.end(), worker) -
       cfb.workers.begin());
 }
+// Whether the call asks `worker`: it lists it, or lists nobody (the worker
+// called).
+inline bool asked_in_call(const call_for_bids& cfb, uint32_t worker) {
+  return place_in_call(cfb, worker) < std::max<size_t>(cfb.workers.size(), 1);
+}
 
 // WORKER: one GPU (or data-parallel rank), its queue and cache tiers; a
 // bidder for itself alone.

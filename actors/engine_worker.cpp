@@ -97,8 +97,7 @@ bid_list bid_for(epointer self, const call_for_bids& cfb) {
   auto& st = self->state;
   const uint32_t id = id_of(self);
   // Asked by id (an agent's stand-in forwards its list); empty: me.
-  if (!cfb.workers.empty() && std::find(cfb.workers.begin(), cfb.workers.end(),
-                                        id) == cfb.workers.end())
+  if (!asked_in_call(cfb, id))
     return {{}, "worker " + std::to_string(id) + " was not asked"};
   const auto& r = cfb.request;
   const uint32_t n = static_cast<uint32_t>(r.blocks.size());

@@ -200,9 +200,7 @@ bool bid_for(wpointer self, const call_for_bids& cfb, bid& b) {
   auto& st = self->state;
   const uint32_t id = st.ledger->config().id;
   // Asked by id (an agent's stand-in forwards its list); empty: me.
-  if (!cfb.workers.empty() && std::find(cfb.workers.begin(), cfb.workers.end(),
-                                        id) == cfb.workers.end())
-    return false;
+  if (!asked_in_call(cfb, id)) return false;
   const double now = now_ms(self);
   st.ledger->expire(now);
   const auto& r = cfb.request;

@@ -104,16 +104,8 @@ bool is_batch(const std::string& subject) {
 
 std::vector<nats_message> unbatch(nats_message m) {
   std::vector<nats_message> out;
-  if (!is_batch(m.subject)) {
-    out.push_back(std::move(m));
-    return out;
-  }
-  // Items stay below the batch's parent and do not nest (messages/batch).
-  auto items = unbatch_items(m.subject, m.payload.data(), m.payload.size());
-  out.reserve(items.size());
-  for (auto& i : items)
-    out.push_back(nats_message{std::move(i.subject), std::move(i.reply),
-                               std::move(i.payload)});
+  each_unbatched(std::move(m),
+                 [&](nats_message one) { out.push_back(std::move(one)); });
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "actors/actors.hpp"  // sweep_atom
 #include "cluster/nats.hpp"
 #include "core/error.hpp"
+#include "messages/batch.hpp"
 #include "messages/types.hpp"
 
 namespace kvmesh {
@@ -52,8 +53,8 @@ class batcher {
   // ".batch", and always as a Batch, so that a receiver that hears the
   // subject and its batches on two subscriptions gets one sender's messages
   // in order.
-  bool add(const std::string& subject, const std::string& reply, bytes payload,
-           bool own = false);
+  bool add(const std::string& subject, const std::string& reply,
+           bytes payload, bool own = false);
   // Publishes what is queued; returns how many NATS messages that took.
   size_t flush(nats_bus& bus);
   bool empty() const { return queued_ == 0; }
@@ -91,8 +92,10 @@ void each_unbatched(nats_message m, F&& f) {
     f(std::move(m));
     return;
   }
-  for (auto& one : unbatch(std::move(m)))
-    f(std::move(one));
+  // Items stay below the batch's parent and do not nest (messages/batch).
+  for (auto& i : unbatch_items(m.subject, m.payload.data(), m.payload.size()))
+    f(nats_message{std::move(i.subject), std::move(i.reply),
+                   std::move(i.payload)});
 }
 
 // An error as a peer on the wire should read it: kvmesh's own errors are
