@@ -582,4 +582,38 @@ expected<std::vector<uint8_t>> record_store::get(const std::string& key) {
   return out;
 }
 
+expected<bool> record_store::create(const std::string& key,
+                                    const std::vector<uint8_t>& value,
+                                    std::vector<uint8_t>* holder) {
+  last_error last;
+  uint64_t rev = 0;
+  const natsStatus s = kvStore_Create(&rev, kv_, key.c_str(), value.data(),
+                                      static_cast<int>(value.size()));
+  if (s == NATS_OK) {
+    puts_.fetch_add(1);
+    return true;
+  }
+  // libnats says "wrong last sequence" for a key someone holds, but also
+  // fails the same way on a lost answer: only the value there tells.
+  auto there = get(key);
+  if (there) {
+    if (holder) *holder = std::move(*there);
+    return false;
+  }
+  failures_.fetch_add(1);
+  return js_fail("bucket " + opt_.bucket + ": create " + key, s, no_js_error,
+                 last);
+}
+
+status record_store::erase(const std::string& key) {
+  last_error last;
+  const natsStatus s = kvStore_Delete(kv_, key.c_str());
+  if (s != NATS_OK) {
+    failures_.fetch_add(1);
+    return js_fail("bucket " + opt_.bucket + ": erase " + key, s, no_js_error,
+                   last);
+  }
+  return ok;
+}
+
 }  // namespace kvmesh

@@ -170,7 +170,8 @@ class work_queue {
 // A JetStream key-value bucket (file storage, one value per key, entries
 // expiring after a TTL): durable intake keeps there the decision made for
 // each request, so that a redelivered request is answered with it instead
-// of being auctioned a second time (docs/wire.md, "Durable intake").
+// of being auctioned a second time, and, in a second bucket, each router's
+// claim on the requests it is deciding (docs/wire.md, "Durable intake").
 struct record_options {
   std::string bucket = "KVMESH_DECISIONS";
   // Longer than any request can wait in the queue for a redelivery.
@@ -197,6 +198,16 @@ class record_store {
   // The value, or an error: ec::not_found when there is none (never
   // written, or expired), ec::io_error when the server could not say.
   expected<std::vector<uint8_t>> get(const std::string& key);
+  // Writes `value` under `key` only if the key holds nothing (never
+  // written, expired, or erased): a compare-and-set, so that of two writers
+  // exactly one wins. True when this one did; false when the key was held,
+  // its value then in `*holder` (when given); an error when the server
+  // could not say.
+  expected<bool> create(const std::string& key,
+                        const std::vector<uint8_t>& value,
+                        std::vector<uint8_t>* holder = nullptr);
+  // Lets go of `key`: a create may then take it again.
+  status erase(const std::string& key);
 
   uint64_t puts() const { return puts_.load(); }
   uint64_t hits() const { return hits_.load(); }

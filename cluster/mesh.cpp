@@ -51,6 +51,14 @@ record_options durable_records(const subjects& subj) {
   return o;
 }
 
+record_options durable_claims(const subjects& subj,
+                              std::chrono::milliseconds lease) {
+  record_options o;
+  o.bucket = durable_queue(subj).stream + "_CLAIMS";
+  o.ttl = lease;
+  return o;
+}
+
 status check_name(const std::string& what, const std::string& name) {
   if (name.empty() || name.size() > 64)
     return make_error(ec::invalid_argument,
@@ -598,6 +606,21 @@ caf::behavior shard_endpoint(
 
 // -- router process: the front (route requests, weights, heartbeats) ---------
 
+// What durable intake needs beyond the queue (null stores: not durable).
+struct durable_intake {
+  // Where each durable request's answer is kept before it goes out.
+  std::shared_ptr<record_store> records;
+  // Where a router claims a request before auctioning it, for `lease` (the
+  // bucket's TTL), under the name `claimant` (the router's, and a number
+  // its process drew: a restarted router is another claimant).
+  std::shared_ptr<record_store> claims;
+  std::vector<uint8_t> claimant;
+  std::chrono::milliseconds lease{5000};
+  uint32_t deliveries = 10;  // router_node_options::durable_deliveries
+  // The test-only fault of dying between answering and acking.
+  bool exit_before_ack = false;
+};
+
 struct front_state {
   static inline const char* name = "router_front";
   nats_bus* bus = nullptr;
@@ -615,19 +638,17 @@ struct front_state {
   // ROUTER, which bounds what it holds itself (--max-held: "overloaded").
   std::shared_ptr<mailbox_gate> gate;
   uint64_t block_mismatches = 0;
-  // Durable intake: where each durable request's answer is kept before it
-  // goes out (null: not kept), and the test-only fault of dying between
-  // answering and acking.
-  std::shared_ptr<record_store> records;
-  bool exit_before_ack = false;
-  uint32_t durable_deliveries = 10;  // router_node_options
-  uint64_t durable_retries = 0;      // requests handed back (logged)
+  durable_intake durable;
+  uint64_t durable_retries = 0;  // requests handed back (logged)
+  uint64_t claim_failures = 0;   // claims not taken or let go (logged)
   // Durable requests being decided, in arrival order: swept
   // (progress_atom) every quarter ack_wait while any is open.
   struct open_delivery {
     steady::time_point arrived;
-    steady::time_point told;  // when the server last started its ack_wait
+    steady::time_point told;     // when the server last started its ack_wait
+    steady::time_point claimed;  // when its claim's lease last started
     std::shared_ptr<delivery> d;
+    uint64_t id;
   };
   std::vector<open_delivery> working;
   bool sweeping = false;
@@ -692,21 +713,83 @@ void answer_durable(front_pointer self, const std::string& reply,
                     const bytes& payload, const std::shared_ptr<delivery>& d,
                     uint64_t id) {
   auto& st = self->state;
-  if (st.records && d->stream_sequence() != 0)
-    if (auto kept =
-            st.records->put(record_key(d->stream_sequence(), id), payload);
+  if (st.durable.records && d->stream_sequence() != 0)
+    if (auto kept = st.durable.records->put(
+            record_key(d->stream_sequence(), id), payload);
         !kept)
       KVMESH_WARN("durable request %llu answered without a record: %s",
                   static_cast<unsigned long long>(id),
                   kept.err().message.c_str());
   answer(*st.bus, reply, payload);
-  if (st.exit_before_ack) {
+  if (st.durable.exit_before_ack) {
     // KVMESH_TEST_FAULT=exit_before_ack: the answer is out, the ack never
     // leaves, as when a router is killed between the two.
     (void)st.bus->flush(std::chrono::seconds(2));
     std::_Exit(137);
   }
   (void)d->ack();
+}
+
+// Whether a durable request may be auctioned here: one router at a time
+// holds its claim (a create in the claims bucket, so that of two routers
+// exactly one takes it) until the lease runs out (the bucket's TTL: a
+// router that died holding one lets go by itself) or it hands the request
+// back. Without it, a request the queue hands to two routers at once (as
+// while a cluster settles after its stream's leader moved) is caught only
+// by a router that hears every bid (the workers' contested flag).
+enum class claim_outcome { taken, held, unknown };
+
+claim_outcome claim(front_state& st, const delivery& d, uint64_t id) {
+  const auto& claims = st.durable.claims;
+  if (!claims || d.stream_sequence() == 0) return claim_outcome::taken;
+  std::vector<uint8_t> holder;
+  auto took = claims->create(record_key(d.stream_sequence(), id),
+                             st.durable.claimant, &holder);
+  if (!took) {
+    if (st.claim_failures++ == 0)
+      KVMESH_WARN("durable request %llu: claim not taken: %s (logged once)",
+                  static_cast<unsigned long long>(id),
+                  took.err().message.c_str());
+    return claim_outcome::unknown;
+  }
+  if (*took) return claim_outcome::taken;
+  if (holder != st.durable.claimant) return claim_outcome::held;
+  // This router's own: a claim it failed to let go of is taken again,
+  // but not while its first delivery is being decided here.
+  const bool open =
+      std::any_of(st.working.begin(), st.working.end(), [&](const auto& x) {
+        return x.d->stream_sequence() == d.stream_sequence() && !x.d->settled();
+      });
+  return open ? claim_outcome::held : claim_outcome::taken;
+}
+
+// Lets go of the claim on a request handed back, so that the next
+// delivery, to any router, may take it at once.
+void unclaim(front_state& st, const delivery& d, uint64_t id) {
+  if (!st.durable.claims || d.stream_sequence() == 0) return;
+  if (auto s = st.durable.claims->erase(record_key(d.stream_sequence(), id));
+      !s && st.claim_failures++ == 0)
+    KVMESH_WARN(
+        "durable request %llu: claim not let go: %s (it lapses after the "
+        "lease; logged once)",
+        static_cast<unsigned long long>(id), s.err().message.c_str());
+}
+
+// Sends a durable request back to its queue undecided, for another
+// delivery a heartbeat later.
+void hand_back(front_pointer self, delivery& d, uint64_t id, handback cause,
+               const std::string& why) {
+  auto& st = self->state;
+  if (const auto& m = st.meters) m->handed_back(cause);
+  const auto beat =
+      std::chrono::duration_cast<std::chrono::milliseconds>(st.mesh.heartbeat);
+  if (st.durable_retries++ == 0)
+    KVMESH_WARN(
+        "durable request %llu not decided (%s): handed back to the queue "
+        "for %lld ms, up to %u deliveries (logged once)",
+        static_cast<unsigned long long>(id), why.c_str(),
+        static_cast<long long>(beat.count()), st.durable.deliveries);
+  (void)d.nak(beat);
 }
 
 // Route requests wait for the router's own deadlines; this only bounds a
@@ -718,14 +801,11 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                            uint32_t block_tokens,
                            std::shared_ptr<std::atomic<bool>> stopping,
                            std::shared_ptr<const router_meters> meters,
-                           std::shared_ptr<record_store> records,
-                           bool exit_before_ack, uint32_t durable_deliveries,
+                           durable_intake durable,
                            std::shared_ptr<mailbox_gate> gate) {
   auto& st = self->state;
   st.gate = std::move(gate);
-  st.durable_deliveries = durable_deliveries;
-  st.records = std::move(records);
-  st.exit_before_ack = exit_before_ack;
+  st.durable = std::move(durable);
   st.stopping = std::move(stopping);
   st.meters = std::move(meters);
   st.bus = bus;
@@ -844,11 +924,25 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
           return;
         }
         const uint64_t id = r->id;
+        // Another router holds it: that one answers. The claims bucket not
+        // answering: back to the queue while deliveries are left, then
+        // auctioned unclaimed (better a decision than none).
+        if (const auto c = claim(st, *d, id); c == claim_outcome::held) {
+          hand_back(self, *d, id, handback::contested,
+                    "another router holds its claim");
+          return;
+        } else if (c == claim_outcome::unknown && d->delivery_count() != 0 &&
+                   d->delivery_count() < st.durable.deliveries) {
+          hand_back(self, *d, id, handback::unclaimed,
+                    "its claim could not be taken");
+          return;
+        }
         // Its decision may take longer than the ack_wait (an awardee that
         // went silent is waited out for up to 3 heartbeats): the sweep
-        // tells the server it is in progress until it is answered.
+        // tells the server it is in progress until it is answered, and
+        // renews its claim.
         const auto now = steady::now();
-        st.working.push_back({now, now, d});
+        st.working.push_back({now, now, now, d, id});
         if (!st.sweeping) {
           st.sweeping = true;
           self->delayed_send(self, d->ack_wait() / 4, progress_atom::value);
@@ -869,6 +963,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                   // are answers; a router that went away mid-auction hands
                   // the request back for another one.
                   if (e.category() != caf::atom("kvmesh")) {
+                    unclaim(self->state, *d, id);
                     (void)d->nak();
                     return;
                   }
@@ -879,28 +974,17 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                   // may run it, and deciding it again could run it twice.
                   auto& st = self->state;
                   const auto code = static_cast<ec>(e.code());
-                  const auto beat =
-                      std::chrono::duration_cast<std::chrono::milliseconds>(
-                          st.mesh.heartbeat);
                   if ((code == ec::not_found || code == ec::capacity_exceeded ||
                        code == ec::conflict) &&
                       d->delivery_count() != 0 &&
-                      d->delivery_count() < st.durable_deliveries) {
-                    if (const auto& m = st.meters)
-                      m->handed_back(code == ec::conflict ? handback::contested
-                                     : code == ec::capacity_exceeded
-                                         ? handback::overloaded
-                                         : handback::no_workers);
-                    if (st.durable_retries++ == 0)
-                      KVMESH_WARN(
-                          "durable request %llu not decided (%s): handed "
-                          "back to the queue for %lld ms, up to %u "
-                          "deliveries (logged once)",
-                          static_cast<unsigned long long>(id),
-                          describe(e).c_str(),
-                          static_cast<long long>(beat.count()),
-                          st.durable_deliveries);
-                    (void)d->nak(beat);
+                      d->delivery_count() < st.durable.deliveries) {
+                    unclaim(st, *d, id);
+                    hand_back(self, *d, id,
+                              code == ec::conflict ? handback::contested
+                              : code == ec::capacity_exceeded
+                                  ? handback::overloaded
+                                  : handback::no_workers,
+                              describe(e));
                     return;
                   }
                   failed(self, e);
@@ -929,6 +1013,20 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
           return;
         }
         for (auto& x : w) {
+          // A claim outliving half its lease is renewed: a decision this
+          // slow is rare, and another router must not take it meanwhile.
+          if (st.durable.claims && now - x.claimed > st.durable.lease / 2) {
+            x.claimed = now;
+            if (auto s = st.durable.claims->put(
+                    record_key(x.d->stream_sequence(), x.id),
+                    st.durable.claimant);
+                !s && st.claim_failures++ == 0)
+              KVMESH_WARN(
+                  "durable request %llu: claim not renewed: %s "
+                  "(logged once)",
+                  static_cast<unsigned long long>(x.id),
+                  s.err().message.c_str());
+          }
           if (now - x.told < x.d->ack_wait() / 2) continue;
           x.told = now;
           if (auto s = x.d->in_progress(); !s && st.progress_failures++ == 0)
@@ -1572,9 +1670,9 @@ expected<std::unique_ptr<router_node>> router_node::start(
   auto dir = sys.spawn(directory, p->box, opt.mesh, p->router, dir_gate);
   p->admin = caf::actor_cast<admin_actor>(dir);
   p->actors.push_back(caf::actor_cast<caf::actor>(dir));
-  // Durable intake keeps its answers (record_store) before the front may
-  // give any: opened first.
-  bool exit_before_ack = false;
+  // Durable intake keeps its answers (record_store) and takes its claims
+  // before the front may give any: opened first.
+  durable_intake durable;
   if (opt.durable) {
     record_options ro_rec = durable_records(opt.mesh.subj);
     ro_rec.replicas = opt.durable_replicas;
@@ -1584,18 +1682,34 @@ expected<std::unique_ptr<router_node>> router_node::start(
       return rec.err();
     }
     p->records = std::move(*rec);
+    durable.records = p->records;
+    // A claim lasts as long as a delivery without an ack: a dead router's
+    // claims have lapsed by the time the queue hands its requests out
+    // again.
+    durable.lease = opt.durable_ack_wait;
+    record_options ro_claims = durable_claims(opt.mesh.subj, durable.lease);
+    ro_claims.replicas = opt.durable_replicas;
+    auto claims = record_store::open(bus, ro_claims);
+    if (!claims) {
+      p->stop();
+      return claims.err();
+    }
+    durable.claims = std::move(*claims);
+    const std::string claimant =
+        opt.name + "/" + std::to_string(std::random_device{}());
+    durable.claimant.assign(claimant.begin(), claimant.end());
+    durable.deliveries = opt.durable_deliveries;
     const char* fault = std::getenv("KVMESH_TEST_FAULT");
-    exit_before_ack = fault && std::string(fault) == "exit_before_ack";
-    if (exit_before_ack)
+    durable.exit_before_ack = fault && std::string(fault) == "exit_before_ack";
+    if (durable.exit_before_ack)
       KVMESH_WARN(
           "KVMESH_TEST_FAULT=exit_before_ack: exits after its first "
           "durable answer, before acking it (a test's fault)");
   }
   auto front_gate = new_gate();
-  auto front =
-      sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
-                opt.router.block_tokens, p->stopping, opt.meters, p->records,
-                exit_before_ack, opt.durable_deliveries, front_gate);
+  auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
+                         opt.router.block_tokens, p->stopping, opt.meters,
+                         std::move(durable), front_gate);
   p->actors.push_back(front);
   auto admin_gate = new_gate();
   auto admin_ep = sys.spawn(admin_front, &bus, p->admin, opt.mesh.call_timeout,

@@ -213,6 +213,11 @@ work_queue_options durable_queue(const subjects& subj);
 // sending it (`<stream>_DECISIONS`); `create` false for clients.
 record_options durable_records(const subjects& subj);
 
+// The bucket where a router claims a durable request before auctioning
+// it (`<stream>_CLAIMS`), each claim lasting `lease` unless renewed.
+record_options durable_claims(const subjects& subj,
+                              std::chrono::milliseconds lease);
+
 // The key of the answer kept for request `request`, stored in the durable
 // queue at `sequence` (the publish's value).
 std::string record_key(uint64_t sequence, uint64_t request);

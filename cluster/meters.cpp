@@ -26,6 +26,8 @@ const char* to_string(handback h) {
       return "overloaded";
     case handback::contested:
       return "contested";
+    case handback::unclaimed:
+      return "unclaimed";
   }
   return "no_workers";
 }

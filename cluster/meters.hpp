@@ -30,10 +30,11 @@ route_failure classify_route_error(ec code, const std::string& message);
 
 // Why a durable route request went back to its queue undecided, for
 // another delivery a heartbeat later: no worker could take it yet, the
-// router was overloaded, or another router's auction of it was open (its
-// bidders said contested: the queue handed it out twice).
-enum class handback : uint8_t { no_workers, overloaded, contested };
-inline constexpr size_t handback_count = 3;
+// router was overloaded, another router's auction of it was open (its
+// claim held by another router, or its bidders said contested: the queue
+// handed it out twice), or the claims bucket could not say who holds it.
+enum class handback : uint8_t { no_workers, overloaded, contested, unclaimed };
+inline constexpr size_t handback_count = 4;
 
 const char* to_string(handback h);
 

@@ -240,11 +240,13 @@ class route_client {
   }
   // Through the JetStream work queue: the reply subject rides in the
   // subject, as route_durable_once does it.
-  void send_durable(work_queue& q, const route_request_msg& r) {
+  // The request's sequence in the stream (0: not stored).
+  uint64_t send_durable(work_queue& q, const route_request_msg& r) {
     auto st = q.publish(subjects{}.route_durable() + "._INBOX.mesh_test." +
                             std::to_string(r.id),
                         encode(r));
     EXPECT_TRUE(st) << (st ? "" : st.err().message);
+    return st ? *st : 0;
   }
   size_t decided() {
     std::lock_guard<std::mutex> g(mu_);
@@ -969,6 +971,58 @@ TEST_F(mesh_test, a_durable_request_no_worker_could_take_waits_for_one) {
   ASSERT_TRUE(eventually([&] { return client.decided() == 1; }, 10000ms))
       << (client.errors().empty() ? "" : client.errors().front());
   EXPECT_TRUE(client.errors().empty());
+}
+
+TEST_F(mesh_test, a_durable_request_another_router_claims_is_left_to_it) {
+  // The queue handed the request to another router as well (as while a
+  // cluster settles after its stream's leader moved), which claimed it
+  // first: this router leaves it alone, whatever its bids say, until that
+  // claim is let go.
+  use_jetstream();
+  auto& pub = bus();
+  auto qo = durable_queue(subjects{});
+  qo.consume = false;
+  auto q = work_queue::open(pub, qo);
+  ASSERT_TRUE(q) << q.err().message;
+  auto opened = record_store::open(
+      pub, durable_claims(subjects{}, std::chrono::milliseconds(5000)));
+  ASSERT_TRUE(opened) << opened.err().message;
+  auto& claims = **opened;
+  route_client client(bus());
+  const uint64_t sequence = client.send_durable(**q, request(1, 1, 8));
+  ASSERT_NE(sequence, 0u);
+  const std::string key = record_key(sequence, 1);
+  auto taken = claims.create(key, {'o', 't', 'h', 'e', 'r'});
+  ASSERT_TRUE(taken) << taken.err().message;
+  ASSERT_TRUE(*taken);
+  start_shard(0, 1);
+  process_metrics* metrics = nullptr;
+  start_router("r1", true, 100, 0, &metrics);
+  ASSERT_NE(metrics, nullptr);
+  start_agent("node-a", 0, 4);
+  // Handed back, more than once, and never decided meanwhile.
+  ASSERT_TRUE(eventually(
+      [&] {
+        return series_value(
+                   metrics->scrape(),
+                   "kvmesh_router_handbacks_total{cause=\"contested\"}") >= 2.0;
+      },
+      10000ms))
+      << metrics->scrape();
+  EXPECT_EQ(client.decided(), 0u);
+  EXPECT_TRUE(client.errors().empty())
+      << "answered: " << client.errors().front();
+  // The other router let go without an answer (it handed it back).
+  ASSERT_TRUE(claims.erase(key));
+  ASSERT_TRUE(eventually([&] { return client.decided() == 1; }, 10000ms))
+      << (client.errors().empty() ? "" : client.errors().front());
+  EXPECT_TRUE(client.errors().empty());
+  // The router took the claim for its auction.
+  std::vector<uint8_t> holder;
+  auto after = claims.create(key, {'x'}, &holder);
+  ASSERT_TRUE(after) << after.err().message;
+  EXPECT_FALSE(*after);
+  EXPECT_EQ(std::string(holder.begin(), holder.end()).rfind("r1/", 0), 0u);
 }
 
 TEST_F(mesh_test, a_durable_client_reads_the_answer_it_missed_from_the_record) {

@@ -36,6 +36,7 @@ TEST(meters, route_errors_are_classed_by_code_and_the_routers_words) {
   EXPECT_STREQ(to_string(handback::no_workers), "no_workers");
   EXPECT_STREQ(to_string(handback::overloaded), "overloaded");
   EXPECT_STREQ(to_string(handback::contested), "contested");
+  EXPECT_STREQ(to_string(handback::unclaimed), "unclaimed");
 }
 
 TEST(meters, a_decision_adds_its_latency_bids_and_winners_terms) {
