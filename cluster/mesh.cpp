@@ -737,25 +737,28 @@ void answer_durable(front_pointer self, const std::string& reply,
 // back. Without it, a request the queue hands to two routers at once (as
 // while a cluster settles after its stream's leader moved) is caught only
 // by a router that hears every bid (the workers' contested flag).
-enum class claim_outcome { taken, held, unknown };
+// Taken on the queue's fetch thread, so that the front's round trips (the
+// records) and the claims' overlap; `own` is the front's to settle.
+enum class claim_outcome : uint8_t { taken, held, own, unknown };
 
-claim_outcome claim(front_state& st, const delivery& d, uint64_t id) {
-  const auto& claims = st.durable.claims;
+claim_outcome take_claim(record_store* claims,
+                         const std::vector<uint8_t>& claimant,
+                         const delivery& d, uint64_t id, std::string& error) {
   if (!claims || d.stream_sequence() == 0) return claim_outcome::taken;
   std::vector<uint8_t> holder;
-  auto took = claims->create(record_key(d.stream_sequence(), id),
-                             st.durable.claimant, &holder);
+  auto took =
+      claims->create(record_key(d.stream_sequence(), id), claimant, &holder);
   if (!took) {
-    if (st.claim_failures++ == 0)
-      KVMESH_WARN("durable request %llu: claim not taken: %s (logged once)",
-                  static_cast<unsigned long long>(id),
-                  took.err().message.c_str());
+    error = took.err().message;
     return claim_outcome::unknown;
   }
   if (*took) return claim_outcome::taken;
-  if (holder != st.durable.claimant) return claim_outcome::held;
-  // This router's own: a claim it failed to let go of is taken again,
-  // but not while its first delivery is being decided here.
+  return holder == claimant ? claim_outcome::own : claim_outcome::held;
+}
+
+// This router's own claim: one it failed to let go of is taken again, but
+// not while the request's first delivery is being decided here.
+claim_outcome settle_own(front_state& st, const delivery& d) {
   const bool open =
       std::any_of(st.working.begin(), st.working.end(), [&](const auto& x) {
         return x.d->stream_sequence() == d.stream_sequence() && !x.d->settled();
@@ -908,7 +911,8 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         }
       },
       [=](durable_atom, const std::string& reply, const bytes& payload,
-          std::shared_ptr<delivery> d) {
+          std::shared_ptr<delivery> d, uint8_t claimed,
+          const std::string& claim_error) {
         auto& st = self->state;
         const auto since = took(self, intake::durable);
         // Acked once the answer is out: a router that dies before leaves
@@ -927,7 +931,12 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         // Another router holds it: that one answers. The claims bucket not
         // answering: back to the queue while deliveries are left, then
         // auctioned unclaimed (better a decision than none).
-        if (const auto c = claim(st, *d, id); c == claim_outcome::held) {
+        auto c = static_cast<claim_outcome>(claimed);
+        if (c == claim_outcome::own) c = settle_own(st, *d);
+        if (c == claim_outcome::unknown && st.claim_failures++ == 0)
+          KVMESH_WARN("durable request %llu: claim not taken: %s (logged once)",
+                      static_cast<unsigned long long>(id), claim_error.c_str());
+        if (c == claim_outcome::held) {
           hand_back(self, *d, id, handback::contested,
                     "another router holds its claim");
           return;
@@ -1706,6 +1715,9 @@ expected<std::unique_ptr<router_node>> router_node::start(
           "KVMESH_TEST_FAULT=exit_before_ack: exits after its first "
           "durable answer, before acking it (a test's fault)");
   }
+  // The fetch thread takes the claims (below).
+  const auto claims = durable.claims;
+  const auto claimant = durable.claimant;
   auto front_gate = new_gate();
   auto front = sys.spawn(router_front, &bus, opt.mesh, p->router, opt.name,
                          opt.router.block_tokens, p->stopping, opt.meters,
@@ -1790,8 +1802,9 @@ expected<std::unique_ptr<router_node>> router_node::start(
     const size_t skip = s.route_durable().size() + 1;
     auto records = p->records;
     nats_bus* b = &bus;
-    auto started = (*q)->start(
-        [front, skip, records, b](nats_message m, std::shared_ptr<delivery> d) {
+    auto started =
+        (*q)->start([front, skip, records, b, claims, claimant](
+                        nats_message m, std::shared_ptr<delivery> d) {
           std::string reply =
               m.subject.size() > skip ? m.subject.substr(skip) : std::string();
           // Handed out before: a router may have decided it and died before
@@ -1807,8 +1820,14 @@ expected<std::unique_ptr<router_node>> router_node::start(
                 (void)d->ack();
                 return;
               }
+          // Malformed: the front answers it, claimed or not.
+          auto c = claim_outcome::taken;
+          std::string error;
+          if (auto r = decode<route_request_msg>(m.payload))
+            c = take_claim(claims.get(), claimant, *d, r->id, error);
           caf::anon_send(front, durable_atom::value, std::move(reply),
-                         std::move(m.payload), std::move(d));
+                         std::move(m.payload), std::move(d),
+                         static_cast<uint8_t>(c), std::move(error));
         });
     if (!started) {
       p->stop();
