@@ -1802,33 +1802,32 @@ expected<std::unique_ptr<router_node>> router_node::start(
     const size_t skip = s.route_durable().size() + 1;
     auto records = p->records;
     nats_bus* b = &bus;
-    auto started =
-        (*q)->start([front, skip, records, b, claims, claimant](
-                        nats_message m, std::shared_ptr<delivery> d) {
-          std::string reply =
-              m.subject.size() > skip ? m.subject.substr(skip) : std::string();
-          // Handed out before: a router may have decided it and died before
-          // its ack. Its kept answer goes out again (the client takes the
-          // first; the worker is not awarded twice). Without one (never
-          // decided, or the store not answering), it is auctioned: better a
-          // second decision than none.
-          if (d->delivery_count() > 1)
-            if (auto r = decode<route_request_msg>(m.payload))
-              if (auto kept =
-                      records->get(record_key(d->stream_sequence(), r->id))) {
-                if (!reply.empty()) (void)b->publish(reply, *kept);
-                (void)d->ack();
-                return;
-              }
-          // Malformed: the front answers it, claimed or not.
-          auto c = claim_outcome::taken;
-          std::string error;
-          if (auto r = decode<route_request_msg>(m.payload))
-            c = take_claim(claims.get(), claimant, *d, r->id, error);
-          caf::anon_send(front, durable_atom::value, std::move(reply),
-                         std::move(m.payload), std::move(d),
-                         static_cast<uint8_t>(c), std::move(error));
-        });
+    auto started = (*q)->start([front, skip, records, b, claims, claimant](
+                                   nats_message m,
+                                   std::shared_ptr<delivery> d) {
+      std::string reply =
+          m.subject.size() > skip ? m.subject.substr(skip) : std::string();
+      // Decoded once here for its id; a malformed one the front answers,
+      // claimed or not.
+      auto r = decode<route_request_msg>(m.payload);
+      // Handed out before: a router may have decided it and died before
+      // its ack. Its kept answer goes out again (the client takes the
+      // first; the worker is not awarded twice). Without one (never
+      // decided, or the store not answering), it is auctioned: better a
+      // second decision than none.
+      if (r && d->delivery_count() > 1)
+        if (auto kept = records->get(record_key(d->stream_sequence(), r->id))) {
+          if (!reply.empty()) (void)b->publish(reply, *kept);
+          (void)d->ack();
+          return;
+        }
+      auto c = claim_outcome::taken;
+      std::string error;
+      if (r) c = take_claim(claims.get(), claimant, *d, r->id, error);
+      caf::anon_send(front, durable_atom::value, std::move(reply),
+                     std::move(m.payload), std::move(d),
+                     static_cast<uint8_t>(c), std::move(error));
+    });
     if (!started) {
       p->stop();
       return started.err();
