@@ -416,7 +416,7 @@ void work_queue::run(const work_handler& h) {
       list.Msgs[i] = nullptr;  // the delivery owns it now
       nats_message out;
       if (const char* subj = natsMsg_GetSubject(m)) out.subject = subj;
-      const char* data = natsMsg_GetData(m);
+      const auto* data = reinterpret_cast<const uint8_t*>(natsMsg_GetData(m));
       const int len = natsMsg_GetDataLength(m);
       if (data && len > 0) out.payload.assign(data, data + len);
       std::shared_ptr<delivery> d(new delivery(m, core_));

@@ -121,7 +121,9 @@ struct nats_callbacks {
     nats_message m;
     m.subject = natsMsg_GetSubject(msg);
     if (const char* r = natsMsg_GetReply(msg)) m.reply = r;
-    const char* data = natsMsg_GetData(msg);
+    // As bytes, so that the copy is one memmove (from char it went a byte
+    // at a time: 4% of a router's CPU).
+    const auto* data = reinterpret_cast<const uint8_t*>(natsMsg_GetData(msg));
     const int len = natsMsg_GetDataLength(msg);
     if (data && len > 0) m.payload.assign(data, data + len);
     natsMsg_Destroy(msg);
@@ -159,7 +161,7 @@ struct nats_callbacks {
     std::string subject = natsMsg_GetSubject(msg);
     const bool none = natsMsg_IsNoResponders(msg);
     std::vector<uint8_t> payload;
-    const char* data = natsMsg_GetData(msg);
+    const auto* data = reinterpret_cast<const uint8_t*>(natsMsg_GetData(msg));
     const int len = natsMsg_GetDataLength(msg);
     if (data && len > 0) payload.assign(data, data + len);
     natsMsg_Destroy(msg);
