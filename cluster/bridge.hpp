@@ -35,6 +35,9 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using beat_atom = caf::atom_constant<caf::atom("beat")>;
 // A durable route request: (durable_atom, reply, payload, delivery).
 using durable_atom = caf::atom_constant<caf::atom("durable")>;
+// A durable request's answer, kept (or not: the error) and now to be sent
+// and acked: (recorded_atom, reply, payload, delivery, id, error).
+using recorded_atom = caf::atom_constant<caf::atom("recorded")>;
 // A router front's sweep of the durable requests it is deciding (each one
 // told "in progress" to the server before its ack_wait runs out).
 using progress_atom = caf::atom_constant<caf::atom("progress")>;

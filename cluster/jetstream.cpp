@@ -8,6 +8,7 @@
 #include <nats/nats.h>
 
 #include <chrono>
+#include <unordered_map>
 
 namespace kvmesh {
 
@@ -487,6 +488,62 @@ uint64_t work_queue::handler_errors() const {
 
 namespace kvmesh {
 
+// put_async's writes the server has not answered yet, by the message
+// libnats hands back with the answer.
+struct record_writes {
+  std::string bucket;
+  std::mutex mu;
+  std::unordered_map<natsMsg*, std::function<void(status)>> waiting;
+  // Writes sent, and writes whose handler has returned or that were
+  // dropped unanswered: libnats may be in the handler while the store goes
+  // away, so the destructor frees this only once the two are equal.
+  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> finished{0};
+  std::atomic<uint64_t>* puts = nullptr;
+  std::atomic<uint64_t>* failures = nullptr;
+};
+
+namespace {
+
+// As the contexts' default wait for the server's answer.
+constexpr int64_t async_wait_ms = 5000;
+
+void on_write_answered(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
+                       void* closure) {
+  auto* w = static_cast<record_writes*>(closure);
+  std::function<void(status)> done;
+  {
+    std::lock_guard<std::mutex> g(w->mu);
+    if (auto it = w->waiting.find(msg); it != w->waiting.end()) {
+      done = std::move(it->second);
+      w->waiting.erase(it);
+    }
+  }
+  status s = ok;
+  if (pa) {
+    w->puts->fetch_add(1);
+  } else {
+    const std::string what = "bucket " + w->bucket + ": write " +
+                             (msg ? natsMsg_GetSubject(msg) : "") + ": ";
+    if (pae && pae->ErrCode == JSStreamWrongLastSequenceErr) {
+      s = make_error(ec::conflict, what + "the key is taken");
+    } else {
+      w->failures->fetch_add(1);
+      std::string text = natsStatus_GetText(pae ? pae->Err : NATS_ERR);
+      if (pae && pae->ErrText) text += std::string(": ") + pae->ErrText;
+      if (pae && pae->ErrCode != no_js_error)
+        text += " (JetStream error " +
+                std::to_string(static_cast<int>(pae->ErrCode)) + ")";
+      s = make_error(ec::io_error, what + text);
+    }
+  }
+  natsMsg_Destroy(msg);
+  if (done) done(std::move(s));
+  w->finished.fetch_add(1);
+}
+
+}  // namespace
+
 expected<std::unique_ptr<record_store>> record_store::open(
     nats_bus& bus, const record_options& opt) {
   const std::string name = "bucket " + opt.bucket;
@@ -516,7 +573,7 @@ expected<std::unique_ptr<record_store>> record_store::open(
              NATS_TIMEOUT &&
          std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  if (s == NATS_OK) return r;
+  if (s == NATS_OK) return open_writes(std::move(r), nc);
   if (s != NATS_NOT_FOUND)
     return js_fail(name + ": bind", s, no_js_error, bind_last);
   if (!opt.create)
@@ -538,15 +595,111 @@ expected<std::unique_ptr<record_store>> record_store::open(
   if (s != NATS_OK) {
     // Another router created it in between: bind to theirs.
     last_error again_last;
-    if (js_KeyValue(&r->kv_, r->js_, opt.bucket.c_str()) == NATS_OK) return r;
+    if (js_KeyValue(&r->kv_, r->js_, opt.bucket.c_str()) == NATS_OK)
+      return open_writes(std::move(r), nc);
     return js_fail(name + ": create", s, no_js_error, create_last);
   }
+  return open_writes(std::move(r), nc);
+}
+
+expected<std::unique_ptr<record_store>> record_store::open_writes(
+    std::unique_ptr<record_store> r, natsConnection* nc) {
+  auto w = std::make_unique<record_writes>();
+  w->bucket = r->opt_.bucket;
+  w->puts = &r->puts_;
+  w->failures = &r->failures_;
+  last_error last;
+  jsOptions o;
+  natsStatus s = jsOptions_Init(&o);
+  if (s == NATS_OK) {
+    o.PublishAsync.AckHandler = on_write_answered;
+    o.PublishAsync.AckHandlerClosure = w.get();
+    // Past this many unanswered a write waits (PublishAsync.StallWait),
+    // then fails: a server that stopped answering is not buffered for.
+    o.PublishAsync.MaxPending = 8192;
+    s = natsConnection_JetStream(&r->async_js_, nc, &o);
+  }
+  if (s != NATS_OK)
+    return js_fail("bucket " + r->opt_.bucket + ": JetStream context", s,
+                   no_js_error, last);
+  r->async_ = w.release();
   return r;
 }
 
 record_store::~record_store() {
+  if (async_js_) {
+    // Waits a while for the writes in flight; those still unanswered are
+    // dropped (their `done` never runs: a durable request's delivery is
+    // then left unacked, for another router).
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = 1000;
+    (void)js_PublishAsyncComplete(async_js_, &po);
+    natsMsgList left{nullptr, 0};
+    // Only when writes are left: libnats 3.4 crashes on a context that
+    // never wrote.
+    if (async_->finished.load() < async_->sent.load() &&
+        js_PublishAsyncGetPendingList(&left, async_js_) == NATS_OK) {
+      for (int i = 0; i < left.Count; ++i) {
+        std::lock_guard<std::mutex> g(async_->mu);
+        async_->waiting.erase(left.Msgs[i]);
+        async_->finished.fetch_add(1);
+      }
+      natsMsgList_Destroy(&left);
+    }
+    jsCtx_Destroy(async_js_);
+    // A handler libnats started before the list was taken may still run.
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (async_->finished.load() < async_->sent.load() &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // One that never returned keeps its closure: leaked, not freed under it.
+    if (async_->finished.load() >= async_->sent.load()) delete async_;
+  }
   if (kv_) kvStore_Destroy(kv_);
   if (js_) jsCtx_Destroy(js_);
+}
+
+void record_store::put_async(const std::string& key,
+                             const std::vector<uint8_t>& value, bool only_new,
+                             std::function<void(status)> done) {
+  last_error last;
+  // The subject a put of `key` goes to (kvStore_Put's, for a bucket of
+  // this account without a domain).
+  const std::string subject = "$KV." + opt_.bucket + "." + key;
+  natsMsg* m = nullptr;
+  natsStatus s = natsMsg_Create(&m, subject.c_str(), nullptr,
+                                reinterpret_cast<const char*>(value.data()),
+                                static_cast<int>(value.size()));
+  if (s == NATS_OK) {
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = async_wait_ms;
+    po.ExpectNoMessage = only_new;
+    {
+      // Known before it is sent: the answer may come before the call
+      // returns.
+      std::lock_guard<std::mutex> g(async_->mu);
+      async_->waiting.emplace(m, std::move(done));
+    }
+    natsMsg* sent = m;
+    async_->sent.fetch_add(1);
+    s = js_PublishMsgAsync(async_js_, &sent, &po);
+    if (s == NATS_OK) return;
+    // Not sent: libnats kept no hold of it, and no answer will come.
+    std::lock_guard<std::mutex> g(async_->mu);
+    if (auto it = async_->waiting.find(m); it != async_->waiting.end()) {
+      done = std::move(it->second);
+      async_->waiting.erase(it);
+    }
+    async_->finished.fetch_add(1);
+  }
+  if (m) natsMsg_Destroy(m);
+  failures_.fetch_add(1);
+  if (done)
+    done(js_fail("bucket " + opt_.bucket + ": write " + key, s, no_js_error,
+                 last));
 }
 
 status record_store::put(const std::string& key,

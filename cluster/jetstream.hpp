@@ -182,6 +182,8 @@ struct record_options {
   bool create = true;
 };
 
+struct record_writes;  // record_store::put_async's writes in flight
+
 class record_store {
  public:
   // Binds to the bucket, creating it when missing. Errors name the bucket
@@ -208,6 +210,17 @@ class record_store {
                         std::vector<uint8_t>* holder = nullptr);
   // Lets go of `key`: a create may then take it again.
   status erase(const std::string& key);
+  // Stores `value` under `key` without waiting for the server: many may
+  // be in flight, where put() and create() cost a round trip each. `done`
+  // runs once (never for a write still unanswered when the store is
+  // destroyed): with ok once the server confirmed the write, else the
+  // error. `only_new`: written only if the key has no message at all,
+  // refused (ec::conflict) when it holds a value or the marker an erase
+  // leaves (create() tells those apart). `done` runs on a libnats thread
+  // (it must not block), or on the caller's when the write could not be
+  // sent. Callable from any thread while the store exists.
+  void put_async(const std::string& key, const std::vector<uint8_t>& value,
+                 bool only_new, std::function<void(status)> done);
 
   uint64_t puts() const { return puts_.load(); }
   uint64_t hits() const { return hits_.load(); }
@@ -215,9 +228,16 @@ class record_store {
 
  private:
   record_store() = default;
+  // open()'s last step: the context put_async writes through.
+  static expected<std::unique_ptr<record_store>> open_writes(
+      std::unique_ptr<record_store> r, __natsConnection* nc);
   record_options opt_;
   __jsCtx* js_ = nullptr;
   __kvStore* kv_ = nullptr;
+  // put_async's own JetStream context (its pub-ack handler is the
+  // context's) and the writes it waits for: the handler's closure.
+  __jsCtx* async_js_ = nullptr;
+  record_writes* async_ = nullptr;
   std::atomic<uint64_t> puts_{0};
   std::atomic<uint64_t> hits_{0};
   std::atomic<uint64_t> failures_{0};

@@ -704,22 +704,10 @@ expected<route_request_msg> decode_route(front_state& st,
   return r;
 }
 
-// A durable request's answer: kept first, so that a redelivery (this
-// router dying before its ack reaches the server) is answered with it
-// rather than auctioned again; then sent, then acked. A record that cannot
-// be kept does not hold the answer back: the award is made, and only a
-// death before the ack would cost a second decision.
-void answer_durable(front_pointer self, const std::string& reply,
-                    const bytes& payload, const std::shared_ptr<delivery>& d,
-                    uint64_t id) {
+// A durable request's answer, once kept (or not): sent, then acked.
+void send_durable(front_pointer self, const std::string& reply,
+                  const bytes& payload, delivery& d) {
   auto& st = self->state;
-  if (st.durable.records && d->stream_sequence() != 0)
-    if (auto kept = st.durable.records->put(
-            record_key(d->stream_sequence(), id), payload);
-        !kept)
-      KVMESH_WARN("durable request %llu answered without a record: %s",
-                  static_cast<unsigned long long>(id),
-                  kept.err().message.c_str());
   answer(*st.bus, reply, payload);
   if (st.durable.exit_before_ack) {
     // KVMESH_TEST_FAULT=exit_before_ack: the answer is out, the ack never
@@ -727,7 +715,33 @@ void answer_durable(front_pointer self, const std::string& reply,
     (void)st.bus->flush(std::chrono::seconds(2));
     std::_Exit(137);
   }
-  (void)d->ack();
+  (void)d.ack();
+}
+
+// A durable request's answer: kept first, so that a redelivery (this
+// router dying before its ack reaches the server) is answered with it
+// rather than auctioned again; then sent, then acked. The write is not
+// waited for here: its answer comes back as recorded_atom, and the front
+// decides others meanwhile (a round trip each held one router to 3,000
+// durable requests a second). A record that cannot be kept does not hold
+// the answer back: the award is made, and only a death before the ack
+// would cost a second decision.
+void answer_durable(front_pointer self, const std::string& reply, bytes payload,
+                    const std::shared_ptr<delivery>& d, uint64_t id) {
+  auto& st = self->state;
+  if (!st.durable.records || d->stream_sequence() == 0) {
+    send_durable(self, reply, payload, *d);
+    return;
+  }
+  const auto key = record_key(d->stream_sequence(), id);
+  st.durable.records->put_async(
+      key, payload, false,
+      [front = caf::actor_cast<caf::actor>(self), reply, payload, d,
+       id](status kept) mutable {
+        caf::anon_send(front, recorded_atom::value, std::move(reply),
+                       std::move(payload), std::move(d), id,
+                       kept ? std::string() : kept.err().message);
+      });
 }
 
 // Whether a durable request may be auctioned here: one router at a time
@@ -737,9 +751,12 @@ void answer_durable(front_pointer self, const std::string& reply,
 // back. Without it, a request the queue hands to two routers at once (as
 // while a cluster settles after its stream's leader moved) is caught only
 // by a router that hears every bid (the workers' contested flag).
-// Taken on the queue's fetch thread, so that the front's round trips (the
-// records) and the claims' overlap; `own` is the front's to settle.
-enum class claim_outcome : uint8_t { taken, held, own, unknown };
+// Asked for on the queue's fetch thread without waiting (put_async, only
+// new); the server's answer brings the request to the front. `refused`:
+// the key had a message, a holder's or the marker a handback leaves, which
+// the front tells apart with create() (a round trip, but only for a
+// request handed out again); `own` is the front's to settle too.
+enum class claim_outcome : uint8_t { taken, held, own, unknown, refused };
 
 claim_outcome take_claim(record_store* claims,
                          const std::vector<uint8_t>& claimant,
@@ -932,10 +949,14 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         // answering: back to the queue while deliveries are left, then
         // auctioned unclaimed (better a decision than none).
         auto c = static_cast<claim_outcome>(claimed);
+        std::string why = claim_error;
+        if (c == claim_outcome::refused)
+          c = take_claim(st.durable.claims.get(), st.durable.claimant, *d, id,
+                         why);
         if (c == claim_outcome::own) c = settle_own(st, *d);
         if (c == claim_outcome::unknown && st.claim_failures++ == 0)
           KVMESH_WARN("durable request %llu: claim not taken: %s (logged once)",
-                      static_cast<unsigned long long>(id), claim_error.c_str());
+                      static_cast<unsigned long long>(id), why.c_str());
         if (c == claim_outcome::held) {
           hand_back(self, *d, id, handback::contested,
                     "another router holds its claim");
@@ -1002,6 +1023,16 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
                   out.error = describe(e);
                   answer_durable(self, reply, encode(out), d, id);
                 });
+      },
+      [=](recorded_atom, const std::string& reply, const bytes& payload,
+          std::shared_ptr<delivery>& d, uint64_t id,
+          const std::string& not_kept) {
+        // A stopping router leaves it unacked, for another one.
+        if (*self->state.stopping) return;
+        if (!not_kept.empty())
+          KVMESH_WARN("durable request %llu answered without a record: %s",
+                      static_cast<unsigned long long>(id), not_kept.c_str());
+        send_durable(self, reply, payload, *d);
       },
       [=](progress_atom) {
         auto& st = self->state;
@@ -1821,12 +1852,34 @@ expected<std::unique_ptr<router_node>> router_node::start(
           (void)d->ack();
           return;
         }
-      auto c = claim_outcome::taken;
-      std::string error;
-      if (r) c = take_claim(claims.get(), claimant, *d, r->id, error);
-      caf::anon_send(front, durable_atom::value, std::move(reply),
-                     std::move(m.payload), std::move(d),
-                     static_cast<uint8_t>(c), std::move(error));
+      auto pass = [front](std::string reply, bytes payload,
+                          std::shared_ptr<delivery> d, claim_outcome c,
+                          std::string error) {
+        caf::anon_send(front, durable_atom::value, std::move(reply),
+                       std::move(payload), std::move(d),
+                       static_cast<uint8_t>(c), std::move(error));
+      };
+      if (!r || !claims || d->stream_sequence() == 0) {
+        pass(std::move(reply), std::move(m.payload), std::move(d),
+             claim_outcome::taken, {});
+        return;
+      }
+      const auto key = record_key(d->stream_sequence(), r->id);
+      claims->put_async(
+          key, claimant, true,
+          [pass, reply = std::move(reply), payload = std::move(m.payload),
+           d = std::move(d)](status s) mutable {
+            auto c = claim_outcome::taken;
+            std::string error;
+            if (!s && s.err().code == ec::conflict) {
+              c = claim_outcome::refused;
+            } else if (!s) {
+              c = claim_outcome::unknown;
+              error = s.err().message;
+            }
+            pass(std::move(reply), std::move(payload), std::move(d), c,
+                 std::move(error));
+          });
     });
     if (!started) {
       p->stop();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -458,6 +459,93 @@ TEST_F(jetstream_test, a_claim_has_one_holder_until_let_go_or_lapsed) {
     if (!taken) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(taken);
+}
+
+// put_async's answers, as a test waits for them.
+struct answers {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<status> got;
+  std::function<void(status)> slot() {
+    return [this](status s) {
+      std::lock_guard<std::mutex> g(mu);
+      got.push_back(std::move(s));
+      cv.notify_all();
+    };
+  }
+  bool wait_for(size_t n) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, std::chrono::seconds(10),
+                       [&] { return got.size() >= n; });
+  }
+};
+
+TEST_F(jetstream_test, writes_in_flight_are_each_answered_once) {
+  auto bus = connect();
+  ASSERT_TRUE(bus);
+  record_options o;
+  o.bucket = "ASYNC_TEST";
+  auto store = record_store::open(*bus, o);
+  ASSERT_TRUE(store) << store.err().message;
+  auto& r = **store;
+  // Many at once, then each readable.
+  answers puts;
+  constexpr size_t n = 200;
+  for (size_t i = 0; i < n; ++i)
+    r.put_async("7-" + std::to_string(i), {static_cast<uint8_t>(i)}, false,
+                puts.slot());
+  ASSERT_TRUE(puts.wait_for(n));
+  for (const auto& s : puts.got)
+    EXPECT_TRUE(s) << s.err().message;
+  for (size_t i = 0; i < n; i += 37) {
+    auto v = r.get("7-" + std::to_string(i));
+    ASSERT_TRUE(v) << v.err().message;
+    EXPECT_EQ(*v, std::vector<uint8_t>{static_cast<uint8_t>(i)});
+  }
+  // Only new: the first write of a key wins, a second is a conflict, and
+  // so is one after an erase (its marker), which create() then takes.
+  answers claims;
+  r.put_async("8-1", {'a'}, true, claims.slot());
+  ASSERT_TRUE(claims.wait_for(1));
+  r.put_async("8-1", {'b'}, true, claims.slot());
+  ASSERT_TRUE(claims.wait_for(2));
+  ASSERT_TRUE(r.erase("8-1"));
+  r.put_async("8-1", {'c'}, true, claims.slot());
+  ASSERT_TRUE(claims.wait_for(3));
+  EXPECT_TRUE(claims.got[0]) << claims.got[0].err().message;
+  ASSERT_FALSE(claims.got[1]);
+  EXPECT_EQ(claims.got[1].err().code, ec::conflict)
+      << claims.got[1].err().message;
+  ASSERT_FALSE(claims.got[2]);
+  EXPECT_EQ(claims.got[2].err().code, ec::conflict);
+  auto taken = r.create("8-1", {'c'});
+  ASSERT_TRUE(taken) << taken.err().message;
+  EXPECT_TRUE(*taken);
+  auto v = r.get("8-1");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(*v, std::vector<uint8_t>{'c'});
+}
+
+TEST_F(jetstream_test,
+       a_write_the_server_cannot_take_is_answered_with_an_error) {
+  auto bus = connect();
+  ASSERT_TRUE(bus);
+  record_options o;
+  o.bucket = "ASYNC_GONE";
+  auto store = record_store::open(*bus, o);
+  ASSERT_TRUE(store) << store.err().message;
+  // The bucket's stream deleted under it: the server refuses the write.
+  auto deleted = bus->request("$JS.API.STREAM.DELETE.KV_ASYNC_GONE", {},
+                              std::chrono::seconds(5));
+  ASSERT_TRUE(deleted) << deleted.err().message;
+  answers a;
+  (*store)->put_async("1-1", {'x'}, false, a.slot());
+  ASSERT_TRUE(a.wait_for(1));
+  ASSERT_FALSE(a.got[0]);
+  EXPECT_EQ(a.got[0].err().code, ec::io_error);
+  EXPECT_NE(a.got[0].err().message.find("ASYNC_GONE"), std::string::npos)
+      << a.got[0].err().message;
+  EXPECT_EQ((*store)->failures(), 1u);
 }
 
 TEST(jetstream_off, open_without_jetstream_is_an_error_value) {
