@@ -527,6 +527,46 @@ TEST_F(jetstream_test, writes_in_flight_are_each_answered_once) {
 }
 
 TEST_F(jetstream_test,
+       a_store_destroyed_with_writes_in_flight_answers_each_at_most_once) {
+  auto bus = connect();
+  ASSERT_TRUE(bus);
+  record_options o;
+  o.bucket = "ASYNC_CLOSE";
+  auto store = record_store::open(*bus, o);
+  ASSERT_TRUE(store) << store.err().message;
+  auto counts = std::make_shared<std::vector<std::atomic<int>>>(300);
+  for (size_t i = 0; i < counts->size(); ++i)
+    (*store)->put_async("5-" + std::to_string(i), std::vector<uint8_t>(512, 1),
+                        false, [counts, i](status) { ++(*counts)[i]; });
+  store->reset();  // at once: most are still on their way
+  bus.reset();
+  size_t answered = 0;
+  for (const auto& c : *counts) {
+    EXPECT_LE(c.load(), 1);
+    answered += c.load();
+  }
+  // The destructor waits a while: a healthy server answers them all.
+  EXPECT_EQ(answered, counts->size());
+
+  // A server that answers nothing: the destructor gives up on them, and
+  // none is answered after it returned.
+  bus = connect();
+  ASSERT_TRUE(bus);
+  store = record_store::open(*bus, o);
+  ASSERT_TRUE(store) << store.err().message;
+  server->freeze(true);
+  auto late = std::make_shared<std::atomic<int>>(0);
+  for (size_t i = 0; i < 50; ++i)
+    (*store)->put_async("6-" + std::to_string(i), {2}, false,
+                        [late](status) { ++*late; });
+  store->reset();
+  const int at_close = late->load();
+  server->freeze(false);
+  bus.reset();
+  EXPECT_EQ(late->load(), at_close);
+}
+
+TEST_F(jetstream_test,
        a_write_the_server_cannot_take_is_answered_with_an_error) {
   auto bus = connect();
   ASSERT_TRUE(bus);

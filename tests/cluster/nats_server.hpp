@@ -48,6 +48,11 @@ class nats_server {
     pid_ = -1;
   }
   bool running() const { return pid_ > 0 && accepting(); }
+  // Freezes (SIGSTOP) or thaws (SIGCONT) the server: connections stay
+  // open and nothing is answered meanwhile.
+  void freeze(bool on) {
+    if (pid_ > 0) kill(pid_, on ? SIGSTOP : SIGCONT);
+  }
   std::string url() const {
     return "nats://127.0.0.1:" + std::to_string(port_);
   }
