@@ -488,61 +488,152 @@ uint64_t work_queue::handler_errors() const {
 
 namespace kvmesh {
 
-// put_async's writes the server has not answered yet, by the message
-// libnats hands back with the answer.
-struct record_writes {
-  std::string bucket;
+// The publishes a js_writer has in flight, by the message libnats hands
+// back with the server's answer: the closure of its pub-ack handler.
+struct js_writer::pending {
+  std::string what;
   std::mutex mu;
-  std::unordered_map<natsMsg*, std::function<void(status)>> waiting;
-  // Writes sent, and writes whose handler has returned or that were
-  // dropped unanswered: libnats may be in the handler while the store goes
-  // away, so the destructor frees this only once the two are equal.
+  std::unordered_map<natsMsg*, answer> waiting;
+  // Publishes sent, and publishes whose handler has returned or that were
+  // dropped unanswered: libnats may be in the handler while the writer
+  // goes away, so the destructor frees this only once the two are equal.
   std::atomic<uint64_t> sent{0};
   std::atomic<uint64_t> finished{0};
-  std::atomic<uint64_t>* puts = nullptr;
-  std::atomic<uint64_t>* failures = nullptr;
 };
 
 namespace {
 
 // As the contexts' default wait for the server's answer.
-constexpr int64_t async_wait_ms = 5000;
+constexpr int64_t writer_wait_ms = 5000;
 
-void on_write_answered(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
-                       void* closure) {
-  auto* w = static_cast<record_writes*>(closure);
-  std::function<void(status)> done;
+void on_answered(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
+                 void* closure) {
+  auto* p = static_cast<js_writer::pending*>(closure);
+  js_writer::answer done;
   {
-    std::lock_guard<std::mutex> g(w->mu);
-    if (auto it = w->waiting.find(msg); it != w->waiting.end()) {
+    std::lock_guard<std::mutex> g(p->mu);
+    if (auto it = p->waiting.find(msg); it != p->waiting.end()) {
       done = std::move(it->second);
-      w->waiting.erase(it);
+      p->waiting.erase(it);
     }
   }
-  status s = ok;
-  if (pa) {
-    w->puts->fetch_add(1);
-  } else {
-    const std::string what = "bucket " + w->bucket + ": write " +
-                             (msg ? natsMsg_GetSubject(msg) : "") + ": ";
+  expected<uint64_t> r = pa ? pa->Sequence : uint64_t{0};
+  if (!pa) {
+    const std::string what =
+        p->what + ": publish on " + (msg ? natsMsg_GetSubject(msg) : "") + ": ";
+    const natsStatus s = pae ? pae->Err : NATS_ERR;
     if (pae && pae->ErrCode == JSStreamWrongLastSequenceErr) {
-      s = make_error(ec::conflict, what + "the key is taken");
+      r = make_error(ec::conflict, what + "the subject has a message");
+    } else if (s == NATS_NO_RESPONDERS) {
+      r = make_error(ec::io_error,
+                     what +
+                         "no stream stores this subject (stream deleted, "
+                         "or JetStream not enabled)");
     } else {
-      w->failures->fetch_add(1);
-      std::string text = natsStatus_GetText(pae ? pae->Err : NATS_ERR);
+      std::string text = natsStatus_GetText(s);
       if (pae && pae->ErrText) text += std::string(": ") + pae->ErrText;
       if (pae && pae->ErrCode != no_js_error)
         text += " (JetStream error " +
                 std::to_string(static_cast<int>(pae->ErrCode)) + ")";
-      s = make_error(ec::io_error, what + text);
+      r = make_error(ec::io_error, what + text);
     }
   }
   natsMsg_Destroy(msg);
-  if (done) done(std::move(s));
-  w->finished.fetch_add(1);
+  if (done) done(std::move(r));
+  p->finished.fetch_add(1);
 }
 
 }  // namespace
+
+expected<std::unique_ptr<js_writer>> js_writer::open(nats_bus& bus,
+                                                     std::string what) {
+  natsConnection* nc = bus.native();
+  if (!nc) return make_error(ec::invalid_argument, what + ": no connection");
+  std::unique_ptr<js_writer> w(new js_writer());
+  auto p = std::make_unique<pending>();
+  p->what = std::move(what);
+  last_error last;
+  jsOptions o;
+  natsStatus s = jsOptions_Init(&o);
+  if (s == NATS_OK) {
+    o.PublishAsync.AckHandler = on_answered;
+    o.PublishAsync.AckHandlerClosure = p.get();
+    // Past this many unanswered a publish waits (PublishAsync.StallWait),
+    // then fails: a server that stopped answering is not buffered for.
+    o.PublishAsync.MaxPending = 8192;
+    s = natsConnection_JetStream(&w->js_, nc, &o);
+  }
+  if (s != NATS_OK)
+    return js_fail(p->what + ": JetStream context", s, no_js_error, last);
+  w->p_ = p.release();
+  return w;
+}
+
+js_writer::~js_writer() {
+  if (!js_) return;
+  // Waits a while for the publishes in flight; those still unanswered are
+  // dropped (their callback never runs).
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MaxWait = 1000;
+  (void)js_PublishAsyncComplete(js_, &po);
+  natsMsgList left{nullptr, 0};
+  // Only when some are left: libnats 3.4 crashes on a context that never
+  // published.
+  if (p_->finished.load() < p_->sent.load() &&
+      js_PublishAsyncGetPendingList(&left, js_) == NATS_OK) {
+    for (int i = 0; i < left.Count; ++i) {
+      std::lock_guard<std::mutex> g(p_->mu);
+      p_->waiting.erase(left.Msgs[i]);
+      p_->finished.fetch_add(1);
+    }
+    natsMsgList_Destroy(&left);
+  }
+  jsCtx_Destroy(js_);
+  // A handler libnats started before the list was taken may still run.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (p_->finished.load() < p_->sent.load() &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // One that never returned keeps its closure: leaked, not freed under it.
+  if (p_->finished.load() >= p_->sent.load()) delete p_;
+}
+
+void js_writer::publish(const std::string& subject,
+                        const std::vector<uint8_t>& payload, bool only_new,
+                        answer done) {
+  last_error last;
+  natsMsg* m = nullptr;
+  natsStatus s = natsMsg_Create(&m, subject.c_str(), nullptr,
+                                reinterpret_cast<const char*>(payload.data()),
+                                static_cast<int>(payload.size()));
+  if (s == NATS_OK) {
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = writer_wait_ms;
+    po.ExpectNoMessage = only_new;
+    {
+      // Known before it is sent: the answer may come before the call
+      // returns.
+      std::lock_guard<std::mutex> g(p_->mu);
+      p_->waiting.emplace(m, std::move(done));
+    }
+    natsMsg* sent = m;
+    p_->sent.fetch_add(1);
+    s = js_PublishMsgAsync(js_, &sent, &po);
+    if (s == NATS_OK) return;
+    // Not sent: libnats kept no hold of it, and no answer will come.
+    std::lock_guard<std::mutex> g(p_->mu);
+    if (auto it = p_->waiting.find(m); it != p_->waiting.end()) {
+      done = std::move(it->second);
+      p_->waiting.erase(it);
+    }
+    p_->finished.fetch_add(1);
+  }
+  if (m) natsMsg_Destroy(m);
+  if (done)
+    done(js_fail(p_->what + ": publish on " + subject, s, no_js_error, last));
+}
 
 expected<std::unique_ptr<record_store>> record_store::open(
     nats_bus& bus, const record_options& opt) {
@@ -573,7 +664,7 @@ expected<std::unique_ptr<record_store>> record_store::open(
              NATS_TIMEOUT &&
          std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  if (s == NATS_OK) return open_writes(std::move(r), nc);
+  if (s == NATS_OK) return open_writes(std::move(r), bus);
   if (s != NATS_NOT_FOUND)
     return js_fail(name + ": bind", s, no_js_error, bind_last);
   if (!opt.create)
@@ -596,67 +687,22 @@ expected<std::unique_ptr<record_store>> record_store::open(
     // Another router created it in between: bind to theirs.
     last_error again_last;
     if (js_KeyValue(&r->kv_, r->js_, opt.bucket.c_str()) == NATS_OK)
-      return open_writes(std::move(r), nc);
+      return open_writes(std::move(r), bus);
     return js_fail(name + ": create", s, no_js_error, create_last);
   }
-  return open_writes(std::move(r), nc);
+  return open_writes(std::move(r), bus);
 }
 
 expected<std::unique_ptr<record_store>> record_store::open_writes(
-    std::unique_ptr<record_store> r, natsConnection* nc) {
-  auto w = std::make_unique<record_writes>();
-  w->bucket = r->opt_.bucket;
-  w->puts = &r->puts_;
-  w->failures = &r->failures_;
-  last_error last;
-  jsOptions o;
-  natsStatus s = jsOptions_Init(&o);
-  if (s == NATS_OK) {
-    o.PublishAsync.AckHandler = on_write_answered;
-    o.PublishAsync.AckHandlerClosure = w.get();
-    // Past this many unanswered a write waits (PublishAsync.StallWait),
-    // then fails: a server that stopped answering is not buffered for.
-    o.PublishAsync.MaxPending = 8192;
-    s = natsConnection_JetStream(&r->async_js_, nc, &o);
-  }
-  if (s != NATS_OK)
-    return js_fail("bucket " + r->opt_.bucket + ": JetStream context", s,
-                   no_js_error, last);
-  r->async_ = w.release();
+    std::unique_ptr<record_store> r, nats_bus& bus) {
+  auto w = js_writer::open(bus, "bucket " + r->opt_.bucket);
+  if (!w) return w.err();
+  r->writer_ = std::move(*w);
   return r;
 }
 
 record_store::~record_store() {
-  if (async_js_) {
-    // Waits a while for the writes in flight; those still unanswered are
-    // dropped (their `done` never runs: a durable request's delivery is
-    // then left unacked, for another router).
-    jsPubOptions po;
-    jsPubOptions_Init(&po);
-    po.MaxWait = 1000;
-    (void)js_PublishAsyncComplete(async_js_, &po);
-    natsMsgList left{nullptr, 0};
-    // Only when writes are left: libnats 3.4 crashes on a context that
-    // never wrote.
-    if (async_->finished.load() < async_->sent.load() &&
-        js_PublishAsyncGetPendingList(&left, async_js_) == NATS_OK) {
-      for (int i = 0; i < left.Count; ++i) {
-        std::lock_guard<std::mutex> g(async_->mu);
-        async_->waiting.erase(left.Msgs[i]);
-        async_->finished.fetch_add(1);
-      }
-      natsMsgList_Destroy(&left);
-    }
-    jsCtx_Destroy(async_js_);
-    // A handler libnats started before the list was taken may still run.
-    const auto until =
-        std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (async_->finished.load() < async_->sent.load() &&
-           std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    // One that never returned keeps its closure: leaked, not freed under it.
-    if (async_->finished.load() >= async_->sent.load()) delete async_;
-  }
+  writer_.reset();  // its answers count in puts_ and failures_
   if (kv_) kvStore_Destroy(kv_);
   if (js_) jsCtx_Destroy(js_);
 }
@@ -664,42 +710,16 @@ record_store::~record_store() {
 void record_store::put_async(const std::string& key,
                              const std::vector<uint8_t>& value, bool only_new,
                              std::function<void(status)> done) {
-  last_error last;
   // The subject a put of `key` goes to (kvStore_Put's, for a bucket of
   // this account without a domain).
-  const std::string subject = "$KV." + opt_.bucket + "." + key;
-  natsMsg* m = nullptr;
-  natsStatus s = natsMsg_Create(&m, subject.c_str(), nullptr,
-                                reinterpret_cast<const char*>(value.data()),
-                                static_cast<int>(value.size()));
-  if (s == NATS_OK) {
-    jsPubOptions po;
-    jsPubOptions_Init(&po);
-    po.MaxWait = async_wait_ms;
-    po.ExpectNoMessage = only_new;
-    {
-      // Known before it is sent: the answer may come before the call
-      // returns.
-      std::lock_guard<std::mutex> g(async_->mu);
-      async_->waiting.emplace(m, std::move(done));
-    }
-    natsMsg* sent = m;
-    async_->sent.fetch_add(1);
-    s = js_PublishMsgAsync(async_js_, &sent, &po);
-    if (s == NATS_OK) return;
-    // Not sent: libnats kept no hold of it, and no answer will come.
-    std::lock_guard<std::mutex> g(async_->mu);
-    if (auto it = async_->waiting.find(m); it != async_->waiting.end()) {
-      done = std::move(it->second);
-      async_->waiting.erase(it);
-    }
-    async_->finished.fetch_add(1);
-  }
-  if (m) natsMsg_Destroy(m);
-  failures_.fetch_add(1);
-  if (done)
-    done(js_fail("bucket " + opt_.bucket + ": write " + key, s, no_js_error,
-                 last));
+  writer_->publish("$KV." + opt_.bucket + "." + key, value, only_new,
+                   [this, done = std::move(done)](expected<uint64_t> r) {
+                     if (r)
+                       puts_.fetch_add(1);
+                     else if (r.err().code != ec::conflict)
+                       failures_.fetch_add(1);
+                     done(r ? ok : status{r.err()});
+                   });
 }
 
 status record_store::put(const std::string& key,

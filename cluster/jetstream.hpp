@@ -22,6 +22,35 @@ struct __kvStore;
 
 namespace kvmesh {
 
+// JetStream publishes sent without waiting for the server's ack: many in
+// flight, where js_Publish costs a round trip each. Each publish's
+// `answer` runs once, with the stream sequence the server stored it at or
+// the error (ec::conflict: `only_new` and the subject had a message), on a
+// libnats thread (it must not block), or on the caller's when it could not
+// be sent. Callable from any thread. Destroying the writer waits up to a
+// second for the answers still due and drops the rest: their `answer`
+// never runs.
+class js_writer {
+ public:
+  using answer = std::function<void(expected<uint64_t>)>;
+  // `what` names the writer in its errors ("bucket B").
+  static expected<std::unique_ptr<js_writer>> open(nats_bus& bus,
+                                                   std::string what);
+  ~js_writer();
+  js_writer(const js_writer&) = delete;
+  js_writer& operator=(const js_writer&) = delete;
+
+  void publish(const std::string& subject, const std::vector<uint8_t>& payload,
+               bool only_new, answer done);
+
+  struct pending;  // its publishes in flight (jetstream.cpp)
+
+ private:
+  js_writer() = default;
+  __jsCtx* js_ = nullptr;  // its pub-ack handler is the context's
+  pending* p_ = nullptr;   // that handler's closure
+};
+
 struct work_queue_options {
   std::string stream = "KVMESH_ROUTE";
   std::string subject = "kvmesh.route.durable";
@@ -182,8 +211,6 @@ struct record_options {
   bool create = true;
 };
 
-struct record_writes;  // record_store::put_async's writes in flight
-
 class record_store {
  public:
   // Binds to the bucket, creating it when missing. Errors name the bucket
@@ -228,16 +255,13 @@ class record_store {
 
  private:
   record_store() = default;
-  // open()'s last step: the context put_async writes through.
+  // open()'s last step: what put_async writes through.
   static expected<std::unique_ptr<record_store>> open_writes(
-      std::unique_ptr<record_store> r, __natsConnection* nc);
+      std::unique_ptr<record_store> r, nats_bus& bus);
   record_options opt_;
   __jsCtx* js_ = nullptr;
   __kvStore* kv_ = nullptr;
-  // put_async's own JetStream context (its pub-ack handler is the
-  // context's) and the writes it waits for: the handler's closure.
-  __jsCtx* async_js_ = nullptr;
-  record_writes* async_ = nullptr;
+  std::unique_ptr<js_writer> writer_;  // put_async's
   std::atomic<uint64_t> puts_{0};
   std::atomic<uint64_t> hits_{0};
   std::atomic<uint64_t> failures_{0};
