@@ -98,6 +98,14 @@ class jetstream_test : public ::testing::Test {
     EXPECT_TRUE(q) << (q ? "" : q.err().message);
     return q ? std::move(*q) : nullptr;
   }
+  // A record store on bucket `name`, otherwise of default options.
+  std::unique_ptr<record_store> bucket(nats_bus& bus, const std::string& name) {
+    record_options o;
+    o.bucket = name;
+    auto s = record_store::open(bus, o);
+    EXPECT_TRUE(s) << (s ? "" : s.err().message);
+    return s ? std::move(*s) : nullptr;
+  }
   // Restarts the server on its port and store, as after a crash-free
   // maintenance stop.
   void restart() {
@@ -483,11 +491,9 @@ struct answers {
 TEST_F(jetstream_test, writes_in_flight_are_each_answered_once) {
   auto bus = connect();
   ASSERT_TRUE(bus);
-  record_options o;
-  o.bucket = "ASYNC_TEST";
-  auto store = record_store::open(*bus, o);
-  ASSERT_TRUE(store) << store.err().message;
-  auto& r = **store;
+  auto store = bucket(*bus, "ASYNC_TEST");
+  ASSERT_TRUE(store);
+  auto& r = *store;
   // Many at once, then each readable.
   answers puts;
   constexpr size_t n = 200;
@@ -530,15 +536,13 @@ TEST_F(jetstream_test,
        a_store_destroyed_with_writes_in_flight_answers_each_at_most_once) {
   auto bus = connect();
   ASSERT_TRUE(bus);
-  record_options o;
-  o.bucket = "ASYNC_CLOSE";
-  auto store = record_store::open(*bus, o);
-  ASSERT_TRUE(store) << store.err().message;
+  auto store = bucket(*bus, "ASYNC_CLOSE");
+  ASSERT_TRUE(store);
   auto counts = std::make_shared<std::vector<std::atomic<int>>>(300);
   for (size_t i = 0; i < counts->size(); ++i)
-    (*store)->put_async("5-" + std::to_string(i), std::vector<uint8_t>(512, 1),
-                        false, [counts, i](status) { ++(*counts)[i]; });
-  store->reset();  // at once: most are still on their way
+    store->put_async("5-" + std::to_string(i), std::vector<uint8_t>(512, 1),
+                     false, [counts, i](status) { ++(*counts)[i]; });
+  store.reset();  // at once: most are still on their way
   bus.reset();
   size_t answered = 0;
   for (const auto& c : *counts) {
@@ -552,14 +556,14 @@ TEST_F(jetstream_test,
   // none is answered after it returned.
   bus = connect();
   ASSERT_TRUE(bus);
-  store = record_store::open(*bus, o);
-  ASSERT_TRUE(store) << store.err().message;
+  store = bucket(*bus, "ASYNC_CLOSE");
+  ASSERT_TRUE(store);
   server->freeze(true);
   auto late = std::make_shared<std::atomic<int>>(0);
   for (size_t i = 0; i < 50; ++i)
-    (*store)->put_async("6-" + std::to_string(i), {2}, false,
-                        [late](status) { ++*late; });
-  store->reset();
+    store->put_async("6-" + std::to_string(i), {2}, false,
+                     [late](status) { ++*late; });
+  store.reset();
   const int at_close = late->load();
   server->freeze(false);
   bus.reset();
@@ -570,22 +574,20 @@ TEST_F(jetstream_test,
        a_write_the_server_cannot_take_is_answered_with_an_error) {
   auto bus = connect();
   ASSERT_TRUE(bus);
-  record_options o;
-  o.bucket = "ASYNC_GONE";
-  auto store = record_store::open(*bus, o);
-  ASSERT_TRUE(store) << store.err().message;
+  auto store = bucket(*bus, "ASYNC_GONE");
+  ASSERT_TRUE(store);
   // The bucket's stream deleted under it: the server refuses the write.
   auto deleted = bus->request("$JS.API.STREAM.DELETE.KV_ASYNC_GONE", {},
                               std::chrono::seconds(5));
   ASSERT_TRUE(deleted) << deleted.err().message;
   answers a;
-  (*store)->put_async("1-1", {'x'}, false, a.slot());
+  store->put_async("1-1", {'x'}, false, a.slot());
   ASSERT_TRUE(a.wait_for(1));
   ASSERT_FALSE(a.got[0]);
   EXPECT_EQ(a.got[0].err().code, ec::io_error);
   EXPECT_NE(a.got[0].err().message.find("ASYNC_GONE"), std::string::npos)
       << a.got[0].err().message;
-  EXPECT_EQ((*store)->failures(), 1u);
+  EXPECT_EQ(store->failures(), 1u);
 }
 
 TEST(jetstream_off, open_without_jetstream_is_an_error_value) {
