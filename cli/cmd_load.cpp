@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -41,6 +42,9 @@ struct load_flags {
   double drain_s = 8;      // waiting for late answers and engine events
   uint32_t timeout_ms = 2000;
   bool durable = false;
+  // Durable publishes on their way at once (1: each waits for the
+  // server's ack, one round trip a request).
+  uint32_t publish_window = 1;
   uint32_t block_tokens = 16;
   uint32_t blocks = 4;    // per prompt
   uint32_t prefixes = 8;  // distinct shared prefixes (all blocks but the last)
@@ -194,6 +198,13 @@ int run_load(const load_flags& f) {
                 r.err().message);
   }
   auto rec = std::make_shared<recorder>();
+  // Durable publishes sent and not yet answered by the server.
+  struct publish_window {
+    std::mutex mu;
+    std::condition_variable cv;
+    uint32_t open = 0;
+  };
+  auto window = std::make_shared<publish_window>();
   std::random_device rd;
   const uint64_t token = (uint64_t{rd()} << 32) ^ rd();
   const std::string inbox = "_INBOX.kvmesh.load." + std::to_string(token);
@@ -282,7 +293,29 @@ int run_load(const load_flags& f) {
     }
     const std::string reply = inbox + "." + std::to_string(id);
     std::string failed;
-    if (queue) {
+    if (queue && f.publish_window > 1) {
+      // The server's ack comes later; a full window waits for one.
+      std::unique_lock<std::mutex> l(window->mu);
+      window->cv.wait(l, [&] { return window->open < f.publish_window; });
+      ++window->open;
+      l.unlock();
+      queue->publish_async(subj.route_durable() + "." + reply, encode(r),
+                           [rec, window, id](expected<uint64_t> seq) {
+                             {
+                               std::lock_guard<std::mutex> g(rec->mu);
+                               auto& o = rec->by_id[id];
+                               if (seq) {
+                                 o.sequence = *seq;
+                               } else {
+                                 o.publish_failed = true;
+                                 o.error = seq.err().message;
+                               }
+                             }
+                             std::lock_guard<std::mutex> g(window->mu);
+                             --window->open;
+                             window->cv.notify_all();
+                           });
+    } else if (queue) {
       auto seq = queue->publish(subj.route_durable() + "." + reply, encode(r));
       if (seq) {
         std::lock_guard<std::mutex> g(rec->mu);
@@ -298,6 +331,13 @@ int run_load(const load_flags& f) {
       rec->by_id[id].publish_failed = true;
       rec->by_id[id].error = failed;
     }
+  }
+  // Every publish answered (or failed, within JetStream's 5 s) before the
+  // counts: one still open would count as lost.
+  {
+    std::unique_lock<std::mutex> l(window->mu);
+    window->cv.wait_for(l, std::chrono::seconds(10),
+                        [&] { return window->open == 0; });
   }
   // Late answers and engine events; timeouts are marked as the client would
   // have seen them, while waiting.
@@ -410,6 +450,11 @@ void add_load(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_flag("--durable", f->durable,
                 "send through the durable JetStream queue");
+  cmd->add_option("--publish-window", f->publish_window,
+                  "durable requests sent at once before the server's acks "
+                  "(1: each waits for its ack, one round trip a request)")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
   cmd->add_option("--block-tokens", f->block_tokens,
                   "tokens per block, as the mesh's workers have it")
       ->capture_default_str();

@@ -291,11 +291,14 @@ expected<std::unique_ptr<work_queue>> work_queue::open(
     return js_fail("stream " + opt.stream + ": JetStream context", s,
                    no_js_error, last);
   if (status st = ensure_stream(core->js, opt); !st) return st.err();
+  auto writer = js_writer::open(bus, "stream " + opt.stream);
+  if (!writer) return writer.err();
   if (!opt.consume) {
     // A client: the routers' consumer is theirs to configure.
     std::unique_ptr<work_queue> q(new work_queue());
     q->opt_ = opt;
     q->core_ = std::move(core);
+    q->writer_ = std::move(*writer);
     return q;
   }
   if (status st = ensure_consumer(core->js, opt); !st) return st.err();
@@ -320,6 +323,7 @@ expected<std::unique_ptr<work_queue>> work_queue::open(
   std::unique_ptr<work_queue> q(new work_queue());
   q->opt_ = opt;
   q->core_ = std::move(core);
+  q->writer_ = std::move(*writer);
   return q;
 }
 
@@ -363,6 +367,12 @@ expected<uint64_t> work_queue::publish(const std::string& subject,
                           "deleted, or JetStream not enabled)");
   if (s != NATS_OK) return js_fail(what, s, jerr, last);
   return sequence;
+}
+
+void work_queue::publish_async(const std::string& subject,
+                               const std::vector<uint8_t>& payload,
+                               js_writer::answer done) {
+  writer_->publish(subject, payload, false, opt_.stream, std::move(done));
 }
 
 status work_queue::start(work_handler h) {
@@ -601,7 +611,7 @@ js_writer::~js_writer() {
 
 void js_writer::publish(const std::string& subject,
                         const std::vector<uint8_t>& payload, bool only_new,
-                        answer done) {
+                        const std::string& stream, answer done) {
   last_error last;
   natsMsg* m = nullptr;
   natsStatus s = natsMsg_Create(&m, subject.c_str(), nullptr,
@@ -612,6 +622,7 @@ void js_writer::publish(const std::string& subject,
     jsPubOptions_Init(&po);
     po.MaxWait = writer_wait_ms;
     po.ExpectNoMessage = only_new;
+    if (!stream.empty()) po.ExpectStream = stream.c_str();
     {
       // Known before it is sent: the answer may come before the call
       // returns.
@@ -712,7 +723,7 @@ void record_store::put_async(const std::string& key,
                              std::function<void(status)> done) {
   // The subject a put of `key` goes to (kvStore_Put's, for a bucket of
   // this account without a domain).
-  writer_->publish("$KV." + opt_.bucket + "." + key, value, only_new,
+  writer_->publish("$KV." + opt_.bucket + "." + key, value, only_new, {},
                    [this, done = std::move(done)](expected<uint64_t> r) {
                      if (r)
                        puts_.fetch_add(1);

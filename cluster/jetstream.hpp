@@ -33,15 +33,16 @@ namespace kvmesh {
 class js_writer {
  public:
   using answer = std::function<void(expected<uint64_t>)>;
-  // `what` names the writer in its errors ("bucket B").
+  // `what` names the writer in its errors ("stream S", "bucket B").
   static expected<std::unique_ptr<js_writer>> open(nats_bus& bus,
                                                    std::string what);
   ~js_writer();
   js_writer(const js_writer&) = delete;
   js_writer& operator=(const js_writer&) = delete;
 
+  // `stream`, unless empty: refused unless that stream stores it.
   void publish(const std::string& subject, const std::vector<uint8_t>& payload,
-               bool only_new, answer done);
+               bool only_new, const std::string& stream, answer done);
 
   struct pending;  // its publishes in flight (jetstream.cpp)
 
@@ -154,6 +155,11 @@ class work_queue {
   // On `subject`, one the stream's (wildcard) subject covers.
   expected<uint64_t> publish(const std::string& subject,
                              const std::vector<uint8_t>& payload);
+  // The same without waiting: `done` gets the sequence or the error, as
+  // js_writer says. A client keeps many requests on their way so.
+  void publish_async(const std::string& subject,
+                     const std::vector<uint8_t>& payload,
+                     js_writer::answer done);
 
   // Starts the fetch thread, which calls `h` for every message until
   // stop(). An error if already started.
@@ -188,6 +194,7 @@ class work_queue {
 
   work_queue_options opt_;
   std::shared_ptr<work_queue_core> core_;
+  std::unique_ptr<js_writer> writer_;  // publish_async's
   std::mutex life_;  // serializes start() and stop(); guards fetcher_
   std::thread fetcher_;
   std::atomic<bool> stop_{false};

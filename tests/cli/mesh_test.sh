@@ -344,6 +344,14 @@ else
   fail admin_drain_unknown "exit $rc: $out $err"
 fi
 
+# (l) durable load with many publishes on their way at once: each request
+# stored once and decided once.
+run load --nats "$url" --durable --publish-window 32 --rate 200 \
+  --duration-s 1 --drain-s 2 --block-tokens 16 --json
+jcheck load_durable_window "assert d['sent'] >= 150, d
+assert d['decided'] == d['sent'] and d['publish_errors'] == 0, d
+assert d['lost'] == 0 and d['duplicates'] == 0, d"
+
 # (j) Ctrl-C: up stops its children and nats-server, and exits 0.
 kill -INT "$up"
 wait_exit "$up" 20

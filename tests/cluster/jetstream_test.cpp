@@ -469,13 +469,14 @@ TEST_F(jetstream_test, a_claim_has_one_holder_until_let_go_or_lapsed) {
   EXPECT_TRUE(taken);
 }
 
-// put_async's answers, as a test waits for them.
-struct answers {
+// Answers of writes sent without waiting, as a test waits for them.
+template <class T>
+struct answers_with {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<status> got;
-  std::function<void(status)> slot() {
-    return [this](status s) {
+  std::vector<T> got;
+  std::function<void(T)> slot() {
+    return [this](T s) {
       std::lock_guard<std::mutex> g(mu);
       got.push_back(std::move(s));
       cv.notify_all();
@@ -487,6 +488,7 @@ struct answers {
                        [&] { return got.size() >= n; });
   }
 };
+using answers = answers_with<status>;
 
 TEST_F(jetstream_test, writes_in_flight_are_each_answered_once) {
   auto bus = connect();
@@ -530,6 +532,34 @@ TEST_F(jetstream_test, writes_in_flight_are_each_answered_once) {
   auto v = r.get("8-1");
   ASSERT_TRUE(v);
   EXPECT_EQ(*v, std::vector<uint8_t>{'c'});
+}
+
+TEST_F(jetstream_test, requests_published_without_waiting_are_each_stored) {
+  auto bus = connect();
+  ASSERT_TRUE(bus);
+  auto q = open(*bus);
+  ASSERT_TRUE(q);
+  answers_with<expected<uint64_t>> got;
+  constexpr size_t n = 100;
+  for (size_t i = 0; i < n; ++i)
+    q->publish_async(options().subject, {static_cast<uint8_t>(i)}, got.slot());
+  ASSERT_TRUE(got.wait_for(n));
+  std::set<uint64_t> sequences;
+  for (const auto& s : got.got) {
+    ASSERT_TRUE(s) << s.err().message;
+    sequences.insert(*s);
+  }
+  EXPECT_EQ(sequences.size(), n);  // each stored once, at a place of its own
+  auto st = q->state();
+  ASSERT_TRUE(st) << st.err().message;
+  EXPECT_EQ(st->messages, n);
+  // A subject no stream stores is refused, by name.
+  q->publish_async("elsewhere.route", {1}, got.slot());
+  ASSERT_TRUE(got.wait_for(n + 1));
+  ASSERT_FALSE(got.got.back());
+  EXPECT_NE(got.got.back().err().message.find("no stream stores"),
+            std::string::npos)
+      << got.got.back().err().message;
 }
 
 TEST_F(jetstream_test,
