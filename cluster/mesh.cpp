@@ -758,13 +758,14 @@ void answer_durable(front_pointer self, const std::string& reply, bytes payload,
 // request handed out again); `own` is the front's to settle too.
 enum class claim_outcome : uint8_t { taken, held, own, unknown, refused };
 
-claim_outcome take_claim(record_store* claims,
+// The full create, for a quick claim refused (the fetch thread asked only
+// for requests with a sequence, with a claims bucket).
+claim_outcome take_claim(record_store& claims,
                          const std::vector<uint8_t>& claimant,
                          const delivery& d, uint64_t id, std::string& error) {
-  if (!claims || d.stream_sequence() == 0) return claim_outcome::taken;
   std::vector<uint8_t> holder;
   auto took =
-      claims->create(record_key(d.stream_sequence(), id), claimant, &holder);
+      claims.create(record_key(d.stream_sequence(), id), claimant, &holder);
   if (!took) {
     error = took.err().message;
     return claim_outcome::unknown;
@@ -951,8 +952,7 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         auto c = static_cast<claim_outcome>(claimed);
         std::string why = claim_error;
         if (c == claim_outcome::refused)
-          c = take_claim(st.durable.claims.get(), st.durable.claimant, *d, id,
-                         why);
+          c = take_claim(*st.durable.claims, st.durable.claimant, *d, id, why);
         if (c == claim_outcome::own) c = settle_own(st, *d);
         if (c == claim_outcome::unknown && st.claim_failures++ == 0)
           KVMESH_WARN("durable request %llu: claim not taken: %s (logged once)",
