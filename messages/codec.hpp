@@ -16,11 +16,11 @@ namespace kvmesh {
 // messages/kvmesh.capnp (KVMESH_MESSAGES in messages/kinds.hpp). It indexes
 // the decode error counters.
 enum class msg_kind : uint8_t {
-#define KVMESH_KIND(kind, type, schema) kind,
+#define KVMESH_KIND(k, type, schema) k,
   KVMESH_MESSAGES(KVMESH_KIND)
 #undef KVMESH_KIND
 };
-#define KVMESH_COUNT(kind, type, schema) +1
+#define KVMESH_COUNT(k, type, schema) +1
 inline constexpr size_t msg_kind_count = 0 KVMESH_MESSAGES(KVMESH_COUNT);
 #undef KVMESH_COUNT
 
@@ -51,7 +51,7 @@ uint64_t decode_errors(msg_kind kind);
 // exceeds Cap'n Proto's 2^29 elements.
 
 // encode(const T&) for every T of KVMESH_MESSAGES.
-#define KVMESH_ENCODE(kind, type, schema) \
+#define KVMESH_ENCODE(k, type, schema) \
   std::vector<uint8_t> encode(const type& x);
 KVMESH_MESSAGES(KVMESH_ENCODE)
 #undef KVMESH_ENCODE

@@ -16,7 +16,8 @@
 // and registration (actors/).
 //
 // Adding a message: its struct, its schema struct, a line here, its write
-// and read in codec.cpp, and its sample in tests/messages/codec_test.cpp.
+// and read in codec.cpp, its sample in tests/messages/codec_samples.hpp
+// (a test fails without one) and its seed in tests/fuzz/make_corpus.cpp.
 #define KVMESH_MESSAGES(X)                          \
   X(route_request, route_request_msg, RouteRequest) \
   X(call_for_bids, call_for_bids, CallForBids)      \
