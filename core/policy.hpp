@@ -1,6 +1,7 @@
 // Routing policies: kvmesh's auction and the peers' rules (random,
 // round_robin, least_loaded, prefix, dynamo, sglang, llmd, preble,
-// mooncake), each seeing only what its real system sees.
+// mooncake), each seeing only what its real system sees. Each policy is in
+// core/policies/<name>.cpp; core/policy.cpp names and makes them.
 #pragma once
 
 #include <cstdint>
@@ -100,6 +101,8 @@ expected<std::unique_ptr<router_policy>> make_policy(policy_kind kind,
                                                      const policy_config& cfg);
 
 // --- peers' rules as pure functions (tested against worked examples) -----
+// Defined with their policies (core/policies/dynamo.cpp, sglang.cpp);
+// estimated_prefill_ms, which two policies share, in core/policy.cpp.
 
 // Dynamo's KV router (lib/kv-router, default selector), per worker.
 struct dynamo_inputs {

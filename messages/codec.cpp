@@ -20,10 +20,6 @@ namespace kvmesh {
 
 namespace {
 
-static_assert(static_cast<size_t>(msg_kind::withdraw_reply) + 1 ==
-                  msg_kind_count,
-              "msg_kind_count must count every msg_kind");
-
 // Zero at start (static storage); relaxed increments: they only count.
 std::array<std::atomic<uint64_t>, msg_kind_count> decode_error_counts;
 
@@ -51,35 +47,12 @@ error parse_failure(std::string what) {
 template <class T>
 struct schema;
 
-#define KVMESH_SCHEMA(type, wire_type, msg)         \
-  template <>                                       \
-  struct schema<type> {                             \
-    using wire_t = wire::wire_type;                 \
-    static constexpr msg_kind kind = msg_kind::msg; \
+#define KVMESH_SCHEMA(k, type, wire_type) \
+  template <>                             \
+  struct schema<type> {                   \
+    using wire_t = wire::wire_type;       \
   };
-
-KVMESH_SCHEMA(route_request_msg, RouteRequest, route_request)
-KVMESH_SCHEMA(call_for_bids, CallForBids, call_for_bids)
-KVMESH_SCHEMA(bid, Bid, bid)
-KVMESH_SCHEMA(award_msg, Award, award)
-KVMESH_SCHEMA(award_reply, AwardReply, award_reply)
-KVMESH_SCHEMA(decision, Decision, decision)
-KVMESH_SCHEMA(kv_batch, KvBatch, kv_batch)
-KVMESH_SCHEMA(worker_status, WorkerStatus, worker_status)
-KVMESH_SCHEMA(router_status, RouterStatus, router_status)
-KVMESH_SCHEMA(shard_status, ShardStatus, shard_status)
-KVMESH_SCHEMA(index_query, IndexQuery, index_query)
-KVMESH_SCHEMA(index_reply, IndexReply, index_reply)
-KVMESH_SCHEMA(price_config, PriceWeights, price_weights)
-KVMESH_SCHEMA(bid_list, Bids, bids)
-KVMESH_SCHEMA(release_msg, Release, release)
-KVMESH_SCHEMA(request_events, RequestEvents, request_events)
-KVMESH_SCHEMA(admin_request, AdminRequest, admin_request)
-KVMESH_SCHEMA(admin_reply, AdminReply, admin_reply)
-KVMESH_SCHEMA(batch_msg, Batch, batch)
-KVMESH_SCHEMA(withdraw_msg, Withdraw, withdraw)
-KVMESH_SCHEMA(withdraw_reply, WithdrawReply, withdraw_reply)
-
+KVMESH_MESSAGES(KVMESH_SCHEMA)
 #undef KVMESH_SCHEMA
 
 // -- writers: every field, in schema order -----------------------------------
@@ -746,48 +719,11 @@ std::vector<uint8_t> encode_message(const T& x) {
 
 const char* to_string(msg_kind kind) {
   switch (kind) {
-    case msg_kind::route_request:
-      return "RouteRequest";
-    case msg_kind::call_for_bids:
-      return "CallForBids";
-    case msg_kind::bid:
-      return "Bid";
-    case msg_kind::award:
-      return "Award";
-    case msg_kind::award_reply:
-      return "AwardReply";
-    case msg_kind::decision:
-      return "Decision";
-    case msg_kind::kv_batch:
-      return "KvBatch";
-    case msg_kind::worker_status:
-      return "WorkerStatus";
-    case msg_kind::router_status:
-      return "RouterStatus";
-    case msg_kind::shard_status:
-      return "ShardStatus";
-    case msg_kind::index_query:
-      return "IndexQuery";
-    case msg_kind::index_reply:
-      return "IndexReply";
-    case msg_kind::price_weights:
-      return "PriceWeights";
-    case msg_kind::bids:
-      return "Bids";
-    case msg_kind::release:
-      return "Release";
-    case msg_kind::request_events:
-      return "RequestEvents";
-    case msg_kind::admin_request:
-      return "AdminRequest";
-    case msg_kind::admin_reply:
-      return "AdminReply";
-    case msg_kind::batch:
-      return "Batch";
-    case msg_kind::withdraw:
-      return "Withdraw";
-    case msg_kind::withdraw_reply:
-      return "WithdrawReply";
+#define KVMESH_NAME(k, type, schema) \
+  case msg_kind::k:                  \
+    return #schema;
+    KVMESH_MESSAGES(KVMESH_NAME)
+#undef KVMESH_NAME
   }
   return "unknown";
 }
@@ -835,7 +771,7 @@ uint64_t decode_errors(msg_kind kind) {
 
 template <class T>
 expected<T> decode(const uint8_t* data, size_t size) {
-  constexpr msg_kind kind = schema<T>::kind;
+  constexpr msg_kind kind = msg_kind_of<T>;
   auto fail = [](const std::string& what) -> error {
     decode_error_counts[static_cast<size_t>(kind)].fetch_add(
         1, std::memory_order_relaxed);
@@ -910,34 +846,13 @@ expected<T> decode(const uint8_t* data, size_t size) {
 // The codecs of every message kind, instantiated here, so that the
 // Cap'n Proto headers stay out of every includer of codec.hpp.
 
-#define KVMESH_CODEC(type)                     \
+#define KVMESH_CODEC(k, type, schema)          \
   std::vector<uint8_t> encode(const type& x) { \
     return encode_message(x);                  \
   }                                            \
   template expected<type> decode<type>(const uint8_t* data, size_t size);
 
-KVMESH_CODEC(route_request_msg)
-KVMESH_CODEC(call_for_bids)
-KVMESH_CODEC(bid)
-KVMESH_CODEC(award_msg)
-KVMESH_CODEC(award_reply)
-KVMESH_CODEC(decision)
-KVMESH_CODEC(kv_batch)
-KVMESH_CODEC(worker_status)
-KVMESH_CODEC(router_status)
-KVMESH_CODEC(shard_status)
-KVMESH_CODEC(index_query)
-KVMESH_CODEC(index_reply)
-KVMESH_CODEC(price_config)
-KVMESH_CODEC(bid_list)
-KVMESH_CODEC(release_msg)
-KVMESH_CODEC(request_events)
-KVMESH_CODEC(admin_request)
-KVMESH_CODEC(admin_reply)
-KVMESH_CODEC(batch_msg)
-KVMESH_CODEC(withdraw_msg)
-KVMESH_CODEC(withdraw_reply)
-
+KVMESH_MESSAGES(KVMESH_CODEC)
 #undef KVMESH_CODEC
 
 }  // namespace kvmesh

@@ -7,36 +7,36 @@
 
 #include "core/error.hpp"
 #include "core/pricing.hpp"
+#include "messages/kinds.hpp"
 #include "messages/types.hpp"
 
 namespace kvmesh {
 
 // Every message kind on the wire, one per top-level struct of
-// messages/kvmesh.capnp. It indexes the decode error counters.
+// messages/kvmesh.capnp (KVMESH_MESSAGES in messages/kinds.hpp). It indexes
+// the decode error counters.
 enum class msg_kind : uint8_t {
-  route_request,
-  call_for_bids,
-  bid,
-  award,
-  award_reply,
-  decision,
-  kv_batch,
-  worker_status,
-  router_status,
-  shard_status,
-  index_query,
-  index_reply,
-  price_weights,
-  bids,
-  release,
-  request_events,
-  admin_request,
-  admin_reply,
-  batch,
-  withdraw,
-  withdraw_reply,
+#define KVMESH_KIND(k, type, schema) k,
+  KVMESH_MESSAGES(KVMESH_KIND)
+#undef KVMESH_KIND
 };
-inline constexpr size_t msg_kind_count = 21;
+#define KVMESH_COUNT(k, type, schema) +1
+inline constexpr size_t msg_kind_count = 0 KVMESH_MESSAGES(KVMESH_COUNT);
+#undef KVMESH_COUNT
+
+// The kind of a message type (msg_kind_of<bid_list> is msg_kind::bids);
+// defined for the types encode() takes only.
+template <class T>
+struct msg_kind_of_t;
+#define KVMESH_KIND_OF(k, type, schema)           \
+  template <>                                     \
+  struct msg_kind_of_t<type> {                    \
+    static constexpr msg_kind kind = msg_kind::k; \
+  };
+KVMESH_MESSAGES(KVMESH_KIND_OF)
+#undef KVMESH_KIND_OF
+template <class T>
+inline constexpr msg_kind msg_kind_of = msg_kind_of_t<T>::kind;
 
 // The kind's struct name in the schema ("RouteRequest", "KvBatch", ...).
 const char* to_string(msg_kind kind);
@@ -50,27 +50,11 @@ uint64_t decode_errors(msg_kind kind);
 // segments), ready to publish. Throws only when out of memory or when a list
 // exceeds Cap'n Proto's 2^29 elements.
 
-std::vector<uint8_t> encode(const route_request_msg& x);
-std::vector<uint8_t> encode(const call_for_bids& x);
-std::vector<uint8_t> encode(const bid& x);
-std::vector<uint8_t> encode(const award_msg& x);
-std::vector<uint8_t> encode(const award_reply& x);
-std::vector<uint8_t> encode(const decision& x);
-std::vector<uint8_t> encode(const kv_batch& x);
-std::vector<uint8_t> encode(const worker_status& x);
-std::vector<uint8_t> encode(const router_status& x);
-std::vector<uint8_t> encode(const shard_status& x);
-std::vector<uint8_t> encode(const index_query& x);
-std::vector<uint8_t> encode(const index_reply& x);
-std::vector<uint8_t> encode(const price_config& x);
-std::vector<uint8_t> encode(const bid_list& x);
-std::vector<uint8_t> encode(const release_msg& x);
-std::vector<uint8_t> encode(const request_events& x);
-std::vector<uint8_t> encode(const admin_request& x);
-std::vector<uint8_t> encode(const admin_reply& x);
-std::vector<uint8_t> encode(const batch_msg& x);
-std::vector<uint8_t> encode(const withdraw_msg& x);
-std::vector<uint8_t> encode(const withdraw_reply& x);
+// encode(const T&) for every T of KVMESH_MESSAGES.
+#define KVMESH_ENCODE(k, type, schema) \
+  std::vector<uint8_t> encode(const type& x);
+KVMESH_MESSAGES(KVMESH_ENCODE)
+#undef KVMESH_ENCODE
 
 // One page of the ADMIN's workers listing: those of `all` with id `from`
 // or higher, in id order, as many as take at most `budget` bytes of the

@@ -54,70 +54,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++data;
   --size;
   switch (kind) {
-    case msg_kind::route_request:
-      check<route_request_msg>(kind, data, size);
-      break;
-    case msg_kind::call_for_bids:
-      check<call_for_bids>(kind, data, size);
-      break;
-    case msg_kind::bid:
-      check<bid>(kind, data, size);
-      break;
-    case msg_kind::award:
-      check<award_msg>(kind, data, size);
-      break;
-    case msg_kind::award_reply:
-      check<award_reply>(kind, data, size);
-      break;
-    case msg_kind::decision:
-      check<decision>(kind, data, size);
-      break;
-    case msg_kind::kv_batch:
-      check<kv_batch>(kind, data, size);
-      break;
-    case msg_kind::worker_status:
-      check<worker_status>(kind, data, size);
-      break;
-    case msg_kind::router_status:
-      check<router_status>(kind, data, size);
-      break;
-    case msg_kind::shard_status:
-      check<shard_status>(kind, data, size);
-      break;
-    case msg_kind::index_query:
-      check<index_query>(kind, data, size);
-      break;
-    case msg_kind::index_reply:
-      check<index_reply>(kind, data, size);
-      break;
-    case msg_kind::price_weights:
-      check<price_config>(kind, data, size);
-      break;
-    case msg_kind::bids:
-      check<bid_list>(kind, data, size);
-      break;
-    case msg_kind::release:
-      check<release_msg>(kind, data, size);
-      break;
-    case msg_kind::request_events:
-      check<request_events>(kind, data, size);
-      break;
-    case msg_kind::admin_request:
-      check<admin_request>(kind, data, size);
-      break;
-    case msg_kind::admin_reply:
-      check<admin_reply>(kind, data, size);
-      break;
-    case msg_kind::batch:
-      check<batch_msg>(kind, data, size);
-      check_unbatch(data, size);
-      break;
-    case msg_kind::withdraw:
-      check<withdraw_msg>(kind, data, size);
-      break;
-    case msg_kind::withdraw_reply:
-      check<withdraw_reply>(kind, data, size);
-      break;
+#define KVMESH_FUZZ(k, type, schema) \
+  case msg_kind::k:                  \
+    check<type>(kind, data, size);   \
+    break;
+    KVMESH_MESSAGES(KVMESH_FUZZ)
+#undef KVMESH_FUZZ
   }
+  if (kind == msg_kind::batch) check_unbatch(data, size);
   return 0;
 }

@@ -1,0 +1,75 @@
+// What the policies of core/policies/ share: their makers (one per file),
+// the tie-breaking pick and the in-flight count. Internal to core/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/policy.hpp"
+#include "core/pricing.hpp"
+
+namespace kvmesh::policies {
+
+// One maker per policy, each in core/policies/<name>.cpp; make_policy
+// (core/policy.cpp) checks the config before it calls one.
+std::unique_ptr<router_policy> make_random(const policy_config& c);
+std::unique_ptr<router_policy> make_round_robin(const policy_config& c);
+std::unique_ptr<router_policy> make_least_loaded(const policy_config& c);
+std::unique_ptr<router_policy> make_prefix(const policy_config& c);
+std::unique_ptr<router_policy> make_dynamo(const policy_config& c);
+std::unique_ptr<router_policy> make_sglang(const policy_config& c);
+std::unique_ptr<router_policy> make_llmd(const policy_config& c);
+std::unique_ptr<router_policy> make_preble(const policy_config& c);
+std::unique_ptr<router_policy> make_mooncake(const policy_config& c);
+std::unique_ptr<router_policy> make_kvmesh(const policy_config& c);
+
+// Picks uniformly among the indices where `cmp` says "equal" to the best;
+// `cmp(a, b)` < 0 when a is better than b. Reservoir sampling, one pass.
+template <class Cmp>
+uint32_t argbest(size_t count, uint64_t& rng, Cmp cmp) {
+  uint32_t best = 0;
+  uint32_t ties = 1;
+  for (uint32_t i = 1; i < count; ++i) {
+    const int c = cmp(i, best);
+    if (c < 0) {
+      best = i;
+      ties = 1;
+    } else if (c == 0 && next_random(rng) % ++ties == 0) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+template <class T>
+int compare(T a, T b) {
+  return a < b ? -1 : (b < a ? 1 : 0);
+}
+
+// In-flight requests per worker, as a router counts them from its own
+// routing decisions and the ends of their streams.
+class inflight {
+ public:
+  explicit inflight(size_t workers) : count_(workers, 0) {}
+  void add(uint64_t request, uint32_t worker) {
+    where_[request] = worker;
+    ++count_[worker];
+  }
+  void finish(uint64_t request) {
+    auto it = where_.find(request);
+    if (it == where_.end()) return;
+    --count_[it->second];
+    where_.erase(it);
+  }
+  uint32_t operator[](size_t w) const { return count_[w]; }
+  const std::vector<uint32_t>& counts() const { return count_; }
+
+ private:
+  std::vector<uint32_t> count_;
+  std::unordered_map<uint64_t, uint32_t> where_;
+};
+
+}  // namespace kvmesh::policies
