@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/engine_worker.hpp"
+#include "actors/router.hpp"
 #include "cluster/kv_subscriber.hpp"
 #include "cluster/openai_front.hpp"
 #include "core/log.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "actors/engine_worker.hpp"
-#include "cluster/mesh.hpp"
+#include "cluster/agent_node.hpp"
 #include "engines/engine_state.hpp"
 
 namespace kvmesh {

@@ -9,7 +9,8 @@
 #include <string>
 
 #include "cluster/engine_agent.hpp"
-#include "cluster/mesh.hpp"
+#include "cluster/router_node.hpp"
+#include "cluster/shard_node.hpp"
 #include "core/error.hpp"
 #include "metrics/http_server.hpp"
 #include "metrics/registry.hpp"

@@ -12,7 +12,7 @@
 
 #include "actors/actors.hpp"
 #include "cluster/bridge.hpp"
-#include "cluster/mesh.hpp"
+#include "cluster/subjects.hpp"
 
 namespace kvmesh {
 

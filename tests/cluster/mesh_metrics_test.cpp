@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cluster/clients.hpp"
 #include "core/sim.hpp"
 #include "messages/codec.hpp"
 #include "nats_server.hpp"

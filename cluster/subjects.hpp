@@ -1,0 +1,73 @@
+// The mesh's names: every subject kvmesh uses, the check of a name fit for
+// one subject token, and the options every role shares.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace kvmesh {
+
+// Every subject kvmesh uses, under one prefix (docs/wire.md lists them).
+struct subjects {
+  std::string prefix = "kvmesh";
+
+  std::string route() const { return prefix + ".route"; }
+  std::string route_json() const { return prefix + ".route.json"; }
+  // Durable intake: a route request published on route_durable() + "." +
+  // the client's reply subject, stored in a JetStream work queue.
+  std::string route_durable() const { return prefix + ".route.durable"; }
+  // Pushed heartbeats: WorkerStatus, RouterStatus, ShardStatus.
+  std::string worker_beat() const { return prefix + ".heartbeat.worker"; }
+  std::string router_beat() const { return prefix + ".heartbeat.router"; }
+  std::string shard_beat() const { return prefix + ".heartbeat.shard"; }
+  // A node agent's verbs: bid, award, release, withdraw, drain.
+  std::string agent(const std::string& name, const char* verb) const {
+    return prefix + ".agent." + name + "." + verb;
+  }
+  // A router's verbs: weights.get, weights.set.
+  std::string router(const std::string& name, const char* verb) const {
+    return prefix + ".router." + name + "." + verb;
+  }
+  std::string kv(uint32_t shard) const {
+    return prefix + ".kv." + std::to_string(shard);
+  }
+  // An agent's KV events of several workers in one Batch (its items on
+  // kv(shard)): the shard's own, as kv(shard)'s parent is every shard's.
+  std::string kv_batch(uint32_t shard) const { return kv(shard) + ".batch"; }
+  std::string index_query(uint32_t shard) const {
+    return prefix + ".index." + std::to_string(shard) + ".query";
+  }
+  // Several queries in one Batch (cluster/bridge.hpp's batcher); agents'
+  // batches come on agent(name, "batch").
+  std::string index_batch(uint32_t shard) const {
+    return prefix + ".index." + std::to_string(shard) + ".batch";
+  }
+  // First tokens and ends of requests (RequestEvents).
+  std::string events() const { return prefix + ".events"; }
+  // workers, routers, shards, prefix, weights.get, weights.set, drain,
+  // undrain; served by any router process (queue group "admin").
+  std::string admin(const std::string& verb) const {
+    return prefix + ".admin." + verb;
+  }
+};
+
+// A name fit for one subject token: letters, digits, '-' and '_'.
+status check_name(const std::string& what, const std::string& name);
+
+struct mesh_options {
+  subjects subj;
+  // Agents push heartbeats this often; routers count a worker out after
+  // missing `missed_beats` of them (or at once when an award goes
+  // unanswered).
+  caf::timespan heartbeat = std::chrono::seconds(1);
+  uint32_t missed_beats = 3;
+  // How long a process waits for a reply on the wire before giving up.
+  caf::timespan call_timeout = std::chrono::seconds(2);
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,154 @@
+// Tests of cluster/agent_node: an agent's bids, awards and withdraws over
+// NATS, and its workers' announcements to the shards.
+#include "cluster/agent_node.hpp"
+
+#include "mesh_fixture.hpp"
+
+namespace kvmesh::test {
+namespace {
+
+// A worker that died with a call for bids in flight never answers it: the
+// agent answers the call with the bids it has at its next heartbeat but
+// one, and goes on answering later calls.
+TEST_F(mesh_test, an_agent_whose_worker_died_answers_with_the_bids_it_has) {
+  start_agent("node-a", 0, 4);
+  {
+    caf::scoped_actor killer{*sys_};
+    const auto& ws = agents_["node-a"]->workers();
+    killer->send_exit(ws[1], caf::exit_reason::kill);
+    killer->wait_for(ws[1]);
+  }
+  auto& c = bus();
+  const std::string subject = subjects{}.agent("node-a", "bid");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reply = c.request(
+      subject, encode(call_for_bids{request(1, 1, 8), 4.0, {0, 1, 2, 3}}),
+      5000ms);
+  ASSERT_TRUE(reply) << reply.err().message;
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  auto l = decode<bid_list>(*reply);
+  ASSERT_TRUE(l) << l.err().message;
+  std::vector<uint32_t> bidders;
+  for (const bid& b : l->bids)
+    bidders.push_back(b.worker);
+  std::sort(bidders.begin(), bidders.end());
+  EXPECT_EQ(bidders, (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_GE(waited, beat);  // held until a sweep found it a beat old
+  // Swept by the next heartbeat but one; the bound leaves a loaded host
+  // room, far below the call's own timeout.
+  EXPECT_LT(waited, 10 * beat);
+  // The living workers alone: answered at once.
+  reply = c.request(
+      subject, encode(call_for_bids{request(2, 2, 8), 4.0, {0, 2}}), 5000ms);
+  ASSERT_TRUE(reply) << reply.err().message;
+  l = decode<bid_list>(*reply);
+  ASSERT_TRUE(l) << l.err().message;
+  EXPECT_EQ(l->bids.size(), 2u);
+}
+
+// A router's stand-in for a remote worker answers a call for bids made with
+// a gather (the form an agent uses with its own workers) through the
+// worker's agent: its bid, in its slot.
+TEST_F(mesh_test, a_remote_worker_answers_a_gathered_call_through_its_agent) {
+  start_agent("node-a", 0, 4);
+  auto box = inbox::open(bus());
+  ASSERT_TRUE(box) << box.err().message;
+  auto link = spawn_agent_link(*sys_, *box, mesh(), "node-a");
+  auto w = spawn_remote_worker(*sys_, 2, link, std::chrono::seconds(10));
+  auto got = std::make_shared<std::atomic<int>>(0);
+  auto worker = std::make_shared<std::atomic<uint32_t>>(99);
+  auto helper = sys_->spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    auto g = std::make_shared<bid_gather>(
+        1, caf::actor_cast<caf::actor_addr>(self), 41);
+    self->send(caf::actor_cast<caf::actor>(w), bid_atom::value,
+               call_for_bids{request(1, 1, 8), 4.0, {}}, g);
+    return {[=](bid_atom, uint64_t tag) {
+      std::vector<bid> bids;
+      g->collect(bids);
+      if (tag == 41 && bids.size() == 1) *worker = bids[0].worker;
+      ++*got;
+    }};
+  });
+  EXPECT_TRUE(eventually([&] { return got->load() > 0; }, 5000ms));
+  EXPECT_EQ(got->load(), 1);
+  EXPECT_EQ(worker->load(), 2u);
+  caf::scoped_actor waiter{*sys_};
+  for (const caf::actor& a : {caf::actor_cast<caf::actor>(w),
+                              caf::actor_cast<caf::actor>(link), helper}) {
+    waiter->send_exit(a, caf::exit_reason::user_shutdown);
+    waiter->wait_for(a);
+  }
+}
+
+// A Withdraw travels to the agent's worker and back: a worker that never
+// had the award withdraws it, and the award, arriving later, is refused.
+TEST_F(mesh_test, a_withdraw_over_nats_refuses_the_award_that_comes_later) {
+  start_agent("node-a", 0, 1);
+  auto& c = bus();
+  const subjects subj;
+  auto w = c.request(subj.agent("node-a", "withdraw"),
+                     encode(withdraw_msg{77, 0}), 2000ms);
+  ASSERT_TRUE(w) << w.err().message;
+  auto wr = decode<withdraw_reply>(*w);
+  ASSERT_TRUE(wr) << wr.err().message;
+  EXPECT_TRUE(wr->withdrawn);
+  award_msg a;
+  a.request.id = 77;
+  a.request.blocks = {1, 2, 3};
+  a.request.input_tokens = 48;
+  a.worker = 0;
+  auto r = c.request(subj.agent("node-a", "award"), encode(a), 2000ms);
+  ASSERT_TRUE(r) << r.err().message;
+  auto ar = decode<award_reply>(*r);
+  ASSERT_TRUE(ar) << ar.err().message;
+  EXPECT_FALSE(ar->accepted);
+  EXPECT_EQ(ar->reason, "withdrawn");
+  // Another request is taken as before.
+  a.request.id = 78;
+  r = c.request(subj.agent("node-a", "award"), encode(a), 2000ms);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(decode<award_reply>(*r)->accepted);
+}
+
+// A shard's heartbeat that comes late is a busy shard, not a new one: the
+// workers announce their caches again only to a restarted shard (a new
+// incarnation). Announcing a million events to a shard that was only slow
+// made it slower, and the mesh collapsed under a long soak.
+TEST_F(mesh_test, only_a_restarted_shard_hears_the_caches_again) {
+  start_agent("node-a", 0, 2);
+  auto& c = bus();
+  std::atomic<int> resyncs{0};
+  // Agents send KV events batched, on kv_batch(0).
+  auto sub = c.subscribe(subjects{}.kv_batch(0), "", [&](nats_message m) {
+    for (auto& one : unbatch(std::move(m)))
+      if (auto b = decode<kv_batch>(one.payload); b && b->resync) ++resyncs;
+  });
+  ASSERT_TRUE(sub);
+  auto beat_of = [&](uint64_t incarnation, uint64_t events) {
+    shard_status s;
+    s.shard = 0;
+    s.shards = 1;
+    s.events = events;
+    s.incarnation = incarnation;
+    return c.publish(subjects{}.shard_beat(), encode(s));
+  };
+  // Learning the shard, both workers announce themselves to it.
+  ASSERT_TRUE(eventually([&] {
+    (void)beat_of(11, 100);
+    return resyncs.load() >= 2;
+  }));
+  std::this_thread::sleep_for(4 * beat);
+  const int learnt = resyncs.load();
+  // Silent for longer than the missed beats, then the same incarnation
+  // with more events: late, not new.
+  std::this_thread::sleep_for(5 * beat);
+  ASSERT_TRUE(beat_of(11, 200));
+  std::this_thread::sleep_for(4 * beat);
+  EXPECT_EQ(resyncs.load(), learnt);
+  // A new incarnation: both workers announce again.
+  ASSERT_TRUE(beat_of(12, 5));
+  EXPECT_TRUE(eventually([&] { return resyncs.load() >= learnt + 2; }));
+}
+
+}  // namespace
+}  // namespace kvmesh::test

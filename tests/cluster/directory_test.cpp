@@ -1,0 +1,150 @@
+// Tests of cluster/directory: membership from heartbeats, and the
+// distributed ADMIN's listings, weights and drains.
+#include "cluster/directory.hpp"
+
+#include "mesh_fixture.hpp"
+
+namespace kvmesh::test {
+namespace {
+
+TEST_F(mesh_test, admin_lists_workers_shards_and_prefix_holders) {
+  start_mesh();
+  auto& c = bus();
+  auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w) << w.err().message;
+  ASSERT_EQ(w->workers.size(), 8u);
+  for (uint32_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(w->workers[i].worker, i);
+    EXPECT_FALSE(w->workers[i].gone);
+    EXPECT_EQ(w->workers[i].capacity, 512u);
+    EXPECT_EQ(w->workers[i].agent, i < 4 ? "node-a" : "node-b");
+  }
+  ASSERT_TRUE(eventually([&] {
+    auto s = admin_request_call(c, subjects{}, "shards", {}, 1000ms);
+    return s && s->shards.size() == 2 && s->shards[0].shards == 2;
+  }));
+  // A routed request's blocks reach the index through KV events.
+  auto r = request(77, 3, 8);
+  auto d = route_once(c, subjects{}, r, 2000ms);
+  ASSERT_TRUE(d) << d.err().message;
+  admin_request q;
+  q.chain = r.blocks;
+  ASSERT_TRUE(eventually([&] {
+    auto h = admin_request_call(c, subjects{}, "prefix", q, 1000ms);
+    return h && !h->holders.empty() && h->holders.front().worker == d->worker &&
+           h->holders.front().gpu == 8;
+  }));
+}
+
+TEST_F(mesh_test, weights_set_reach_every_router_and_drain_steers) {
+  start_mesh();
+  auto& c = bus();
+  ASSERT_TRUE(eventually([&] {
+    auto r = admin_request_call(c, subjects{}, "routers", {}, 1000ms);
+    return r && r->routers.size() == 2;
+  }));
+  admin_request set;
+  set.weights.beta = 0.5;
+  auto n = admin_request_call(c, subjects{}, "weights.set", set, 4000ms);
+  ASSERT_TRUE(n) << n.err().message;
+  EXPECT_EQ(n->count, 2u);
+  for (auto& r : routers_) {
+    caf::scoped_actor self{*sys_};
+    price_config got;
+    self->request(r->router(), 1s, get_atom::value, weights_atom::value)
+        .receive([&](const price_config& p) { got = p; },
+                 [&](caf::error& e) { FAIL() << caf::to_string(e); });
+    EXPECT_EQ(got.beta, 0.5);
+  }
+  // Bad weights are refused with the weight named.
+  set.weights.c_host = 7;
+  auto bad = admin_request_call(c, subjects{}, "weights.set", set, 4000ms);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.err().message.find("c_host"), std::string::npos);
+  // Drain all but worker 5: every decision goes there.
+  for (uint32_t w = 0; w < 8; ++w) {
+    if (w == 5) continue;
+    admin_request dr;
+    dr.worker = w;
+    auto ok = admin_request_call(c, subjects{}, "drain", dr, 2000ms);
+    ASSERT_TRUE(ok) << ok.err().message;
+  }
+  ASSERT_TRUE(eventually([&] {
+    auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+    if (!w) return false;
+    size_t draining = 0;
+    for (auto& s : w->workers)
+      draining += s.draining;
+    return draining == 7;
+  }));
+  for (uint64_t id = 500; id < 520; ++id) {
+    auto d = route_once(c, subjects{}, request(id, id, 4), 2000ms);
+    ASSERT_TRUE(d) << d.err().message;
+    EXPECT_EQ(d->worker, 5u);
+  }
+  admin_request unknown;
+  unknown.worker = 99;
+  EXPECT_FALSE(admin_request_call(c, subjects{}, "drain", unknown, 2000ms));
+}
+
+TEST_F(mesh_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
+  start_mesh();
+  auto& watch = bus();
+  // Awards published to node-b after the cut-off: there must be none.
+  // They travel alone or in batches with bids and releases.
+  std::atomic<int64_t> last_award_ns{0};
+  const std::string award = subjects{}.agent("node-b", "award");
+  ASSERT_TRUE(
+      watch.subscribe(subjects{}.agent("node-b", "*"), "", [&](nats_message m) {
+        for (const auto& one : unbatch(std::move(m)))
+          if (one.subject == award)
+            last_award_ns =
+                std::chrono::steady_clock::now().time_since_epoch().count();
+      }));
+  ASSERT_TRUE(watch.flush(2000ms));  // subscribed before the first award
+  route_client client(bus());
+  uint64_t id = 1;
+  for (; id <= 200; ++id)
+    client.send(request(id, id % 20, 8));
+  ASSERT_TRUE(eventually([&] { return client.decided() == 200; }, 10000ms));
+  std::string went;
+  for (auto [w, n] : client.by_worker())
+    went += " " + std::to_string(w) + ":" + std::to_string(n);
+  if (auto r = admin_request_call(bus(), subjects{}, "routers", {}, 1000ms))
+    for (auto& x : r->routers)
+      went += " | " + x.name + " live " + std::to_string(x.live_workers) +
+              " re " + std::to_string(x.reauctions);
+  ASSERT_GT(last_award_ns.load(), 0) << "node-b was taking work:" << went;
+  const auto killed = std::chrono::steady_clock::now();
+  agents_.erase("node-b");  // its connection stays: only the node died
+  // Routing goes on meanwhile.
+  const auto until = killed + 6 * beat;
+  while (std::chrono::steady_clock::now() < until) {
+    client.send(request(id, id % 20, 8));
+    ++id;
+    std::this_thread::sleep_for(2ms);
+  }
+  const uint64_t sent = id - 1;
+  ASSERT_TRUE(eventually([&] { return client.decided() == sent; }, 10000ms))
+      << client.decided() << " of " << sent;
+  const auto last = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(last_award_ns.load()));
+  EXPECT_LT(last - killed, 3 * beat)
+      << "awards went to the dead agent "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(last - killed)
+             .count()
+      << " ms after its death";
+  // Node-b's workers decided before the kill.
+  for (auto& [w, n] : client.by_worker()) {
+    if (w >= 4) {
+      EXPECT_GT(n, 0);
+    }
+  }
+  auto w = admin_request_call(watch, subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w);
+  for (auto& s : w->workers)
+    EXPECT_EQ(s.gone, s.worker >= 4) << "worker " << s.worker;
+}
+
+}  // namespace
+}  // namespace kvmesh::test

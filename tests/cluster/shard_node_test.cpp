@@ -1,0 +1,76 @@
+// Tests of cluster/shard_node: an index shard that refused KV events hears
+// the caches again.
+#include "cluster/shard_node.hpp"
+
+#include "mesh_fixture.hpp"
+
+namespace kvmesh::test {
+namespace {
+
+// An index shard past its mailbox bound refuses KV events (counted, and
+// reported in its heartbeat): its index misses them. Once it has stopped
+// refusing, the agents have their workers announce their caches again, and
+// what it missed comes back.
+TEST_F(mesh_test, a_shard_that_refused_kv_events_hears_the_caches_again) {
+  {
+    struct restore {
+      ~restore() { set_wire_limits(wire_limits{}); }
+    } restore_defaults;
+    wire_limits tight;
+    // Above the 4 workers' announcements, far below a flood; read once,
+    // when the shard starts.
+    tight.max_mailbox_messages = 16;
+    set_wire_limits(tight);
+    start_shard(0, 1);
+  }
+  start_agent("node-a", 0, 4);
+  start_router("r1");
+  auto& c = bus();
+  ASSERT_TRUE(eventually([&] {
+    auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+    auto s = admin_request_call(c, subjects{}, "shards", {}, 1000ms);
+    return w && w->workers.size() == 4 && s && s->shards.size() == 1;
+  }));
+  auto r = request(77, 3, 8);
+  auto d = route_once(c, subjects{}, r, 2000ms);
+  ASSERT_TRUE(d) << d.err().message;
+  admin_request q;
+  q.chain = r.blocks;
+  auto holds = [&] {
+    auto h = admin_request_call(c, subjects{}, "prefix", q, 1000ms);
+    if (!h) return false;
+    for (const auto& m : h->holders)
+      if (m.worker == d->worker) return true;
+    return false;
+  };
+  ASSERT_TRUE(eventually(holds));
+  // The shard loses the worker's blocks, as if their events had been
+  // refused (a resync without events drops them).
+  kv_batch forget;
+  forget.worker = d->worker;
+  forget.resync = true;
+  ASSERT_TRUE(c.publish(subjects{}.kv(0), encode(forget)));
+  ASSERT_TRUE(eventually([&] { return !holds(); }));
+
+  const uint64_t before = nats_refusals(feed_kind::kv);
+  for (uint64_t i = 0; i < 3000; ++i) {
+    kv_batch noise;
+    noise.worker = 1000;
+    noise.events.push_back(
+        cache_event{cache_event::stored, tier::gpu, i + 1, i + 1});
+    ASSERT_TRUE(c.publish(subjects{}.kv(0), encode(noise)));
+  }
+  ASSERT_TRUE(c.flush(2000ms));
+  // Flushed is at the server: the shard's connection may still be reading.
+  EXPECT_TRUE(
+      eventually([&] { return nats_refusals(feed_kind::kv) > before; }));
+  ASSERT_TRUE(eventually([&] {
+    auto s = admin_request_call(c, subjects{}, "shards", {}, 1000ms);
+    return s && s->shards.size() == 1 && s->shards[0].refused_events > 0;
+  }));
+  // No restart, no silence: only the refusals make the worker announce.
+  EXPECT_TRUE(eventually(holds));
+}
+
+}  // namespace
+}  // namespace kvmesh::test
