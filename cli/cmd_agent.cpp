@@ -1,5 +1,4 @@
-// `kvmesh agent`: a node agent's flags, simulated GPUs or a real engine's
-// ranks.
+// `kvmesh agent`: a node agent over simulated GPUs or a real engine's ranks.
 #include <cinttypes>
 #include <cstdint>
 #include <memory>

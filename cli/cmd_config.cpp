@@ -1,5 +1,5 @@
-// `kvmesh config check|show|docs`: a file checked, the configuration in
-// effect, every key as the Markdown tables of docs/config.md.
+// `kvmesh config check|show|docs`: check a file, show or document the keys.
+// `docs` prints every key as the Markdown tables of docs/config.md.
 #include <algorithm>
 #include <cstdio>
 #include <map>

@@ -1,4 +1,4 @@
-// `kvmesh index`: an index shard's flags.
+// `kvmesh index`: an index shard's flags, its node started and served.
 #include <memory>
 #include <string>
 

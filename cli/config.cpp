@@ -1,6 +1,6 @@
-// The config file and KVMESH_* variables under the flags: the key table,
-// read from the commands' own flags, and its application to the chosen
-// command before CLI11 checks it.
+// The key table read from the commands' flags, applied to the chosen one.
+// The config file and KVMESH_* variables fill the flags a command was not
+// given, before CLI11 checks it.
 #include "cli/config.hpp"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
-// What the files of the config layer share among themselves (config_file,
-// config, cmd_config): the commands that take configuration, the keys they
-// share, the scratch tree that checks values; not for the commands.
+// What only the config layer's files share; not for the commands.
+// The commands that take configuration, the keys they share, the scratch
+// tree that checks values (config_file.cpp, config.cpp, cmd_config.cpp).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,5 +1,6 @@
-// The config file, without CLI11: keys and variables named from flags,
-// TOML read and checked against the key table, values written back as TOML.
+// The config file without CLI11: key names, the TOML reader, TOML values.
+// Keys and variables are named from flags; a file is checked against the
+// key table, every problem with its line.
 #include <toml++/toml.h>
 
 #include <algorithm>

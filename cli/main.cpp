@@ -21,8 +21,8 @@ int exit_code(const CLI::App& app, const CLI::ParseError& e) {
 // The command line's first word that should have named a command of `app`
 // (or of a command that needs one of its own, like `config`) and names
 // none; "" when there is none. CLI11 only says "A subcommand is required".
-// Only commands without options of their own before their command are
-// walked, so an option's value is never mistaken for a command.
+// The walk stops at the first option, so that an option's value is never
+// taken for a command.
 std::string unknown_command(const CLI::App& app, int argc, char** argv,
                             std::string& path) {
   const CLI::App* at = &app;

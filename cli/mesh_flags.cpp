@@ -1,5 +1,4 @@
-// The flags, exit codes, bus connection, process start and tables that the
-// commands on the NATS mesh share (cli/mesh_flags.hpp).
+// What the commands on the NATS mesh share (cli/mesh_flags.hpp).
 #include "cli/mesh_flags.hpp"
 
 #include <algorithm>

@@ -1,6 +1,7 @@
-// What the commands on the NATS mesh share: their common flags (bus,
-// metrics, threads, wire limits) and validators, exit codes, the bus
-// connection, the start and stop of a serving process, and aligned tables.
+// What the commands on the NATS mesh share: flags, exit codes, bus, process.
+// Their common flags (bus, metrics, threads, wire limits) and validators,
+// exit codes, the bus connection, the start and stop of a serving process,
+// and aligned tables.
 #pragma once
 
 #include <CLI/CLI.hpp>

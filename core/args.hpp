@@ -1,9 +1,9 @@
-// Parsers and checks of the text values kvmesh's commands take (from a flag,
-// a KVMESH_* variable or a config key): NATS server lists, subject
-// prefixes, index shards, token lists and the prompt chains made of them.
-// Pure functions, so that every front (the commands, the launchers, later a
-// gateway) refuses the same values with the same words; errors name the
-// flag the value stands for, as people give it there.
+// Parsers and checks of the values kvmesh's commands take, as text.
+// From a flag, a KVMESH_* variable or a config key: NATS server lists,
+// subject prefixes, index shards, token lists and the prompt chains made of
+// them. Pure functions, so that every front (the commands, the launchers,
+// later a gateway) refuses the same values with the same words; errors name
+// the flag the value stands for, as people give it there.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// Tests of core/args: the commands' values refused with the words people
-// see, and accepted in every form the docs give.
+// Tests of core/args: values refused with the words people see.
+// And accepted in every form the docs give.
 #include "core/args.hpp"
 
 #include <gtest/gtest.h>
