@@ -9,36 +9,6 @@
 
 namespace kvmesh::cli {
 
-expected<std::vector<uint32_t>> parse_token_list(const std::string& text) {
-  std::vector<uint32_t> out;
-  if (text.empty())
-    return make_error(ec::empty_input, "--tokens: the token list is empty");
-  size_t pos = 0;
-  while (true) {
-    const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(
-        pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    size_t used = 0;
-    unsigned long long v = 0;
-    bool good = !item.empty() && item[0] >= '0' && item[0] <= '9';
-    if (good) {
-      try {
-        v = std::stoull(item, &used, 10);
-      } catch (const std::exception&) {
-        good = false;
-      }
-    }
-    if (!good || used != item.size() || v > UINT32_MAX)
-      return make_error(ec::parse_error,
-                        "--tokens: entry " + std::to_string(out.size() + 1) +
-                            " '" + item +
-                            "' is not a token id (0..4294967295)");
-    out.push_back(static_cast<uint32_t>(v));
-    if (comma == std::string::npos) return out;
-    pos = comma + 1;
-  }
-}
-
 namespace {
 
 struct hash_options {

@@ -113,10 +113,14 @@ json scenario_json(const sim_options& o) {
 }
 
 int run_sim(sim_options o) {
-  auto fail = [](const std::string& msg) {
+  // A bad flag, value or trace is a usage error (2); an output that cannot
+  // be written, a failure (1).
+  auto say = [](const std::string& msg, int code) {
     std::fprintf(stderr, "kvmesh sim: %s\n", msg.c_str());
-    return 2;
+    return code;
   };
+  auto fail = [&](const std::string& msg) { return say(msg, 2); };
+  auto failed = [&](const std::string& msg) { return say(msg, 1); };
   if (!o.speeds.empty()) {
     auto s = parse_speeds(o.speeds);
     if (!s) return fail(s.err().message);
@@ -172,7 +176,7 @@ int run_sim(sim_options o) {
       doc["results"].push_back(result_json(r));
     std::ofstream out(o.json_path);
     out << doc.dump(1) << "\n";
-    if (!out) return fail(o.json_path + ": cannot write JSON file");
+    if (!out) return failed(o.json_path + ": cannot write JSON file");
   }
   if (!o.report_path.empty()) {
     report_page page;
@@ -184,7 +188,7 @@ int run_sim(sim_options o) {
         "Prefill work waiting at each simulated GPU (prompt tokens not yet "
         "computed, in blocks), sampled at even steps of the simulated clock.";
     if (auto st = write_report(o.report_path, page); !st)
-      return fail(st.err().message);
+      return failed(st.err().message);
     if (!o.quiet)
       std::fprintf(stderr, "sim: report in %s\n", o.report_path.c_str());
   }

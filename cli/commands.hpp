@@ -3,11 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cstdint>
 #include <functional>
-#include <string>
-#include <vector>
 
+#include "core/args.hpp"  // parse_token_list, check_prefix: the commands' values
 #include "core/sim.hpp"
 
 namespace kvmesh::cli {
@@ -19,7 +17,8 @@ void add_engine(CLI::App& app, std::function<int()>& run);
 void add_sim(CLI::App& app, std::function<int()>& run);
 void add_up(CLI::App& app, std::function<int()>& run);
 void add_bench(CLI::App& app, std::function<int()>& run);
-// The NATS mesh (cmd_mesh.cpp): its processes and its clients.
+// The NATS mesh: its processes (cmd_agent.cpp, cmd_router.cpp,
+// cmd_index.cpp) and its clients (cmd_route.cpp, cmd_admin.cpp, cmd_top.cpp).
 void add_agent(CLI::App& app, std::function<int()>& run);
 void add_router(CLI::App& app, std::function<int()>& run);
 void add_index(CLI::App& app, std::function<int()>& run);
@@ -34,13 +33,5 @@ void add_load(CLI::App& app, std::function<int()>& run);
 // --workers, --routers, --gpu-blocks, --host-blocks, --disk-blocks,
 // --block-tokens, --speedup, --seed.
 void add_fleet_options(CLI::App& cmd, sim_config& cfg);
-
-// Parses --tokens "1,2,3" into token ids (hash, route); a malformed entry
-// is named by position.
-expected<std::vector<uint32_t>> parse_token_list(const std::string& text);
-
-// Checks a --prefix: subject tokens (letters, digits, '-', '_') separated by
-// dots, so that every subject under it is valid. Errors name --prefix.
-status check_prefix(const std::string& prefix);
 
 }  // namespace kvmesh::cli

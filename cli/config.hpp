@@ -29,7 +29,7 @@
 
 namespace kvmesh::cli {
 
-// -- the key table and the file (no CLI11) -----------------------------------
+// -- the key table and the file (no CLI11; config_file.cpp) ------------------
 
 enum class value_kind { boolean, integer, unsigned_integer, floating, text };
 
@@ -79,7 +79,7 @@ std::string toml_value(const key_spec& k,
 std::string nearest_key(const std::string& key,
                         const std::vector<key_spec>& keys);
 
-// -- on the command line (CLI11) ---------------------------------------------
+// -- on the command line (CLI11; config.cpp) ---------------------------------
 
 // A bad file or variable: exit code 2, like any bad flag of the mesh.
 class config_error : public CLI::ParseError {
@@ -119,7 +119,7 @@ void add_nats_security(CLI::App& cmd, nats_options& o);
 // command line where ps would show it.
 void export_nats_security(const nats_options& o);
 
-// `kvmesh config check FILE | show [--config FILE] | docs`.
+// `kvmesh config check FILE | show [--config FILE] | docs` (cmd_config.cpp).
 void add_config(CLI::App& app, std::function<int()>& run);
 
 }  // namespace kvmesh::cli

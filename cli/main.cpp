@@ -1,8 +1,6 @@
 // The kvmesh binary: one entry point, one subcommand per job.
 #include <cstdio>
-#include <cstring>
 #include <functional>
-#include <set>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -10,22 +8,38 @@
 
 namespace {
 
-// The mesh's commands promise exit code 2 for any bad flag or value, as
-// scripts and supervisors expect of a usage error; the older commands keep
-// CLI11's codes (105, 106, ...), which their users may already test for.
-// `up --embedded` is one of the older ones.
-bool usage_errors_exit_2(const CLI::App& app, int argc, char** argv) {
-  static const std::set<std::string> mesh{"agent", "router", "index",
-                                          "route", "admin",  "up",
-                                          "bench", "top",    "config"};
-  for (const CLI::App* sub : app.get_subcommands()) {
-    if (!mesh.count(sub->get_name())) continue;
-    if (sub->get_name() != "up") return true;
-    for (int i = 1; i < argc; ++i)
-      if (std::strcmp(argv[i], "--embedded") == 0) return false;
-    return true;
+// One exit code for every usage error, CLI11's own (an unknown flag, a bad
+// number, a missing option) as kvmesh's: 2, as scripts and supervisors
+// expect of a usage error; 1 stays for a command that could not do its job.
+// --help and --version exit 0. CLI11 prints the error.
+constexpr int usage_exit = 2;
+
+int exit_code(const CLI::App& app, const CLI::ParseError& e) {
+  return app.exit(e) == 0 ? 0 : usage_exit;
+}
+
+// The command line's first word that should have named a command of `app`
+// (or of a command that needs one of its own, like `config`) and names
+// none; "" when there is none. CLI11 only says "A subcommand is required".
+// The walk stops at the first option, so that an option's value is never
+// taken for a command.
+std::string unknown_command(const CLI::App& app, int argc, char** argv,
+                            std::string& path) {
+  const CLI::App* at = &app;
+  path = "kvmesh";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return {};
+    if (at->get_require_subcommand_min() == 0) return {};
+    const CLI::App* sub = nullptr;
+    for (const CLI::App* s : at->get_subcommands(
+             [&](const CLI::App* c) { return c->check_name(word); }))
+      sub = s;
+    if (!sub) return word;
+    at = sub;
+    path += " " + sub->get_name();
   }
-  return false;
+  return {};
 }
 
 // Every command; the config layer builds a second tree from it to know the
@@ -61,9 +75,16 @@ int main(int argc, char** argv) {
   } catch (const kvmesh::cli::config_error& e) {
     // Names the command, the file and line or the variable already.
     std::fprintf(stderr, "%s\n", e.what());
-    return 2;
+    return usage_exit;
   } catch (const CLI::RequiredError& e) {
-    const int code = app.exit(e);
+    std::string path;
+    const std::string word = unknown_command(app, argc, argv, path);
+    if (!word.empty()) {
+      std::fprintf(stderr, "%s: unknown command '%s' (%s --help lists them)\n",
+                   path.c_str(), word.c_str(), path.c_str());
+      return usage_exit;
+    }
+    const int code = exit_code(app, e);
     // Where else a required value may come from, when it can.
     for (const CLI::App* sub : app.get_subcommands())
       if (sub->get_option_no_throw("--config"))
@@ -72,10 +93,9 @@ int main(int argc, char** argv) {
                      "KVMESH_* variable or the --config file (kvmesh config "
                      "docs lists them)\n",
                      sub->get_name().c_str());
-    return code != 0 && usage_errors_exit_2(app, argc, argv) ? 2 : code;
+    return code;
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code != 0 && usage_errors_exit_2(app, argc, argv) ? 2 : code;
+    return exit_code(app, e);
   }
   return run ? run() : 0;
 }

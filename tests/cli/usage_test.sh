@@ -1,0 +1,100 @@
+#!/bin/sh
+# One exit-code rule on every command: 2 for bad usage (CLI11's parse errors
+# as kvmesh's own), 1 when a command could not do its job, 0 for --help and
+# --version; each usage error names what is wrong. No nats-server needed:
+# the usage errors come before any connection.
+# usage: usage_test.sh KVMESH_BINARY TEST_DATA_DIR
+set -u
+bin=$1
+data=$2
+fails=0
+# Nothing listens on port 1 of the loopback: a connection fails at once.
+dead=nats://127.0.0.1:1
+
+# expect NAME WANT_EXIT PATTERN -- ARGS...: runs kvmesh ARGS, checks the exit
+# code and that stdout+stderr match the grep pattern.
+expect() {
+  name=$1 want=$2 pattern=$3
+  shift 4
+  out=$("$bin" "$@" 2>&1)
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL $name: exit $got, want $want"; echo "$out"; fails=$((fails + 1))
+  elif ! printf '%s\n' "$out" | grep -Eq -- "$pattern"; then
+    echo "FAIL $name: output lacks /$pattern/"; echo "$out"
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+
+# An unknown flag, once the required ones are given.
+unexpected='argument was not expected: --bogus'
+expect hash_unknown_flag 2 "$unexpected" -- \
+  hash --block-tokens 4 --tokens 1 --bogus
+expect sim_unknown_flag 2 "$unexpected" -- sim --trace t.jsonl --bogus
+expect up_embedded_unknown_flag 2 "$unexpected" -- up --embedded --bogus
+expect bench_unknown_flag 2 "$unexpected" -- bench --bogus
+expect load_unknown_flag 2 "$unexpected" -- load --nats "$dead" --bogus
+expect agent_unknown_flag 2 "$unexpected" -- \
+  agent --nats "$dead" --engine sim --bogus
+expect route_unknown_flag 2 "$unexpected" -- \
+  route --nats "$dead" --block-tokens 4 --bogus
+expect admin_verb_unknown_flag 2 "$unexpected" -- \
+  admin --nats "$dead" workers --bogus
+
+# A value that is not a number, or not one the flag takes.
+expect hash_bad_number 2 '^--block-tokens: .*abc' -- \
+  hash --block-tokens abc --tokens 1
+expect engine_bad_number 2 '^--speedup: .*fast' -- \
+  engine --trace t.jsonl --speedup fast
+expect sim_bad_number 2 '^--workers: .*many' -- \
+  sim --trace t.jsonl --workers many
+expect load_bad_number 2 '^Could not convert: --rate = fast' -- \
+  load --nats "$dead" --rate fast
+expect router_bad_number 2 "^--fanout: must be a positive number, got '0'" -- \
+  router --nats "$dead" --fanout 0
+expect top_bad_number 2 "^--interval-ms: must be a positive number, got 'x'" -- \
+  top --nats "$dead" --interval-ms x
+expect admin_bad_number 2 "^--timeout-ms: must be a positive number, got 'soon'" -- \
+  admin workers --nats "$dead" --timeout-ms soon
+expect weights_bad_credit 2 "^--c-host: must be a number from 0 to 1, got '2'" -- \
+  admin weights set --nats "$dead" --c-host 2
+
+# A required option missing; the mesh's commands say where else it may
+# come from.
+expect hash_missing_option 2 '^--block-tokens is required' -- hash --tokens 1
+expect engine_missing_option 2 '^--trace is required' -- engine
+expect index_missing_option 2 '^--shard is required' -- index --nats "$dead"
+expect route_missing_option 2 'KVMESH_\* variable or the --config file' -- \
+  route --block-tokens 4 --tokens 1,2,3,4
+expect config_check_missing_file 2 '^FILE is required' -- config check
+
+# An unknown command, at the top and under a command that needs one.
+expect unknown_command 2 "^kvmesh: unknown command 'bogus' \(kvmesh --help" -- \
+  bogus --nats "$dead"
+expect config_unknown_command 2 "^kvmesh config: unknown command 'bogus'" -- \
+  config bogus
+expect admin_unknown_verb 2 'argument was not expected: bogus' -- \
+  admin --nats "$dead" bogus
+expect no_command 2 'A subcommand is required' --
+
+# A value refused by kvmesh itself, and one from the environment.
+expect hash_own_usage_error 2 "entry 2 '2x' is not a token id" -- \
+  hash --block-tokens 4 --tokens 1,2x
+export KVMESH_ROUTER_FANOUT=x
+expect bad_environment_value 2 'KVMESH_ROUTER_FANOUT=x: must be a positive' -- \
+  router --nats "$dead"
+unset KVMESH_ROUTER_FANOUT
+
+# Not usage errors: help and version succeed, an unreachable server fails.
+expect help 0 'Usage: ' -- route --help
+expect top_help 0 'Subcommands:' -- --help
+expect version 0 '^kvmesh [0-9]' -- --version
+expect unreachable_server 1 'cannot connect' -- \
+  route --nats "$dead" --block-tokens 4 --tokens 1,2,3,4
+expect sim_unwritable_json 1 'no/such/dir/a.json: cannot write' -- \
+  sim --trace "$data/sample_trace.jsonl" --workers 2 --policy kvmesh --quiet \
+  --json /no/such/dir/a.json
+
+[ "$fails" -eq 0 ] || { echo "$fails usage checks failed"; exit 1; }
