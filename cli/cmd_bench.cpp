@@ -18,7 +18,6 @@
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -157,14 +156,9 @@ std::string check_options(bench_options& o) {
   if (auto st = validate(o.cfg); !st) return st.err().message;
   if (o.prefix.empty()) o.prefix = "kvmesh-bench-" + std::to_string(getpid());
   if (auto st = check_prefix(o.prefix); !st) return st.err().message;
-  if (o.shards == 0) return "--shards must be at least 1";
-  if (o.agents == 0) return "--agents must be at least 1";
-  if (o.agents > o.cfg.workers)
-    return "--agents: " + std::to_string(o.agents) + " agents for " +
-           std::to_string(o.cfg.workers) +
-           " workers (--workers): each agent needs one at least";
-  if (o.cfg.workers > max_worker_id)
-    return "--workers: at most " + std::to_string(max_worker_id);
+  if (auto why = harness::check_layout(o.shards, o.agents, o.cfg.workers);
+      !why.empty())
+    return why;
   if (o.baseline_samples == 0) return "--baseline-samples must be at least 1";
   if (!(o.time_scale > 0) || !std::isfinite(o.time_scale))
     return "--time-scale must be a positive number";
@@ -277,12 +271,7 @@ std::string start_server(harness::child_mesh& m, const bench_options& o,
 harness::launch_options launch_of(const bench_options& o,
                                   const std::string& exe,
                                   const harness::child_mesh& m) {
-  harness::launch_options lo;
-  lo.exe = exe;
-  lo.url = m.url;
-  lo.prefix = o.prefix;
-  lo.dir = m.dir;
-  lo.fleet = o.cfg;
+  harness::launch_options lo = harness::launch_for(exe, m, o.prefix, o.cfg);
   lo.shards = o.shards;
   lo.agents = o.agents;
   lo.fanout = o.fanout;

@@ -208,15 +208,7 @@ std::string check_mesh_options(const up_options& o) {
              ": replays run only --embedded so far (one process)";
   if (auto st = validate(cfg); !st) return st.err().message;
   if (auto st = check_prefix(o.prefix); !st) return st.err().message;
-  if (o.shards == 0) return "--shards must be at least 1";
-  if (o.agents == 0) return "--agents must be at least 1";
-  if (o.agents > cfg.workers)
-    return "--agents: " + std::to_string(o.agents) + " agents for " +
-           std::to_string(cfg.workers) +
-           " workers (--workers): each agent needs one at least";
-  if (cfg.workers > max_worker_id)
-    return "--workers: at most " + std::to_string(max_worker_id);
-  return {};
+  return harness::check_layout(o.shards, o.agents, cfg.workers);
 }
 
 // --data-dir, made if missing, or a temporary directory removed at exit:
@@ -273,12 +265,7 @@ std::optional<int> start_own_nats(harness::child_mesh& m, const up_options& o,
 harness::launch_options launch_of(const up_options& o, const std::string& exe,
                                   const harness::child_mesh& m,
                                   uint32_t threads) {
-  harness::launch_options lo;
-  lo.exe = exe;
-  lo.url = m.url;
-  lo.prefix = o.prefix;
-  lo.dir = m.dir;
-  lo.fleet = o.cfg;
+  harness::launch_options lo = harness::launch_for(exe, m, o.prefix, o.cfg);
   lo.shards = o.shards;
   lo.agents = o.agents;
   lo.fanout = o.fanout;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "actors/router.hpp"
 #include "core/log.hpp"
 #include "core/secret.hpp"
 
@@ -88,6 +89,18 @@ std::vector<std::string> sim_agent_args(const sim_config& cfg,
           "--model-factor",  arg(cfg.model_factor),
           "--refuse-growth", arg(cfg.refuse_growth),
           "--time-scale",    arg(time_scale)};
+}
+
+std::string check_layout(uint32_t shards, uint32_t agents, uint32_t workers) {
+  if (shards == 0) return "--shards must be at least 1";
+  if (agents == 0) return "--agents must be at least 1";
+  if (agents > workers)
+    return "--agents: " + std::to_string(agents) + " agents for " +
+           std::to_string(workers) +
+           " workers (--workers): each agent needs one at least";
+  if (workers > max_worker_id)
+    return "--workers: at most " + std::to_string(max_worker_id);
+  return {};
 }
 
 std::vector<planned_child> mesh_commands(const launch_options& o) {
@@ -235,6 +248,17 @@ expected<nats_start> start_nats(child_mesh& m, const std::string& program,
   }
   m.url = p.name;
   return out;
+}
+
+launch_options launch_for(const std::string& exe, const child_mesh& m,
+                          const std::string& prefix, const sim_config& fleet) {
+  launch_options o;
+  o.exe = exe;
+  o.url = m.url;
+  o.prefix = prefix;
+  o.dir = m.dir;
+  o.fleet = fleet;
+  return o;
 }
 
 std::string start_mesh(

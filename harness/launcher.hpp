@@ -87,6 +87,10 @@ struct launch_options {
   bool logs_in_dir = false;
 };
 
+// Whether `shards` index shards and `agents` agents can run `workers`
+// workers: "" when they can, else why not, naming the flag.
+std::string check_layout(uint32_t shards, uint32_t agents, uint32_t workers);
+
 // One child of the mesh, as it will be started.
 struct planned_child {
   std::string role;  // index, agent, router
@@ -187,6 +191,11 @@ struct nats_start {
 // connections; m.url is its URL once it does.
 expected<nats_start> start_nats(child_mesh& m, const std::string& program,
                                 bool jetstream, uint32_t threads);
+
+// Options for `fleet` with `exe` as the children's binary, `m`'s server and
+// directory and subjects under `prefix`; the rest at their defaults.
+launch_options launch_for(const std::string& exe, const child_mesh& m,
+                          const std::string& prefix, const sim_config& fleet);
 
 // Starts mesh_commands(o) in order, each told to `started` (may be empty);
 // "" when all started, else "ROLE NAME: why" of the first that did not.

@@ -78,9 +78,9 @@ argv_t concat(argv_t a, const argv_t& b) {
   return a;
 }
 
-// Byte for byte what `kvmesh up` started before the launcher was shared
-// (strace of the command above): --heartbeat-ms with each role's flags,
-// routers with --durable and without the tiers' credits.
+// Byte for byte what `kvmesh up` gives its children for the command above,
+// as ps shows them: --heartbeat-ms with each role's flags, routers with
+// --durable and without the tiers' credits.
 TEST(Launcher, UpCommandLinesAreUps) {
   const auto cmds = mesh_commands(up_like());
   const argv_t common{"--nats", "nats://127.0.0.1:PORT", "--prefix", "kvmesh",
@@ -112,8 +112,8 @@ TEST(Launcher, UpCommandLinesAreUps) {
     EXPECT_EQ(cmds[i].argv, want[i]) << cmds[i].name;
 }
 
-// Byte for byte what `kvmesh bench` started before the launcher was shared:
-// --heartbeat-ms after --prefix, routers with --c-host, --c-disk and
+// Byte for byte what `kvmesh bench` gives its children for the command
+// above: --heartbeat-ms after --prefix, routers with --c-host, --c-disk and
 // --ceiling.
 TEST(Launcher, BenchCommandLinesAreBenchs) {
   const auto cmds = mesh_commands(bench_like());
@@ -181,6 +181,32 @@ TEST(Launcher, RouterFlagsFollowTheFleetsPrices) {
   EXPECT_EQ(value_of("--c-host"), "0.125");
   EXPECT_EQ(value_of("--ceiling"), "7");
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--durable"), 0);
+}
+
+TEST(Launcher, LayoutChecksNameTheFlag) {
+  EXPECT_EQ(check_layout(1, 2, 4), "");
+  EXPECT_EQ(check_layout(0, 1, 4), "--shards must be at least 1");
+  EXPECT_EQ(check_layout(1, 0, 4), "--agents must be at least 1");
+  EXPECT_EQ(check_layout(1, 5, 4),
+            "--agents: 5 agents for 4 workers (--workers): each agent needs "
+            "one at least");
+  EXPECT_EQ(check_layout(1, 1, 70000), "--workers: at most 65536");
+}
+
+TEST(Launcher, LaunchForTakesTheMeshsServerAndDirectory) {
+  child_mesh m;
+  m.url = "nats://h:1";
+  m.dir = "/run";
+  sim_config fleet;
+  fleet.workers = 3;
+  const launch_options o = launch_for("/bin/kvmesh", m, "p", fleet);
+  EXPECT_EQ(o.exe, "/bin/kvmesh");
+  EXPECT_EQ(o.url, "nats://h:1");
+  EXPECT_EQ(o.dir, "/run");
+  EXPECT_EQ(o.prefix, "p");
+  EXPECT_EQ(o.fleet.workers, 3u);
+  EXPECT_FALSE(o.durable || o.price_costs || o.heartbeat_first ||
+               o.logs_in_dir);
 }
 
 TEST(Launcher, NatsCommandHasJetStreamOnlyWhenAsked) {
