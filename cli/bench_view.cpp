@@ -99,8 +99,7 @@ json print_cpu(const harness::child_mesh& m, const harness::cpu_use& before,
 }
 
 void print_baseline(const harness::baseline_report& b,
-                    const harness::overhead_result& h,
-                    const std::string& url) {
+                    const harness::overhead_result& h, const std::string& url) {
   std::printf("\nraw NATS on %s (%zu-byte request and reply)\n", url.c_str(),
               b.payload);
   std::vector<std::vector<std::string>> rows{

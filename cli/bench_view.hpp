@@ -1,5 +1,5 @@
-// What `kvmesh bench` prints and writes of a run: the overhead, CPU and
-// baseline tables, and their JSON and report lines.
+// What `kvmesh bench` prints and writes of a run.
+// The overhead, CPU and baseline tables, and their JSON and report lines.
 #pragma once
 
 #include <string>

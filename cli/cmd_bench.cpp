@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
 #include "cli/bench_view.hpp"
+#include "cli/commands.hpp"
 #include "cli/config.hpp"
 #include "cli/html_report.hpp"
 #include "cli/report.hpp"
@@ -227,8 +227,8 @@ std::string make_run_dir(harness::child_mesh& m, const bench_options& o) {
 // Threads of each process the run starts. The bench's own process counts
 // too: it drives the load.
 uint32_t process_threads(const bench_options& o) {
-  return harness::host_share_threads(
-      o.shards + o.agents + o.cfg.routers + 1, o.threads);
+  return harness::host_share_threads(o.shards + o.agents + o.cfg.routers + 1,
+                                     o.threads);
 }
 
 // Our own nats-server (no JetStream: bench does not use the durable
@@ -286,9 +286,10 @@ harness::launch_options launch_of(const bench_options& o,
 
 // This client's connection to the mesh's server, every router heartbeat
 // going to `beats`.
-expected<std::unique_ptr<nats_bus>> connect_client(
-    const std::string& url, const nats_options& security, const subjects& subj,
-    harness::beat_log& beats) {
+expected<std::unique_ptr<nats_bus>> connect_client(const std::string& url,
+                                                   const nats_options& security,
+                                                   const subjects& subj,
+                                                   harness::beat_log& beats) {
   nats_options no = security;
   no.url = url;
   no.name = "kvmesh-bench";
@@ -358,8 +359,7 @@ std::string drive_trace(nats_bus& bus, const bench_options& o,
   // trace's bursts and the busy host hit it as they hit the auctions,
   // which rounds before or after the run never see. Its responders live
   // in this process: their CPU is in the bench client's row.
-  auto rounds =
-      scatter_gather_rounds::open(bo, fanout, in.payload, in.payload);
+  auto rounds = scatter_gather_rounds::open(bo, fanout, in.payload, in.payload);
   if (!rounds) return rounds.err().message;
   harness::replay_run_options ro;
   ro.prefix = o.prefix;
@@ -368,8 +368,8 @@ std::string drive_trace(nats_bus& bus, const bench_options& o,
   ro.time_scale = o.time_scale;
   ro.heartbeat_ms = o.heartbeat_ms;
   ro.timeout_s = in.timeout_s;
-  auto r = harness::replay_trace(bus, ro, in.trace, m, sampler.get(),
-                                 rounds->get());
+  auto r =
+      harness::replay_trace(bus, ro, in.trace, m, sampler.get(), rounds->get());
   if (!r) return r.err().message;
   run.sg_during = (*rounds)->finish(std::chrono::seconds(2));
   rounds->reset();
@@ -383,8 +383,7 @@ std::string drive_trace(nats_bus& bus, const bench_options& o,
 }
 
 // The load's table and JSON; whether requests were lost.
-bool print_throughput(const bench_options& o, const bench_run& run,
-                      json& doc) {
+bool print_throughput(const bench_options& o, const bench_run& run, json& doc) {
   const harness::closed_loop_result& load = run.load;
   std::printf(
       "load: %" PRIu64
@@ -407,18 +406,17 @@ bool print_throughput(const bench_options& o, const bench_run& run,
       "steady: decisions after the first 10%% of requests were answered, "
       "per second; rtt: publish to reply at this client\n");
   print_errors(load.error_kinds);
-  doc["throughput"] = {
-      {"requests", load.requests},
-      {"sent", load.sent},
-      {"decided", load.decided},
-      {"errors", load.errors},
-      {"timed_out", load.timed_out},
-      {"late", load.late},
-      {"error_kinds", errors_json(load.error_kinds)},
-      {"wall_s", seconds(run.end - run.start)},
-      {"decisions_per_s", load.decisions_per_s},
-      {"steady_decisions_per_s", load.steady_decisions_per_s},
-      {"rtt_us", to_json(load.rtt_us)}};
+  doc["throughput"] = {{"requests", load.requests},
+                       {"sent", load.sent},
+                       {"decided", load.decided},
+                       {"errors", load.errors},
+                       {"timed_out", load.timed_out},
+                       {"late", load.late},
+                       {"error_kinds", errors_json(load.error_kinds)},
+                       {"wall_s", seconds(run.end - run.start)},
+                       {"decisions_per_s", load.decisions_per_s},
+                       {"steady_decisions_per_s", load.steady_decisions_per_s},
+                       {"rtt_us", to_json(load.rtt_us)}};
   return load.errors + load.timed_out > 0;
 }
 
@@ -525,9 +523,9 @@ int run_bench(bench_options o) {
     return failure(why);
   }
   const harness::cpu_use cpu_after = harness::cpu_now(m);
-  if (auto why = harness::wait_end_beats(beats, m, o.cfg.routers,
-                                         o.heartbeat_ms, run.start, run.end,
-                                         run.client_decisions);
+  if (auto why =
+          harness::wait_end_beats(beats, m, o.cfg.routers, o.heartbeat_ms,
+                                  run.start, run.end, run.client_decisions);
       !why.empty()) {
     close_bus();
     return failure(why);
@@ -556,8 +554,7 @@ int run_bench(bench_options o) {
   b.sg_during = std::move(run.sg_during);
   // A throughput run without --rate sends back to back: nothing to pace.
   const double rate = throughput ? o.rate : h.decisions_per_s;
-  if (auto why =
-          harness::measure_baselines(b, bo, o.baseline_samples, rate, m);
+  if (auto why = harness::measure_baselines(b, bo, o.baseline_samples, rate, m);
       !why.empty())
     return failure(why);
   print_baseline(b, h, redact_url(m.url));

@@ -56,19 +56,14 @@ void write_lines(const std::string& path,
 
 void print_counts(const harness::open_loop_counts& c, const load_flags& f) {
   if (f.json) {
-    const nlohmann::json sum = {{"sent", c.sent},
-                                {"publish_errors", c.publish_errors},
-                                {"decided", c.decided},
-                                {"errors", c.errors},
-                                {"timeouts", c.timeouts},
-                                {"late", c.late},
-                                {"lost", c.lost},
-                                {"duplicates", c.duplicates},
-                                {"repeats", c.repeats},
-                                {"double_runs", c.double_runs},
-                                {"recovered", c.recovered},
-                                {"durable", f.loop.durable},
-                                {"rate", f.loop.rate}};
+    const nlohmann::json sum = {
+        {"sent", c.sent},           {"publish_errors", c.publish_errors},
+        {"decided", c.decided},     {"errors", c.errors},
+        {"timeouts", c.timeouts},   {"late", c.late},
+        {"lost", c.lost},           {"duplicates", c.duplicates},
+        {"repeats", c.repeats},     {"double_runs", c.double_runs},
+        {"recovered", c.recovered}, {"durable", f.loop.durable},
+        {"rate", f.loop.rate}};
     std::printf("%s\n", sum.dump().c_str());
     return;
   }
@@ -76,9 +71,8 @@ void print_counts(const harness::open_loop_counts& c, const load_flags& f) {
               " (late %" PRIu64 "), errors %" PRIu64 ", timeouts %" PRIu64
               ", lost %" PRIu64 ", duplicates %" PRIu64 " (repeats %" PRIu64
               "), run twice %" PRIu64 ", read from the record %" PRIu64 "\n",
-              c.sent, c.publish_errors, c.decided, c.late, c.errors,
-              c.timeouts, c.lost, c.duplicates, c.repeats, c.double_runs,
-              c.recovered);
+              c.sent, c.publish_errors, c.decided, c.late, c.errors, c.timeouts,
+              c.lost, c.duplicates, c.repeats, c.double_runs, c.recovered);
 }
 
 int run_load(const load_flags& f) {

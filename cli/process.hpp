@@ -1,5 +1,5 @@
-// The harness's signal helpers and thread limit under the names the mesh
-// commands (cmd_mesh.cpp) use, so that they need no change of their own.
+// The harness's signal helpers under the names the mesh commands use.
+// cmd_mesh.cpp includes this path and calls them unqualified.
 #pragma once
 
 #include "harness/launcher.hpp"

@@ -1,7 +1,7 @@
-// The bench's accounting of a run on the mesh: what the routers' heartbeats
-// count between its start and its end (decisions, re-auctions, auction
-// latency, NATS messages less the idle traffic), where the CPU went, and
-// why requests failed, by kind.
+// The bench's accounting of a run: overhead, CPU per process, error kinds.
+// What the routers' heartbeats count between the run's start and its end
+// (decisions, re-auctions, auction latency, NATS messages less the idle
+// traffic), where the CPU went, and why requests failed, by kind.
 #pragma once
 
 #include <chrono>
@@ -22,7 +22,8 @@ inline double seconds(steady::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-// -- why requests failed --------------------------------------------------------
+// -- why requests failed
+// --------------------------------------------------------
 
 // An error message without the numbers in it (request ids, worker ids),
 // so that errors of one kind count together.

@@ -37,8 +37,8 @@ std::string measure_baselines(baseline_report& b, const nats_options& server,
   if (auto why = watch(m, 0); !why.empty()) return why;
   b.rr = request_reply_latency(server, b.payload, samples);
   if (auto why = watch(m, 0); !why.empty()) return why;
-  b.sg = scatter_gather_latency(server, b.fanout, b.payload, b.payload,
-                                samples);
+  b.sg =
+      scatter_gather_latency(server, b.fanout, b.payload, b.payload, samples);
   // At a trace's rate the mesh's threads sleep between decisions and each
   // auction pays for waking them; back-to-back rounds find them awake.
   // Rounds at the run's rate pay the same, and show what of the auction's

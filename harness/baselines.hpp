@@ -1,6 +1,6 @@
-// The raw NATS baselines of `kvmesh bench`: request/reply and scatter-gather
-// round trips on the mesh's own server, back to back and paced at the run's
-// decision rate, as the floor under the auctions' latency.
+// The raw NATS baselines of `kvmesh bench`: the floor under the auctions.
+// Request/reply and scatter-gather round trips on the mesh's own server,
+// back to back and paced at the run's decision rate.
 #pragma once
 
 #include <cstddef>

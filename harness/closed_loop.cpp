@@ -63,7 +63,8 @@ void book_reply(load_books& books, size_t i, size_t n,
 
 // The result from the books once every request is resolved.
 closed_loop_result close_books(load_books& books, uint64_t sent,
-                        steady::time_point start, steady::time_point end) {
+                               steady::time_point start,
+                               steady::time_point end) {
   std::lock_guard<std::mutex> g(books.mu);
   closed_loop_result res = books.res;
   res.sent = sent;

@@ -1,5 +1,5 @@
-// The closed-loop load generator of `kvmesh bench --mode throughput`:
-// synthetic route requests published over NATS with a bounded number in
+// The closed-loop load generator of `kvmesh bench --mode throughput`.
+// Synthetic route requests published over NATS with a bounded number in
 // flight (and an optional rate cap), every reply, error and timeout
 // counted.
 #pragma once

@@ -29,26 +29,21 @@ constexpr auto ready_limit = std::chrono::seconds(60);
 std::vector<std::string> router_args(const launch_options& o, uint32_t r,
                                      const std::string& name) {
   const sim_config& cfg = o.fleet;
-  std::vector<std::string> argv{"--name",
-                                name,
-                                "--fanout",
-                                arg(o.fanout),
-                                "--block-tokens",
-                                arg(cfg.block_tokens),
-                                "--max-auctions",
-                                arg(cfg.max_auctions),
-                                "--seed",
-                                arg(router_seed(cfg.seed, r))};
+  std::vector<std::string> argv{
+      "--name",         name,
+      "--fanout",       arg(o.fanout),
+      "--block-tokens", arg(cfg.block_tokens),
+      "--max-auctions", arg(cfg.max_auctions),
+      "--seed",         arg(router_seed(cfg.seed, r))};
   if (!o.heartbeat_first)
     argv.insert(argv.end(), {"--heartbeat-ms", arg(o.heartbeat_ms)});
-  argv.insert(argv.end(), {"--beta", arg(cfg.price.beta), "--k",
-                           arg(cfg.price.k), "--overflow",
-                           arg(cfg.price.overflow)});
+  argv.insert(argv.end(),
+              {"--beta", arg(cfg.price.beta), "--k", arg(cfg.price.k),
+               "--overflow", arg(cfg.price.overflow)});
   if (o.price_costs)
-    argv.insert(argv.end(),
-                {"--c-host", arg(cfg.price.c_host), "--c-disk",
-                 arg(cfg.price.c_disk), "--ceiling",
-                 arg(cfg.price.overload_ceiling)});
+    argv.insert(argv.end(), {"--c-host", arg(cfg.price.c_host), "--c-disk",
+                             arg(cfg.price.c_disk), "--ceiling",
+                             arg(cfg.price.overload_ceiling)});
   if (o.durable) argv.push_back("--durable");
   return argv;
 }
@@ -107,8 +102,8 @@ std::vector<planned_child> mesh_commands(const launch_options& o) {
   std::vector<planned_child> out;
   auto add = [&](const std::string& role, const std::string& name,
                  std::vector<std::string> own, const std::string& hosts) {
-    std::vector<std::string> argv{o.exe,      role,     "--nats",
-                                  o.url,      "--prefix", o.prefix};
+    std::vector<std::string> argv{o.exe, role,       "--nats",
+                                  o.url, "--prefix", o.prefix};
     if (o.heartbeat_first)
       argv.insert(argv.end(), {"--heartbeat-ms", arg(o.heartbeat_ms)});
     argv.insert(argv.end(), {"--threads", arg(o.threads)});

@@ -1,6 +1,6 @@
-// The mesh as child processes of this one, for `kvmesh up` and `kvmesh
-// bench`: the children's command lines, starting nats-server and the mesh
-// in order, watching them, and stopping them however the run ends.
+// The mesh as child processes of this one, for `kvmesh up` and `bench`.
+// The children's command lines, starting nats-server and the mesh in
+// order, watching them, and stopping them however the run ends.
 #pragma once
 
 #include <signal.h>
@@ -65,7 +65,7 @@ struct launch_options {
   std::string exe;  // the kvmesh binary the children run
   std::string url;  // their NATS server
   std::string prefix;
-  std::string dir;  // the shards' RocksDB go under it
+  std::string dir;   // the shards' RocksDB go under it
   sim_config fleet;  // workers, routers, engines, auctions, price weights
   uint32_t shards = 1;
   uint32_t agents = 1;
@@ -114,7 +114,8 @@ std::vector<planned_child> mesh_commands(const launch_options& o);
 std::vector<std::string> nats_command(const std::string& program, int port,
                                       const std::string& dir, bool jetstream);
 
-// -- the running mesh -----------------------------------------------------------
+// -- the running mesh
+// -----------------------------------------------------------
 
 // A child of the mesh, named for messages.
 struct child_proc {
@@ -133,9 +134,9 @@ struct child_mesh {
   // SIGINT, SIGTERM and SIGCHLD, blocked (block_signals) before any child
   // or thread exists: only the waits below take them.
   sigset_t signals{};
-  temp_dir_guard temp;  // first: removed after the children stopped
-  std::string dir;      // data and logs
-  std::string url;      // the NATS server
+  temp_dir_guard temp;           // first: removed after the children stopped
+  std::string dir;               // data and logs
+  std::string url;               // the NATS server
   std::vector<child_proc> nats;  // our own nats-server, if any
   std::vector<child_proc> procs;
 
@@ -182,8 +183,8 @@ struct nats_start {
   outcome what = ready;
   int port = 0;
   std::string log;
-  int signal = 0;       // stopped: SIGINT or SIGTERM
-  ended_child child;    // ended: the server, before accepting connections
+  int signal = 0;     // stopped: SIGINT or SIGTERM
+  ended_child child;  // ended: the server, before accepting connections
 };
 
 // Starts `program` (nats_command) on a free loopback port with

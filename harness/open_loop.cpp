@@ -185,8 +185,8 @@ expected<std::unique_ptr<open_loop>> open_loop::open(
   });
   if (!answers) return answers.err();
   l->answers_ = *answers;
-  auto events = bus.subscribe(subj.events(), "",
-                              [rec](nats_message m) { rec->events(m.payload); });
+  auto events = bus.subscribe(
+      subj.events(), "", [rec](nats_message m) { rec->events(m.payload); });
   if (!events) return events.err();
   l->events_ = *events;
   // Ids unique across runs and clients: 31 random bits, then a count.

@@ -1,7 +1,8 @@
-// The open-loop load generator of `kvmesh load`: route requests to a
-// running mesh at a fixed rate with unique ids, plain or through the
-// durable queue, and what became of each one as this client saw it, so
-// that scripts/chaos can count lost and duplicated decisions across faults.
+// The open-loop load generator of `kvmesh load`, and each request's fate.
+// Route requests to a running mesh at a fixed rate with unique ids, plain
+// or through the durable queue, and what became of each one as this client
+// saw it, so that scripts/chaos can count lost and duplicated decisions
+// across faults.
 #pragma once
 
 #include <atomic>
@@ -87,9 +88,9 @@ expected<route_request_msg> open_loop_request(uint64_t id, uint32_t group,
 
 // The counts over every request.
 struct open_loop_counts {
-  uint64_t sent = 0, publish_errors = 0, decided = 0, errors = 0,
-           timeouts = 0, late = 0, lost = 0, duplicates = 0, repeats = 0,
-           double_runs = 0, recovered = 0;
+  uint64_t sent = 0, publish_errors = 0, decided = 0, errors = 0, timeouts = 0,
+           late = 0, lost = 0, duplicates = 0, repeats = 0, double_runs = 0,
+           recovered = 0;
 };
 
 // Marks each request's timed_out as a client would have seen it by

@@ -1,10 +1,10 @@
-// Child processes and signals on POSIX, written by hand: Debian 12 has no
-// C++ library that starts a child in its own process group, with a reset
-// signal mask and a parent-death signal (posix_spawn(3) has no
-// PR_SET_PDEATHSIG), so spawn_child forks and execs itself, with only
-// async-signal-safe calls in between. What it guarantees: no orphan when
-// the parent dies, a Ctrl-C reaches only the parent, and an exec failure is
-// told on the parent's stderr.
+// Child processes and signals on POSIX, by hand: no Debian library fits.
+// Debian 12 has no C++ library that starts a child in its own process
+// group, with a reset signal mask and a parent-death signal (posix_spawn(3)
+// has no PR_SET_PDEATHSIG), so spawn_child forks and execs itself, with only
+// async-signal-safe calls in between. What it guarantees: no orphan when the
+// parent dies, a Ctrl-C reaches only the parent, and an exec failure is told
+// on the parent's stderr.
 #pragma once
 
 #include <signal.h>

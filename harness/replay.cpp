@@ -154,7 +154,9 @@ expected<trace_run> replay_trace(
     if (why.empty() && sampler)
       sample_queues(
           bus, subj, o.workers,
-          [&] { return seconds(steady::now() - run.start) * 1e3 * o.time_scale; },
+          [&] {
+            return seconds(steady::now() - run.start) * 1e3 * o.time_scale;
+          },
           *sampler);
     if (why.empty() && steady::now() > deadline)
       why = "the replay did not end within " + arg(o.timeout_s) +

@@ -1,5 +1,5 @@
-// A trace replayed through the mesh on NATS (`kvmesh bench --mode trace`):
-// the replay client in this process, its route requests over NATS to the
+// A trace replayed through the mesh on NATS (`kvmesh bench --mode trace`).
+// The replay client in this process, its route requests over NATS to the
 // routers' queue group, with why requests failed counted by kind.
 #pragma once
 

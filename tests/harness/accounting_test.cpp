@@ -1,5 +1,5 @@
-// Tests of harness/accounting: the overhead of a run from given router
-// heartbeats, CPU rows from given readings, error kinds.
+// Tests of harness/accounting: overhead, CPU rows and error kinds.
+// From given router heartbeats and CPU readings.
 #include "harness/accounting.hpp"
 
 #include <gtest/gtest.h>

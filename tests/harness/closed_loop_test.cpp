@@ -1,5 +1,5 @@
-// Tests of harness/closed_loop's synthetic requests and harness/baselines'
-// payload: what a throughput run sends, the same for the same seed.
+// Tests of harness/closed_loop's requests and harness/baselines' payload.
+// What a throughput run sends, the same for the same seed.
 #include "harness/closed_loop.hpp"
 
 #include <gtest/gtest.h>

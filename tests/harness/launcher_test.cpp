@@ -1,5 +1,6 @@
-// Tests of harness/launcher: the command lines `up` and `bench` give their
-// children, and starting, watching and reaping real child processes.
+// Tests of harness/launcher: command lines, start, watch and reap.
+// The command lines `up` and `bench` give their children, and real child
+// processes started, watched and reaped.
 #include "harness/launcher.hpp"
 
 #include <gtest/gtest.h>
@@ -65,11 +66,11 @@ launch_options bench_like() {
 
 argv_t agent_tail(const std::string& name, const char* workers,
                   const char* first, const char* time_scale) {
-  return {"--engine",       "sim",           "--name",        name,
-          "--workers",      workers,         "--worker-id",   first,
-          "--gpu-blocks",   "1024",          "--host-blocks", "4096",
-          "--disk-blocks",  "16384",         "--block-tokens", "512",
-          "--model-factor", "1",             "--refuse-growth", "0.05",
+  return {"--engine",       "sim",     "--name",          name,
+          "--workers",      workers,   "--worker-id",     first,
+          "--gpu-blocks",   "1024",    "--host-blocks",   "4096",
+          "--disk-blocks",  "16384",   "--block-tokens",  "512",
+          "--model-factor", "1",       "--refuse-growth", "0.05",
           "--time-scale",   time_scale};
 }
 
@@ -83,16 +84,17 @@ argv_t concat(argv_t a, const argv_t& b) {
 // --durable and without the tiers' credits.
 TEST(Launcher, UpCommandLinesAreUps) {
   const auto cmds = mesh_commands(up_like());
-  const argv_t common{"--nats", "nats://127.0.0.1:PORT", "--prefix", "kvmesh",
+  const argv_t common{"--nats",    "nats://127.0.0.1:PORT",
+                      "--prefix",  "kvmesh",
                       "--threads", "2"};
   auto head = [&](const char* role) {
     return concat({"KVMESH", role}, common);
   };
   const std::vector<argv_t> want{
-      concat(head("index"), {"--shard", "0/2", "--db", "/d/shard-0",
-                             "--heartbeat-ms", "300"}),
-      concat(head("index"), {"--shard", "1/2", "--db", "/d/shard-1",
-                             "--heartbeat-ms", "300"}),
+      concat(head("index"),
+             {"--shard", "0/2", "--db", "/d/shard-0", "--heartbeat-ms", "300"}),
+      concat(head("index"),
+             {"--shard", "1/2", "--db", "/d/shard-1", "--heartbeat-ms", "300"}),
       concat(concat(head("agent"), agent_tail("agent-0", "3", "0", "3")),
              {"--heartbeat-ms", "300"}),
       concat(concat(head("agent"), agent_tail("agent-3", "2", "3", "3")),
@@ -124,22 +126,20 @@ TEST(Launcher, BenchCommandLinesAreBenchs) {
   auto head = [&](const char* role) {
     return concat({"KVMESH", role}, common);
   };
-  const argv_t prices{"--beta",   "0.03", "--k",      "0.1",
-                      "--overflow", "1",  "--c-host", "0.75",
-                      "--c-disk", "0.25", "--ceiling", "0"};
+  const argv_t prices{"--beta",     "0.03", "--k",       "0.1",
+                      "--overflow", "1",    "--c-host",  "0.75",
+                      "--c-disk",   "0.25", "--ceiling", "0"};
   const std::vector<argv_t> want{
       concat(head("index"), {"--shard", "0/1", "--db", "/d/shard-0"}),
       concat(head("agent"), agent_tail("agent-0", "2", "0", "1000")),
       concat(head("agent"), agent_tail("agent-2", "2", "2", "1000")),
-      concat(concat(head("router"),
-                    {"--name", "router-0", "--fanout", "16", "--block-tokens",
-                     "512", "--max-auctions", "8", "--seed",
-                     "6485274418266381604"}),
+      concat(concat(head("router"), {"--name", "router-0", "--fanout", "16",
+                                     "--block-tokens", "512", "--max-auctions",
+                                     "8", "--seed", "6485274418266381604"}),
              prices),
-      concat(concat(head("router"),
-                    {"--name", "router-1", "--fanout", "16", "--block-tokens",
-                     "512", "--max-auctions", "8", "--seed",
-                     "4294279809680864835"}),
+      concat(concat(head("router"), {"--name", "router-1", "--fanout", "16",
+                                     "--block-tokens", "512", "--max-auctions",
+                                     "8", "--seed", "4294279809680864835"}),
              prices)};
   ASSERT_EQ(cmds.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i)
@@ -213,9 +213,9 @@ TEST(Launcher, NatsCommandHasJetStreamOnlyWhenAsked) {
   EXPECT_EQ(nats_command("nats-server", 4222, "/d", true),
             (argv_t{"nats-server", "-a", "127.0.0.1", "-p", "4222", "-js",
                     "-sd", "/d/jetstream", "-l", "/d/nats-server.log"}));
-  EXPECT_EQ(nats_command("ns", 1, "/x", false),
-            (argv_t{"ns", "-a", "127.0.0.1", "-p", "1", "-l",
-                    "/x/nats-server.log"}));
+  EXPECT_EQ(
+      nats_command("ns", 1, "/x", false),
+      (argv_t{"ns", "-a", "127.0.0.1", "-p", "1", "-l", "/x/nats-server.log"}));
 }
 
 TEST(Launcher, FlagValuesReadBackTheSame) {

@@ -1,5 +1,5 @@
-// Tests of harness/open_loop's books: the requests `kvmesh load` sends,
-// what each answer, record and event does to a request's outcome, and the
+// Tests of harness/open_loop: the requests, outcomes and counts of load.
+// What each answer, record and event does to a request's outcome, and the
 // counts scripts/chaos checks.
 #include "harness/open_loop.hpp"
 
@@ -117,8 +117,8 @@ TEST_F(Books, LookUpsAreForUnansweredDurableRequests) {
 
 TEST_F(Books, EachFirstTokenEventCountsARun) {
   request_events ev;
-  ev.events = {{1, 0, false}, {1, 0, true}, {1, 3, false}, {2, 0, true},
-               {77, 0, false}};
+  ev.events = {
+      {1, 0, false}, {1, 0, true}, {1, 3, false}, {2, 0, true}, {77, 0, false}};
   rec.events(encode(ev));
   EXPECT_EQ(rec.by_id[1].started, 2u);  // run twice
   EXPECT_EQ(rec.by_id[2].started, 0u);
@@ -137,7 +137,7 @@ TEST(OpenLoopCounts, EveryFateCounted) {
   auto& late = by_id[2];
   late.sent_ms = now - 5000;
   late.answered_ms = now - 2000;  // 3 s after: past 2 s
-  late.decisions = 2;              // and once more: a repeat
+  late.decisions = 2;             // and once more: a repeat
   late.winners = {3};
   late.from_record = true;
   auto& twice = by_id[3];
