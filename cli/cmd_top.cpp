@@ -9,7 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/mesh_flags.hpp"
-#include "cli/process.hpp"
+#include "harness/process.hpp"
 #include "cli/top_view.hpp"
 #include "core/secret.hpp"
 
@@ -70,7 +70,7 @@ int run_top(const top_flags& f) {
     return usage_error(cmd, why);
   // Ctrl-C ends the wait between frames (sigtimedwait), not the process
   // half-way through drawing one.
-  const sigset_t stop = block_signals({SIGINT, SIGTERM});
+  const sigset_t stop = harness::block_signals({SIGINT, SIGTERM});
   auto bus = connect_bus(f.bus, "kvmesh-top");
   if (!bus) return run_error(cmd, bus.err().message);
   subjects subj;

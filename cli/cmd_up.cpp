@@ -3,9 +3,6 @@
 // (WORKERs with simulated GPUs and ROUTERs) in one process, where --trace
 // replays a trace through it on the wall clock and prints the same table as
 // `kvmesh sim`.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -15,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "actors/index_shard.hpp"
@@ -23,9 +21,10 @@
 #include "actors/worker.hpp"
 #include "cli/commands.hpp"
 #include "cli/config.hpp"
-#include "cli/process.hpp"
 #include "cli/report.hpp"
 #include "core/log.hpp"
+#include "core/secret.hpp"
+#include "harness/launcher.hpp"
 
 namespace kvmesh::cli {
 
@@ -59,11 +58,18 @@ volatile std::sig_atomic_t interrupted = 0;
 
 int run_up_mesh(const up_options& o);
 
+// Bad usage exits 2; a mesh that could not run, 1.
+int fail(const std::string& msg) {
+  log::error(msg);
+  return 2;
+}
+
+int die(const std::string& msg) {
+  log::error(msg);
+  return 1;
+}
+
 int run_up(const up_options& o) {
-  auto fail = [](const std::string& msg) {
-    log::error(msg);
-    return 2;
-  };
   if (!o.embedded) return run_up_mesh(o);
   // A config file may serve both modes: only flags are refused.
   for (const CLI::Option* opt : o.mesh_only)
@@ -193,31 +199,110 @@ int run_up(const up_options& o) {
 
 // -- the mesh on NATS, as child processes ---------------------------------
 
-int run_up_mesh(const up_options& o) {
-  auto fail = [](const std::string& msg) {
-    log::error(msg);
-    return 2;
-  };
-  auto die = [](const std::string& msg) {
-    log::error(msg);
-    return 1;
-  };
+// The mesh mode's checks of the flags: "" when fine.
+std::string check_mesh_options(const up_options& o) {
   const sim_config& cfg = o.cfg;
   for (const CLI::Option* opt : o.replay_only)
     if (from_command_line(opt))
-      return fail(opt->get_name() +
-                  ": replays run only --embedded so far (one process)");
-  if (auto st = validate(cfg); !st) return fail(st.err().message);
-  if (auto st = check_prefix(o.prefix); !st) return fail(st.err().message);
-  if (o.shards == 0) return fail("--shards must be at least 1");
-  if (o.agents == 0) return fail("--agents must be at least 1");
-  if (o.agents > cfg.workers)
-    return fail("--agents: " + std::to_string(o.agents) + " agents for " +
-                std::to_string(cfg.workers) +
-                " workers (--workers): each agent needs one at least");
-  if (cfg.workers > max_worker_id)
-    return fail("--workers: at most " + std::to_string(max_worker_id));
-  auto exe = self_exe();
+      return opt->get_name() +
+             ": replays run only --embedded so far (one process)";
+  if (auto st = validate(cfg); !st) return st.err().message;
+  if (auto st = check_prefix(o.prefix); !st) return st.err().message;
+  return harness::check_layout(o.shards, o.agents, cfg.workers);
+}
+
+// --data-dir, made if missing, or a temporary directory removed at exit:
+// "" when there is one.
+std::string make_data_dir(harness::child_mesh& m, const up_options& o) {
+  if (o.data_dir.empty()) {
+    auto t = harness::make_temp_dir("kvmesh-up");
+    if (!t) return t.err().message;
+    m.dir = m.temp.path = *t;
+    return {};
+  }
+  m.dir = o.data_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(m.dir, ec);
+  if (ec) return "--data-dir " + m.dir + ": " + ec.message();
+  return {};
+}
+
+// Starts our own nats-server with JetStream (so that routers take the
+// durable queue too) and says so; nullopt when it accepts connections,
+// else the exit code (0 when a signal stopped us meanwhile).
+std::optional<int> start_own_nats(harness::child_mesh& m, const up_options& o,
+                                  uint32_t threads) {
+  auto n = harness::start_nats(m, o.nats_server, true, threads);
+  if (!n) return die(n.err().message);
+  switch (n->what) {
+    case harness::nats_start::ready:
+      break;
+    case harness::nats_start::ended: {
+      const std::string tail = harness::file_tail(n->log, 10);
+      return die(o.nats_server + " (pid " + std::to_string(n->child.proc.pid) +
+                 ") " + harness::describe_exit(n->child.status) +
+                 " before accepting connections" +
+                 (tail.empty() ? "" : "; its log ends:\n" + tail));
+    }
+    case harness::nats_start::timed_out:
+      m.stop();
+      return die(o.nats_server + " did not accept connections on port " +
+                 std::to_string(n->port) + " within 10 s (log: " + n->log +
+                 ")");
+    case harness::nats_start::stopped:
+      m.stop();
+      return 0;
+  }
+  std::printf("nats-server %s pid %d\n", m.url.c_str(), m.nats[0].pid);
+  // Ours has no authorization and no TLS: the children must not try
+  // what KVMESH_NATS_* of our environment may say.
+  export_nats_security(nats_options{});
+  return std::nullopt;
+}
+
+// The children's command lines as `up` has them: JetStream-capable routers
+// (--durable), no tier credits, --heartbeat-ms among each role's flags.
+harness::launch_options launch_of(const up_options& o, const std::string& exe,
+                                  const harness::child_mesh& m,
+                                  uint32_t threads) {
+  harness::launch_options lo = harness::launch_for(exe, m, o.prefix, o.cfg);
+  lo.shards = o.shards;
+  lo.agents = o.agents;
+  lo.fanout = o.fanout;
+  lo.time_scale = o.time_scale;
+  lo.heartbeat_ms = o.heartbeat_ms;
+  lo.threads = threads;
+  lo.durable = o.durable;
+  return lo;
+}
+
+// Until a signal, or until a child ends: none should on its own. The exit
+// code: 0 after a signal, 1 when a child ended.
+int supervise(harness::child_mesh& m) {
+  bool failed = false;
+  while (!failed) {
+    if (const int sig = harness::wait_signal(m, 200); sig != 0) {
+      KVMESH_INFO("%s: stopping", strsignal(sig));
+      break;
+    }
+    while (auto e = harness::reap_one(m)) {
+      KVMESH_ERROR(
+          "%s %s (pid %d) %s (its messages are above; the "
+          "mesh stops)",
+          e->proc.role.c_str(), e->proc.name.c_str(), e->proc.pid,
+          harness::describe_exit(e->status).c_str());
+      failed = true;
+    }
+  }
+  if (failed) KVMESH_INFO("stopping the mesh");
+  m.stop();
+  return failed ? 1 : 0;
+}
+
+int run_up_mesh(const up_options& o) {
+  if (auto why = check_mesh_options(o); !why.empty()) return fail(why);
+  const sim_config& cfg = o.cfg;
+  auto exe = harness::self_exe();
   if (!exe) return die(exe.err().message);
 
   // From here on only sigtimedwait takes these: no Ctrl-C lands half-way
@@ -225,185 +310,44 @@ int run_up_mesh(const up_options& o) {
   // Children start in their own process groups, so a Ctrl-C on the
   // terminal reaches only us, and we stop them in order.
   std::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would auto-reap
-  const sigset_t signals = block_signals({SIGINT, SIGTERM, SIGCHLD});
-
-  temp_dir_guard temp;
-  std::string dir = o.data_dir;
-  if (dir.empty()) {
-    auto t = make_temp_dir("kvmesh-up");
-    if (!t) return die(t.err().message);
-    dir = temp.path = *t;
-  } else {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return die("--data-dir " + dir + ": " + ec.message());
-  }
-
-  std::vector<child_proc> nats;  // our own nats-server, if any
-  std::vector<child_proc> procs;
-  // The mesh first, while it can still say goodbye on NATS; nats-server
-  // exits 1 on SIGTERM but 0 on SIGINT, its clean shutdown.
-  auto stop_all = [&] {
-    stop_procs(procs, SIGTERM, "up");
-    stop_procs(nats, SIGINT, "up");
-  };
-  auto stop_signal = [&](int wait_ms) {
-    timespec ts{wait_ms / 1000, (wait_ms % 1000) * 1000000L};
-    const int sig = sigtimedwait(&signals, nullptr, &ts);
-    return sig == SIGINT || sig == SIGTERM ? sig : 0;
-  };
+  harness::child_mesh m;
+  m.signals = harness::block_signals({SIGINT, SIGTERM, SIGCHLD});
+  if (auto why = make_data_dir(m, o); !why.empty()) return die(why);
 
   const uint32_t threads =
-      host_share_threads(o.shards + o.agents + cfg.routers, o.threads);
-  std::string url = o.nats;
-  if (url.empty()) {
-    auto port = free_loopback_port();
-    if (!port) return die(port.err().message);
-    // JetStream on, so that routers take the durable queue too.
-    const std::string log = dir + "/nats-server.log";
-    child_options co;
-    co.env = nats_server_env(threads);
-    auto pid = spawn_child(
-        {o.nats_server, "-a", "127.0.0.1", "-p", std::to_string(*port), "-js",
-         "-sd", dir + "/jetstream", "-l", log},
-        co);
-    if (!pid) return die(pid.err().message);
-    nats.push_back(
-        {"nats-server", "nats://127.0.0.1:" + std::to_string(*port), *pid});
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!loopback_accepting(*port)) {
-      int st = 0;
-      if (waitpid(*pid, &st, WNOHANG) == *pid) {
-        nats[0].pid = -1;
-        const std::string tail = file_tail(log, 10);
-        return die(o.nats_server + " (pid " + std::to_string(*pid) + ") " +
-                   describe_exit(st) + " before accepting connections" +
-                   (tail.empty() ? "" : "; its log ends:\n" + tail));
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        stop_all();
-        return die(o.nats_server + " did not accept connections on port " +
-                   std::to_string(*port) + " within 10 s (log: " + log + ")");
-      }
-      if (stop_signal(50) != 0) {
-        stop_all();
-        return 0;
-      }
-    }
-    url = "nats://127.0.0.1:" + std::to_string(*port);
-    std::printf("nats-server %s pid %d\n", url.c_str(), *pid);
-    // Ours has no authorization and no TLS: the children must not try
-    // what KVMESH_NATS_* of our environment may say.
-    export_nats_security(nats_options{});
+      harness::host_share_threads(o.shards + o.agents + cfg.routers, o.threads);
+  if (o.nats.empty()) {
+    if (auto rc = start_own_nats(m, o, threads)) return *rc;
   } else {
-    std::printf("nats-server %s (not ours)\n", redact_url(url).c_str());
+    m.url = o.nats;
+    std::printf("nats-server %s (not ours)\n", redact_url(m.url).c_str());
     // The children connect with our credentials, read from these
     // variables beneath their own flags (never on their command lines).
     if (auto st = check_security(o.security); !st) {
-      stop_all();
+      m.stop();
       return fail(st.err().message);
     }
     export_nats_security(o.security);
   }
   std::fflush(stdout);
 
-  auto start = [&](const std::string& role, const std::string& name,
-                   std::vector<std::string> argv,
-                   const std::string& note) -> bool {
-    argv.insert(argv.begin(), {*exe, role, "--nats", url, "--prefix", o.prefix,
-                               "--threads", arg(threads)});
-    auto pid = spawn_child(argv);
-    if (!pid) {
-      KVMESH_ERROR("%s %s: %s", role.c_str(), name.c_str(),
-                   pid.err().message.c_str());
-      return false;
-    }
-    procs.push_back({role, name, *pid});
-    std::printf("%s %s pid %d%s\n", role.c_str(), name.c_str(), *pid,
-                note.c_str());
+  const auto print = [](const harness::planned_child& c, pid_t pid) {
+    std::printf("%s %s pid %d%s\n", c.role.c_str(), c.name.c_str(), pid,
+                c.hosts.empty() ? "" : (" " + c.hosts).c_str());
     std::fflush(stdout);
-    return true;
   };
-  bool started = true;
-  for (uint32_t i = 0; started && i < o.shards; ++i) {
-    const std::string shard = std::to_string(i);
-    started =
-        start("index", "shard-" + shard,
-              {"--shard", shard + "/" + std::to_string(o.shards), "--db",
-               dir + "/shard-" + shard, "--heartbeat-ms", arg(o.heartbeat_ms)},
-              "");
-  }
-  // Workers split evenly, the first agents taking one more when they do
-  // not divide; ids stay contiguous per agent.
-  uint32_t first = 0;
-  for (uint32_t a = 0; started && a < o.agents; ++a) {
-    const uint32_t n = agent_share(cfg.workers, o.agents, a);
-    const std::string name = "agent-" + std::to_string(first);
-    auto args = sim_agent_args(cfg, name, first, n, o.time_scale);
-    args.insert(args.end(), {"--heartbeat-ms", arg(o.heartbeat_ms)});
-    started = start("agent", name, args,
-                    " workers " + std::to_string(first) + "-" +
-                        std::to_string(first + n - 1));
-    first += n;
-  }
-  for (uint32_t r = 0; started && r < cfg.routers; ++r) {
-    std::vector<std::string> argv{"--name",
-                                  "router-" + std::to_string(r),
-                                  "--fanout",
-                                  arg(o.fanout),
-                                  "--block-tokens",
-                                  arg(cfg.block_tokens),
-                                  "--max-auctions",
-                                  arg(cfg.max_auctions),
-                                  "--seed",
-                                  arg(router_seed(cfg.seed, r)),
-                                  "--heartbeat-ms",
-                                  arg(o.heartbeat_ms),
-                                  "--beta",
-                                  arg(cfg.price.beta),
-                                  "--k",
-                                  arg(cfg.price.k),
-                                  "--overflow",
-                                  arg(cfg.price.overflow)};
-    if (o.durable) argv.push_back("--durable");
-    started = start("router", "router-" + std::to_string(r), argv, "");
-  }
-  if (!started) {
-    stop_all();
+  if (auto why = harness::start_mesh(m, launch_of(o, *exe, m, threads), print);
+      !why.empty()) {
+    KVMESH_ERROR("%s", why.c_str());
+    m.stop();
     return 1;
   }
   KVMESH_INFO(
       "%u workers on %u agent(s), %u router(s), %u index "
       "shard(s) on %s (data %s%s); Ctrl-C stops",
-      cfg.workers, o.agents, cfg.routers, o.shards, redact_url(url).c_str(),
-      dir.c_str(), temp.path.empty() ? "" : ", removed at exit");
-
-  // Until a signal, or until a child ends: none should on its own.
-  bool failed = false;
-  while (!failed) {
-    if (const int sig = stop_signal(200); sig != 0) {
-      KVMESH_INFO("%s: stopping", strsignal(sig));
-      break;
-    }
-    int st = 0;
-    pid_t pid = 0;
-    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-      for (auto* list : {&procs, &nats})
-        for (auto& p : *list)
-          if (p.pid == pid) {
-            KVMESH_ERROR(
-                "%s %s (pid %d) %s (its messages are above; the "
-                "mesh stops)",
-                p.role.c_str(), p.name.c_str(), pid, describe_exit(st).c_str());
-            p.pid = -1;
-            failed = true;
-          }
-    }
-  }
-  if (failed) KVMESH_INFO("stopping the mesh");
-  stop_all();
-  return failed ? 1 : 0;
+      cfg.workers, o.agents, cfg.routers, o.shards, redact_url(m.url).c_str(),
+      m.dir.c_str(), m.temp.path.empty() ? "" : ", removed at exit");
+  return supervise(m);
 }
 
 }  // namespace
@@ -465,7 +409,7 @@ void add_up(CLI::App& app, std::function<int()>& run) {
                       "the started nats-server's GOMAXPROCS unless set (0: "
                       "the host's cores split among the processes, at "
                       "least one)")
-          ->check(CLI::Range(0u, max_threads))
+          ->check(CLI::Range(0u, harness::max_threads))
           ->capture_default_str(),
       cmd->add_flag("--durable", o->durable,
                     "routers take the durable JetStream queue too (the "

@@ -9,7 +9,8 @@
 #include <exception>
 
 #include "cli/config.hpp"
-#include "cli/process.hpp"
+#include "harness/launcher.hpp"
+#include "harness/process.hpp"
 #include "core/secret.hpp"
 
 namespace kvmesh::cli {
@@ -104,7 +105,7 @@ void add_threads_flag(CLI::App& cmd, uint32_t& threads) {
   cmd.add_option("--threads", threads,
                  "threads running this process's actors (0: one per core); "
                  "processes sharing a host do best splitting its cores")
-      ->check(CLI::Range(0u, max_threads))
+      ->check(CLI::Range(0u, harness::max_threads))
       ->capture_default_str();
 }
 
@@ -171,7 +172,7 @@ expected<std::unique_ptr<nats_bus>> connect_bus(const bus_flags& b,
 }
 
 void process_base::serve_until_stopped() {
-  const int sig = wait_for_stop();
+  const int sig = harness::wait_for_stop();
   KVMESH_INFO("stopping (%s)", strsignal(sig));
 }
 
@@ -180,7 +181,7 @@ expected<process_base> start_process(const bus_flags& b, const metrics_flags& m,
                                      std::unique_ptr<process_metrics> pm) {
   process_base p;
   p.pm = std::move(pm);
-  block_signals({SIGINT, SIGTERM});
+  harness::block_signals({SIGINT, SIGTERM});
   p.sys_cfg = std::make_unique<caf::actor_system_config>();
   register_types(*p.sys_cfg);
   tune_for_latency(*p.sys_cfg, threads);

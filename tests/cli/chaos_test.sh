@@ -33,7 +33,7 @@ for r in rows:
     assert r["sent"] > 0 and r["decided"] > 0, r
     assert r["duplicates"] == 0 and r["double_runs"] == 0, r
     # Across a lone nats-server's restart too: answers missed while the
-    # client reconnected are read from the records (issue 8).
+    # client reconnected are read from the records.
     if r["mode"] == "durable":
         assert r["lost"] == 0, r
 print(f"ok   chaos: {len(rows)} faults in {d['seconds']} s")

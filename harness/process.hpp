@@ -1,18 +1,23 @@
-// Child processes and signals for the long-running commands: spawning,
-// reaping and stopping children, waiting for SIGINT/SIGTERM, loopback ports.
+// Child processes and signals on POSIX, by hand: no Debian library fits.
+// Debian 12 has no C++ library that starts a child in its own process
+// group, with a reset signal mask and a parent-death signal (posix_spawn(3)
+// has no PR_SET_PDEATHSIG), so spawn_child forks and execs itself, with only
+// async-signal-safe calls in between. What it guarantees: no orphan when the
+// parent dies, a Ctrl-C reaches only the parent, and an exec failure is told
+// on the parent's stderr.
 #pragma once
 
 #include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/sim.hpp"
 
-namespace kvmesh::cli {
+namespace kvmesh::harness {
 
 // Blocks `signals` in the calling thread and so in every thread started
 // after it (CAF's scheduler, libnats): a signal then never lands in a
@@ -45,12 +50,6 @@ struct child_options {
 expected<pid_t> spawn_child(const std::vector<std::string>& argv,
                             const child_options& opt = {});
 
-// The environment of a nats-server started beside `threads`-thread kvmesh
-// processes: Go's scheduler gets as many threads (GOMAXPROCS), unless our
-// own environment sets GOMAXPROCS. On a host the mesh shares, a Go server
-// with a thread per core spins its idle threads against the others.
-std::vector<std::string> nats_server_env(uint32_t threads);
-
 // Sends `sig` to every pid > 0, waits up to `grace` for them, then sends
 // SIGKILL to the rest and reaps them. Each reaped pid is set to -1; its wait
 // status goes to `statuses` (same index; -1 when killed after the grace).
@@ -73,29 +72,9 @@ expected<std::string> make_temp_dir(const std::string& tag);
 // a child failed.
 std::string file_tail(const std::string& path, size_t lines);
 
-// A number as a flag value that reads back the same, as short as it can
-// be: 0.05, not 0.050000000000000003.
-std::string arg(double v);
-
-template <class T>
-std::string arg(T v) {
-  return std::to_string(v);
-}
-
-// A child of a command that runs the mesh (up, bench), named for messages.
-struct child_proc {
-  std::string role;  // nats-server, index, agent, router
-  std::string name;
-  pid_t pid = -1;
-};
-
 // CPU seconds (user + system) process `pid` has used so far, or -1 when
 // /proc does not tell (it exited).
 double cpu_seconds(pid_t pid);
-
-// Stops `procs` (`sig`, SIGKILL after 5 s), logging a warning for each
-// that did not stop cleanly.
-void stop_procs(std::vector<child_proc>& procs, int sig, const char* cmd);
 
 // Removes a data directory a command made for itself, whatever the way out.
 struct temp_dir_guard {
@@ -103,27 +82,4 @@ struct temp_dir_guard {
   ~temp_dir_guard();
 };
 
-// The workers agent `a` of `agents` hosts when `workers` are split evenly
-// (the first agents take one more when they do not divide).
-inline uint32_t agent_share(uint32_t workers, uint32_t agents, uint32_t a) {
-  return workers / agents + (a < workers % agents ? 1 : 0);
-}
-
-// --threads for each of `procs` processes that share this host with a
-// nats-server: its cores split among them, at least one each. A thread per
-// core in every process would make them hand messages to each other's
-// sleeping threads (docs/benchmarks.md). A `requested` count (--threads)
-// other than 0 is taken as it is.
-uint32_t host_share_threads(uint32_t procs, uint32_t requested = 0);
-
-// The most threads --threads takes: past it a typo (a million) would have
-// CAF start threads until the system refuses one and the process aborts.
-constexpr uint32_t max_threads = 1024;
-
-// `kvmesh agent`'s flags for `n` simulated GPUs with ids from `first`, each
-// engine as `kvmesh sim` builds worker `id` of `cfg`.
-std::vector<std::string> sim_agent_args(const sim_config& cfg,
-                                        const std::string& name, uint32_t first,
-                                        uint32_t n, double time_scale);
-
-}  // namespace kvmesh::cli
+}  // namespace kvmesh::harness

@@ -1,5 +1,5 @@
-// Child processes and signals for the long-running commands (POSIX, Linux).
-#include "cli/process.hpp"
+// Child processes and signals on POSIX (Linux): fork/exec, reaping, ports.
+#include "harness/process.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -21,9 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/log.hpp"
-
-namespace kvmesh::cli {
+namespace kvmesh::harness {
 
 sigset_t block_signals(std::initializer_list<int> signals) {
   sigset_t set;
@@ -244,15 +242,6 @@ std::string file_tail(const std::string& path, size_t lines) {
   return out;
 }
 
-std::string arg(double v) {
-  char buf[64];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-
 double cpu_seconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
@@ -273,58 +262,9 @@ double cpu_seconds(pid_t pid) {
              : -1;
 }
 
-// `cmd` is in every log line already (the process's proc).
-void stop_procs(std::vector<child_proc>& procs, int sig, const char*) {
-  std::vector<pid_t> pids;
-  for (const auto& p : procs)
-    pids.push_back(p.pid);
-  std::vector<int> statuses;
-  stop_children(pids, std::chrono::seconds(5), statuses, sig);
-  for (size_t i = 0; i < procs.size(); ++i) {
-    if (procs[i].pid <= 0) continue;
-    const int st = statuses[i];
-    if (st == -1)
-      KVMESH_WARN("%s %s (pid %d) did not stop within 5 s: killed",
-                  procs[i].role.c_str(), procs[i].name.c_str(), procs[i].pid);
-    else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) &&
-             !(WIFSIGNALED(st) && WTERMSIG(st) == sig))
-      KVMESH_WARN("%s %s (pid %d) %s while stopping", procs[i].role.c_str(),
-                  procs[i].name.c_str(), procs[i].pid,
-                  describe_exit(st).c_str());
-    procs[i].pid = -1;
-  }
-}
-
 temp_dir_guard::~temp_dir_guard() {
   std::error_code ec;
   if (!path.empty()) std::filesystem::remove_all(path, ec);
 }
 
-std::vector<std::string> nats_server_env(uint32_t threads) {
-  if (std::getenv("GOMAXPROCS") != nullptr) return {};
-  return {"GOMAXPROCS=" + std::to_string(std::max(1u, threads))};
-}
-
-uint32_t host_share_threads(uint32_t procs, uint32_t requested) {
-  if (requested != 0) return requested;
-  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1u, cores / (procs + 1));  // + 1: the nats-server
-}
-
-std::vector<std::string> sim_agent_args(const sim_config& cfg,
-                                        const std::string& name, uint32_t first,
-                                        uint32_t n, double time_scale) {
-  return {"--engine",        "sim",
-          "--name",          name,
-          "--workers",       arg(n),
-          "--worker-id",     arg(first),
-          "--gpu-blocks",    arg(cfg.gpu_blocks),
-          "--host-blocks",   arg(cfg.host_blocks),
-          "--disk-blocks",   arg(cfg.disk_blocks),
-          "--block-tokens",  arg(cfg.block_tokens),
-          "--model-factor",  arg(cfg.model_factor),
-          "--refuse-growth", arg(cfg.refuse_growth),
-          "--time-scale",    arg(time_scale)};
-}
-
-}  // namespace kvmesh::cli
+}  // namespace kvmesh::harness
