@@ -1,5 +1,5 @@
 // What this host charges for waking a thread: every message between the
-// mesh's threads and processes pays it (docs/benchmarks.md, session 12).
+// mesh's threads and processes pays it (docs/benchmarks.md, "The machine").
 #include <benchmark/benchmark.h>
 #include <pthread.h>
 #include <sched.h>

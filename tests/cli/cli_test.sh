@@ -6,22 +6,7 @@ bin=$1
 data=$2
 fails=0
 
-# expect NAME WANT_EXIT PATTERN -- ARGS...: runs kvmesh ARGS, checks the exit
-# code and that stdout+stderr match the grep pattern.
-expect() {
-  name=$1 want=$2 pattern=$3
-  shift 4
-  out=$("$bin" "$@" 2>&1)
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL $name: exit $got, want $want"; echo "$out"; fails=$((fails + 1))
-  elif ! printf '%s\n' "$out" | grep -Eq -- "$pattern"; then
-    echo "FAIL $name: output lacks /$pattern/"; echo "$out"
-    fails=$((fails + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+. "$(dirname "$0")/expect.sh"
 
 expect hash_vectors 0 '^e8d3ec39b907b74c 44a2b2379d6d3c3d$' -- \
   hash --block-tokens 4 --tokens 1,2,3,4,5,6,7,8,9,10

@@ -11,22 +11,7 @@ fails=0
 # Nothing listens on port 1 of the loopback: a connection fails at once.
 dead=nats://127.0.0.1:1
 
-# expect NAME WANT_EXIT PATTERN -- ARGS...: runs kvmesh ARGS, checks the exit
-# code and that stdout+stderr match the grep pattern.
-expect() {
-  name=$1 want=$2 pattern=$3
-  shift 4
-  out=$("$bin" "$@" 2>&1)
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL $name: exit $got, want $want"; echo "$out"; fails=$((fails + 1))
-  elif ! printf '%s\n' "$out" | grep -Eq -- "$pattern"; then
-    echo "FAIL $name: output lacks /$pattern/"; echo "$out"
-    fails=$((fails + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+. "$(dirname "$0")/expect.sh"
 
 # An unknown flag, once the required ones are given.
 unexpected='argument was not expected: --bogus'

@@ -7,10 +7,13 @@
 namespace kvmesh::test {
 namespace {
 
+// The mesh fixture under this file's suite name.
+class admin_front_test : public mesh_test {};
+
 // A fleet's listing outgrows one NATS message: the ADMIN answers in pages
 // and admin_request_call joins them. A budget of one byte makes each page
 // a single worker.
-TEST_F(mesh_test, admin_lists_workers_in_pages) {
+TEST_F(admin_front_test, admin_lists_workers_in_pages) {
   start_agent("node-a", 0, 8);
   start_router("r1", false, 10, /*admin_page_bytes=*/1);
   auto& c = bus();

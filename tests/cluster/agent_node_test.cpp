@@ -7,10 +7,13 @@
 namespace kvmesh::test {
 namespace {
 
+// The mesh fixture under this file's suite name.
+class agent_node_test : public mesh_test {};
+
 // A worker that died with a call for bids in flight never answers it: the
 // agent answers the call with the bids it has at its next heartbeat but
 // one, and goes on answering later calls.
-TEST_F(mesh_test, an_agent_whose_worker_died_answers_with_the_bids_it_has) {
+TEST_F(agent_node_test, an_agent_whose_worker_died_answers_with_the_bids_it_has) {
   start_agent("node-a", 0, 4);
   {
     caf::scoped_actor killer{*sys_};
@@ -49,7 +52,7 @@ TEST_F(mesh_test, an_agent_whose_worker_died_answers_with_the_bids_it_has) {
 // A router's stand-in for a remote worker answers a call for bids made with
 // a gather (the form an agent uses with its own workers) through the
 // worker's agent: its bid, in its slot.
-TEST_F(mesh_test, a_remote_worker_answers_a_gathered_call_through_its_agent) {
+TEST_F(agent_node_test, a_remote_worker_answers_a_gathered_call_through_its_agent) {
   start_agent("node-a", 0, 4);
   auto box = inbox::open(bus());
   ASSERT_TRUE(box) << box.err().message;
@@ -82,7 +85,7 @@ TEST_F(mesh_test, a_remote_worker_answers_a_gathered_call_through_its_agent) {
 
 // A Withdraw travels to the agent's worker and back: a worker that never
 // had the award withdraws it, and the award, arriving later, is refused.
-TEST_F(mesh_test, a_withdraw_over_nats_refuses_the_award_that_comes_later) {
+TEST_F(agent_node_test, a_withdraw_over_nats_refuses_the_award_that_comes_later) {
   start_agent("node-a", 0, 1);
   auto& c = bus();
   const subjects subj;
@@ -114,7 +117,7 @@ TEST_F(mesh_test, a_withdraw_over_nats_refuses_the_award_that_comes_later) {
 // workers announce their caches again only to a restarted shard (a new
 // incarnation). Announcing a million events to a shard that was only slow
 // made it slower, and the mesh collapsed under a long soak.
-TEST_F(mesh_test, only_a_restarted_shard_hears_the_caches_again) {
+TEST_F(agent_node_test, only_a_restarted_shard_hears_the_caches_again) {
   start_agent("node-a", 0, 2);
   auto& c = bus();
   std::atomic<int> resyncs{0};

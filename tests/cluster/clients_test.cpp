@@ -7,10 +7,13 @@
 namespace kvmesh::test {
 namespace {
 
+// The mesh fixture under this file's suite name.
+class clients_test : public mesh_test {};
+
 // The replay client's stand-in for the routers (kvmesh bench) sends a burst
 // from one actor: every request must reach a router, none in a batch that
 // no router listens for.
-TEST_F(mesh_test, a_remote_router_s_burst_gets_every_decision) {
+TEST_F(clients_test, a_remote_router_s_burst_gets_every_decision) {
   start_mesh();
   auto front = spawn_remote_router(*sys_, bus(), mesh(), listener_actor{});
   ASSERT_TRUE(front) << front.err().message;
@@ -33,7 +36,7 @@ TEST_F(mesh_test, a_remote_router_s_burst_gets_every_decision) {
   waiter->wait_for(*front);
 }
 
-TEST_F(mesh_test, a_durable_client_reads_the_answer_it_missed_from_the_record) {
+TEST_F(clients_test, a_durable_client_reads_the_answer_it_missed_from_the_record) {
   // As across a lone nats-server's restart: a router decided while the
   // client was still reconnecting, so its answer (core NATS, to the
   // client's inbox) reached no one. The record it kept first is the

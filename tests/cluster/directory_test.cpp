@@ -7,7 +7,10 @@
 namespace kvmesh::test {
 namespace {
 
-TEST_F(mesh_test, admin_lists_workers_shards_and_prefix_holders) {
+// The mesh fixture under this file's suite name.
+class directory_test : public mesh_test {};
+
+TEST_F(directory_test, admin_lists_workers_shards_and_prefix_holders) {
   start_mesh();
   auto& c = bus();
   auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
@@ -36,7 +39,7 @@ TEST_F(mesh_test, admin_lists_workers_shards_and_prefix_holders) {
   }));
 }
 
-TEST_F(mesh_test, weights_set_reach_every_router_and_drain_steers) {
+TEST_F(directory_test, weights_set_reach_every_router_and_drain_steers) {
   start_mesh();
   auto& c = bus();
   ASSERT_TRUE(eventually([&] {
@@ -87,7 +90,7 @@ TEST_F(mesh_test, weights_set_reach_every_router_and_drain_steers) {
   EXPECT_FALSE(admin_request_call(c, subjects{}, "drain", unknown, 2000ms));
 }
 
-TEST_F(mesh_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
+TEST_F(directory_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
   start_mesh();
   auto& watch = bus();
   // Awards published to node-b after the cut-off: there must be none.

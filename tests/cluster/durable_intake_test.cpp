@@ -22,7 +22,10 @@ TEST(durable_intake, names_follow_the_prefix) {
   EXPECT_EQ(record_key(7, 42), "7-42");
 }
 
-TEST_F(mesh_test, durable_requests_survive_a_router_killed_mid_load) {
+// The mesh fixture under this file's suite name.
+class durable_intake_test : public mesh_test {};
+
+TEST_F(durable_intake_test, durable_requests_survive_a_router_killed_mid_load) {
   use_jetstream();
   start_mesh(true);
   auto& pub = bus();
@@ -58,7 +61,7 @@ TEST_F(mesh_test, durable_requests_survive_a_router_killed_mid_load) {
               static_cast<long long>(state ? state->redelivered : -1));
 }
 
-TEST_F(mesh_test, a_durable_request_no_worker_could_take_waits_for_one) {
+TEST_F(durable_intake_test, a_durable_request_no_worker_could_take_waits_for_one) {
   // No worker yet (as while NATS restarts and every heartbeat is lost):
   // the router hands the request back to the queue rather than answering
   // "no workers", and decides it once a worker is there.
@@ -100,7 +103,7 @@ TEST_F(mesh_test, a_durable_request_no_worker_could_take_waits_for_one) {
   EXPECT_TRUE(client.errors().empty());
 }
 
-TEST_F(mesh_test, a_durable_request_another_router_claims_is_left_to_it) {
+TEST_F(durable_intake_test, a_durable_request_another_router_claims_is_left_to_it) {
   // The queue handed the request to another router as well (as while a
   // cluster settles after its stream's leader moved), which claimed it
   // first: this router leaves it alone, whatever its bids say, until that
@@ -154,7 +157,7 @@ TEST_F(mesh_test, a_durable_request_another_router_claims_is_left_to_it) {
 
 // Every durable answer is kept before it goes out: its record holds the
 // decision the client got.
-TEST_F(mesh_test, a_durable_answer_is_kept_in_its_record) {
+TEST_F(durable_intake_test, a_durable_answer_is_kept_in_its_record) {
   use_jetstream();
   start_shard(0, 1);
   start_router("r1", true);
@@ -184,7 +187,7 @@ TEST_F(mesh_test, a_durable_answer_is_kept_in_its_record) {
 // A request handed out again after a router decided it and kept its answer
 // (then died before its ack) is answered with that record, not auctioned a
 // second time: here no worker exists to auction it.
-TEST_F(mesh_test, a_redelivered_durable_request_is_answered_from_its_record) {
+TEST_F(durable_intake_test, a_redelivered_durable_request_is_answered_from_its_record) {
   use_jetstream();
   auto& first = bus();
   // The router that decided it: keeps the answer, never acks.
@@ -230,7 +233,7 @@ TEST_F(mesh_test, a_redelivered_durable_request_is_answered_from_its_record) {
 // take_claim, the full create behind a quick claim refused: taken when the
 // key is free, own when this claimant holds it, held when another one
 // does; the key is the request's sequence and id.
-TEST_F(mesh_test, take_claim_tells_taken_own_and_held) {
+TEST_F(durable_intake_test, take_claim_tells_taken_own_and_held) {
   use_jetstream();
   auto& b = bus();
   auto q = work_queue::open(b, durable_queue(subjects{}));

@@ -15,7 +15,10 @@
 namespace kvmesh::test {
 namespace {
 
-TEST_F(jetstream_test, writes_in_flight_are_each_answered_once) {
+// The jetstream fixture under this file's suite name.
+class js_writer_test : public jetstream_test {};
+
+TEST_F(js_writer_test, writes_in_flight_are_each_answered_once) {
   auto bus = connect();
   ASSERT_TRUE(bus);
   auto store = bucket(*bus, "ASYNC_TEST");
@@ -59,7 +62,7 @@ TEST_F(jetstream_test, writes_in_flight_are_each_answered_once) {
   EXPECT_EQ(*v, std::vector<uint8_t>{'c'});
 }
 
-TEST_F(jetstream_test, requests_published_without_waiting_are_each_stored) {
+TEST_F(js_writer_test, requests_published_without_waiting_are_each_stored) {
   auto bus = connect();
   ASSERT_TRUE(bus);
   auto q = open(*bus);
@@ -87,7 +90,7 @@ TEST_F(jetstream_test, requests_published_without_waiting_are_each_stored) {
       << got.got.back().err().message;
 }
 
-TEST_F(jetstream_test,
+TEST_F(js_writer_test,
        a_store_destroyed_with_writes_in_flight_answers_each_at_most_once) {
   auto bus = connect();
   ASSERT_TRUE(bus);
@@ -125,7 +128,7 @@ TEST_F(jetstream_test,
   EXPECT_EQ(late->load(), at_close);
 }
 
-TEST_F(jetstream_test,
+TEST_F(js_writer_test,
        a_write_the_server_cannot_take_is_answered_with_an_error) {
   auto bus = connect();
   ASSERT_TRUE(bus);

@@ -7,9 +7,12 @@
 namespace kvmesh::test {
 namespace {
 
+// The mesh fixture under this file's suite name.
+class node_base_test : public mesh_test {};
+
 // A start that fails half way stops what it made: here the second of two
 // external workers cannot be made, and the first one is stopped.
-TEST_F(mesh_test, a_failed_start_stops_what_it_made) {
+TEST_F(node_base_test, a_failed_start_stops_what_it_made) {
   sim_config cfg;
   cfg.workers = 8;
   cfg.gpu_blocks = 512;
@@ -46,7 +49,7 @@ TEST_F(mesh_test, a_failed_start_stops_what_it_made) {
 
 // A subject no one batches to (the ADMIN's verbs) drops a batch whole: a
 // batch could carry a verb the sender's permissions refuse.
-TEST_F(mesh_test, a_single_subject_drops_batches) {
+TEST_F(node_base_test, a_single_subject_drops_batches) {
   auto& b = bus();
   detail::node_base node;
   node.bus = &b;

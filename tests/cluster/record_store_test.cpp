@@ -15,10 +15,13 @@
 namespace kvmesh::test {
 namespace {
 
+// The jetstream fixture under this file's suite name.
+class record_store_test : public jetstream_test {};
+
 // Durable intake's record of answers: what one router keeps, another
 // reads (a redelivery answered without a second auction), across a server
 // restart; a key never written is not_found, not an I/O error.
-TEST_F(jetstream_test, records_are_shared_by_routers_and_survive_a_restart) {
+TEST_F(record_store_test, records_are_shared_by_routers_and_survive_a_restart) {
   auto bus1 = connect();
   auto bus2 = connect();
   ASSERT_TRUE(bus1 && bus2);
@@ -52,7 +55,7 @@ TEST_F(jetstream_test, records_are_shared_by_routers_and_survive_a_restart) {
 // A router's claim on a durable request: of two creates of one key, one
 // wins and the other learns who holds it; the holder lets go by erasing
 // it, or the claim lapses after the bucket's TTL (a dead router's).
-TEST_F(jetstream_test, a_claim_has_one_holder_until_let_go_or_lapsed) {
+TEST_F(record_store_test, a_claim_has_one_holder_until_let_go_or_lapsed) {
   auto bus1 = connect();
   auto bus2 = connect();
   ASSERT_TRUE(bus1 && bus2);

@@ -8,7 +8,10 @@
 namespace kvmesh::test {
 namespace {
 
-TEST_F(mesh_test, every_request_gets_exactly_one_decision) {
+// The mesh fixture under this file's suite name.
+class router_front_test : public mesh_test {};
+
+TEST_F(router_front_test, every_request_gets_exactly_one_decision) {
   start_mesh();
   route_client client(bus());
   constexpr uint64_t n = 1000;
@@ -39,7 +42,7 @@ TEST_F(mesh_test, every_request_gets_exactly_one_decision) {
   EXPECT_GE(client.by_worker().size(), 4u);
 }
 
-TEST_F(mesh_test, malformed_payloads_are_counted_and_answered) {
+TEST_F(router_front_test, malformed_payloads_are_counted_and_answered) {
   start_mesh();
   auto& c = bus();
   const bytes garbage = {1, 2, 3, 4, 5, 6, 7};
@@ -121,7 +124,7 @@ TEST_F(mesh_test, malformed_payloads_are_counted_and_answered) {
 // Requests over a size limit (messages/limits.hpp) are answered with an
 // error naming the limit, and counted; never dropped in silence. The
 // limits are process-wide, and this process hosts the whole mesh.
-TEST_F(mesh_test, requests_over_a_limit_are_answered_naming_it) {
+TEST_F(router_front_test, requests_over_a_limit_are_answered_naming_it) {
   start_mesh();
   auto& c = bus();
   struct restore {
@@ -175,7 +178,7 @@ TEST_F(mesh_test, requests_over_a_limit_are_answered_naming_it) {
 // A client chooses its reply subject: a router that answered anywhere would
 // publish, with its own NATS permissions, where the client may not (a
 // Decision on an agent's drain subject). Answers go only to inboxes.
-TEST_F(mesh_test, a_reply_subject_outside_the_inboxes_is_refused) {
+TEST_F(router_front_test, a_reply_subject_outside_the_inboxes_is_refused) {
   start_mesh();
   auto& watcher = bus();
   std::atomic<int> heard{0};

@@ -7,7 +7,10 @@
 namespace kvmesh::test {
 namespace {
 
-TEST_F(mesh_test, a_three_node_nats_cluster_routes_and_survives_a_node) {
+// The mesh fixture under this file's suite name.
+class router_node_test : public mesh_test {};
+
+TEST_F(router_node_test, a_three_node_nats_cluster_routes_and_survives_a_node) {
   server_.reset();
   cluster_ = std::make_unique<test::nats_cluster>();
   ASSERT_TRUE(cluster_->ready());

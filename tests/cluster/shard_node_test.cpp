@@ -7,11 +7,14 @@
 namespace kvmesh::test {
 namespace {
 
+// The mesh fixture under this file's suite name.
+class shard_node_test : public mesh_test {};
+
 // An index shard past its mailbox bound refuses KV events (counted, and
 // reported in its heartbeat): its index misses them. Once it has stopped
 // refusing, the agents have their workers announce their caches again, and
 // what it missed comes back.
-TEST_F(mesh_test, a_shard_that_refused_kv_events_hears_the_caches_again) {
+TEST_F(shard_node_test, a_shard_that_refused_kv_events_hears_the_caches_again) {
   {
     struct restore {
       ~restore() { set_wire_limits(wire_limits{}); }

@@ -15,7 +15,10 @@
 namespace kvmesh::test {
 namespace {
 
-TEST_F(jetstream_test, two_routers_share_one_stream_and_one_consumer) {
+// The jetstream fixture under this file's suite name.
+class work_queue_test : public jetstream_test {};
+
+TEST_F(work_queue_test, two_routers_share_one_stream_and_one_consumer) {
   auto bus1 = connect();
   auto bus2 = connect();
   auto q1 = open(*bus1);
@@ -43,7 +46,7 @@ TEST_F(jetstream_test, two_routers_share_one_stream_and_one_consumer) {
   EXPECT_EQ(s3->messages, 1u);
 }
 
-TEST_F(jetstream_test, a_stream_of_that_name_on_another_subject_is_refused) {
+TEST_F(work_queue_test, a_stream_of_that_name_on_another_subject_is_refused) {
   auto bus = connect();
   ASSERT_TRUE(open(*bus));
   work_queue_options other = options();
@@ -56,7 +59,7 @@ TEST_F(jetstream_test, a_stream_of_that_name_on_another_subject_is_refused) {
       << q.err().message;
 }
 
-TEST_F(jetstream_test, bad_options_are_errors) {
+TEST_F(work_queue_test, bad_options_are_errors) {
   auto bus = connect();
   work_queue_options o = options();
   o.fetch_batch = 0;
@@ -68,7 +71,7 @@ TEST_F(jetstream_test, bad_options_are_errors) {
   EXPECT_FALSE(work_queue::open(*bus, o));
 }
 
-TEST_F(jetstream_test,
+TEST_F(work_queue_test,
        each_message_goes_to_one_router_once_and_acked_never_again) {
   auto bus1 = connect();
   auto bus2 = connect();
@@ -131,7 +134,7 @@ TEST_F(jetstream_test,
   EXPECT_EQ(s->ack_pending, 0);
 }
 
-TEST_F(jetstream_test, a_dropped_delivery_comes_back_after_ack_wait) {
+TEST_F(work_queue_test, a_dropped_delivery_comes_back_after_ack_wait) {
   auto bus1 = connect();
   auto bus2 = connect();
   auto q1 = open(*bus1);
@@ -155,7 +158,7 @@ TEST_F(jetstream_test, a_dropped_delivery_comes_back_after_ack_wait) {
 
 // A decision that outlasts the ack_wait (500 ms here) is not handed to a
 // second router while its first one keeps saying it is in progress.
-TEST_F(jetstream_test, a_delivery_in_progress_is_not_handed_out_again) {
+TEST_F(work_queue_test, a_delivery_in_progress_is_not_handed_out_again) {
   auto bus1 = connect();
   auto bus2 = connect();
   auto q1 = open(*bus1);
@@ -186,7 +189,7 @@ TEST_F(jetstream_test, a_delivery_in_progress_is_not_handed_out_again) {
   EXPECT_EQ(q1->delivered() + q2->delivered(), 1u);
 }
 
-TEST_F(jetstream_test, a_killed_router_s_messages_go_to_the_other_router) {
+TEST_F(work_queue_test, a_killed_router_s_messages_go_to_the_other_router) {
   auto bus1 = connect();
   auto bus2 = connect();
   auto q1 = open(*bus1);
@@ -220,7 +223,7 @@ TEST_F(jetstream_test, a_killed_router_s_messages_go_to_the_other_router) {
   EXPECT_EQ(q2->acked(), 5u);
 }
 
-TEST_F(jetstream_test, a_delivery_acked_after_its_router_stopped_still_counts) {
+TEST_F(work_queue_test, a_delivery_acked_after_its_router_stopped_still_counts) {
   auto bus1 = connect();
   auto bus2 = connect();
   auto q1 = open(*bus1);
@@ -247,7 +250,7 @@ TEST_F(jetstream_test, a_delivery_acked_after_its_router_stopped_still_counts) {
   EXPECT_EQ(s->messages, 0u);
 }
 
-TEST_F(jetstream_test, nak_hands_the_message_out_again_at_once) {
+TEST_F(work_queue_test, nak_hands_the_message_out_again_at_once) {
   auto bus = connect();
   // A long ack wait: a redelivery within a second can only come from nak.
   auto q = open(*bus, options(5000));
@@ -265,7 +268,7 @@ TEST_F(jetstream_test, nak_hands_the_message_out_again_at_once) {
   EXPECT_EQ(q->redelivered(), 1u);
 }
 
-TEST_F(jetstream_test, stored_requests_survive_a_server_restart) {
+TEST_F(work_queue_test, stored_requests_survive_a_server_restart) {
   {
     auto bus = connect();
     auto client = open(*bus);
