@@ -124,8 +124,9 @@ struct dynamo_weights {
 };
 double dynamo_cost(const dynamo_inputs& in, const dynamo_weights& w = {});
 
-// SGLang cache_aware: the load is imbalanced (route to least loaded) when
-// max - min > abs_threshold and max > rel_threshold * min.
+// SGLang cache_aware, classic form (sgl-router; SMG before August 2026):
+// the load is imbalanced (route to least loaded) when max - min >
+// abs_threshold and max > rel_threshold * min.
 struct sglang_thresholds {
   double abs_threshold = 64;  // sglang_router Python defaults
   double rel_threshold = 1.5;
@@ -133,6 +134,15 @@ struct sglang_thresholds {
 };
 bool sglang_imbalanced(double max_load, double min_load,
                        const sglang_thresholds& t = {});
+// SMG's per-request gate (the form SGLang's gateway ships since August
+// 2026): the affinity pick spills to the least loaded when its load is
+// above rel_threshold x and abs_threshold + the fleet's mean load.
+bool sglang_gate_spills(double load, double mean_load,
+                        const sglang_thresholds& t = {});
+// SMG's least-loaded pick: lowest load, then fewest processed requests,
+// then lowest index.
+uint32_t sglang_least_loaded(const std::vector<uint32_t>& loads,
+                             const std::vector<uint64_t>& processed);
 
 // Prefill time of `tokens` new tokens in chunks of max_batched (the engine
 // polynomial), as profiled routers (Preble, Mooncake) estimate it.
