@@ -109,20 +109,38 @@ struct dynamo_inputs {
   double active_prefill_tokens = 0;  // router-tracked, until first token
   double request_tokens = 0;         // the request's input length
   double block_tokens = 1;
-  double device_blocks = 0;  // overlap per tier, from KV events
+  double device_blocks = 0;  // overlap per tier (dynamo_tier_match)
   double host_blocks = 0;
   double disk_blocks = 0;
   double decay = 1;          // 1 / (1 + d * excess / request_blocks), d = 0
   double active_blocks = 0;  // router-tracked unique blocks on the worker
-  double new_blocks = 0;     // request blocks not already active there
+  double new_blocks = 0;     // complete request blocks not active there
+  double active_requests = 0;
 };
 struct dynamo_weights {
   double prefill_load_scale = 1.0;
   double overlap_credit = 1.0;
   double host_hit = 0.75;
   double disk_hit = 0.25;
+  double active_request_weight = 0;  // decode_active_request_weight
 };
+// max(0, (active prefill + input) / B - (credit device + 0.75 host + 0.25
+// disk)): the adjusted prefill blocks.
+double dynamo_prefill_blocks(const dynamo_inputs& in,
+                             const dynamo_weights& w = {});
+// Active blocks plus the request's new complete blocks.
+double dynamo_decode_blocks(const dynamo_inputs& in);
+// The linear cost: scale * prefill + decode + weight * active requests.
 double dynamo_cost(const dynamo_inputs& in, const dynamo_weights& w = {});
+// router_selection_policy = lmetric: prefill x (decode + 1).
+double dynamo_lmetric_cost(const dynamo_inputs& in,
+                           const dynamo_weights& w = {});
+// Each worker's match of `chain` as Dynamo's indexer computes it: its
+// device prefix, then the host blocks that continue it, then the disk
+// blocks that continue those (a block in an earlier tier, or a missing one,
+// ends the run).
+void dynamo_tier_match(const block_index& kv, const uint64_t* chain, size_t n,
+                       size_t workers, tier_match* out);
 
 // SGLang cache_aware, classic form (sgl-router; SMG before August 2026):
 // the load is imbalanced (route to least loaded) when max - min >
