@@ -162,6 +162,27 @@ bool sglang_gate_spills(double load, double mean_load,
 uint32_t sglang_least_loaded(const std::vector<uint32_t>& loads,
                              const std::vector<uint64_t>& processed);
 
+// llm-d's approximate prefix producer (llm-d-router v0.10.0, autoTune):
+// its block size (the engine's, at least 64 tokens), in kvmesh blocks per
+// chunk; how many chunks it matches (131072 tokens); its LRU entries per
+// server (the engine's block count, else 31250).
+struct llmd_geometry {
+  uint32_t block_tokens = 64;
+  uint32_t group = 1;
+  uint32_t max_blocks = 2048;
+  uint64_t lru_entries = 31250;
+};
+llmd_geometry llmd_geometry_for(uint32_t engine_block_tokens,
+                                uint64_t engine_blocks);
+// A server's score at the default weights: 3 prefix + 2 kv + 2 queue.
+struct llmd_inputs {
+  uint32_t matched_blocks = 0;  // the run's blocks it holds
+  uint32_t prompt_blocks = 0;   // the prompt's (capped) blocks
+  uint32_t waiting = 0, min_waiting = 0, max_waiting = 0;
+  double kv_usage = 0;
+};
+double llmd_score(const llmd_inputs& in);
+
 // Prefill time of `tokens` new tokens in chunks of max_batched (the engine
 // polynomial), as profiled routers (Preble, Mooncake) estimate it.
 double estimated_prefill_ms(double tokens, uint32_t max_batched);
