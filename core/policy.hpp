@@ -1,6 +1,6 @@
 // Routing policies: kvmesh's auction and the peers' rules (random,
 // round_robin, least_loaded, prefix, dynamo, sglang, llmd, preble,
-// mooncake), each seeing only what its real system sees. Each policy is in
+// mooncake, lmetric), each seeing only what its real system sees. Each policy is in
 // core/policies/<name>.cpp; core/policy.cpp names and makes them.
 #pragma once
 
@@ -27,6 +27,7 @@ enum class policy_kind : uint8_t {
   preble,
   mooncake,
   kvmesh,
+  lmetric,
 };
 
 const char* to_string(policy_kind k);

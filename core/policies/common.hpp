@@ -26,6 +26,9 @@ std::unique_ptr<router_policy> make_preble(const policy_config& c);
 std::unique_ptr<router_policy> make_mooncake(const policy_config& c);
 std::unique_ptr<router_policy> make_kvmesh(const policy_config& c);
 std::unique_ptr<router_policy> make_lmetric(const policy_config& c);
+// Dynamo's KV router, its linear cost or (lmetric) its LMetric selection.
+std::unique_ptr<router_policy> make_dynamo_router(const policy_config& c,
+                                                  bool lmetric);
 
 // SGLang's approximate radix tree (SMG kv_index string_tree), over chained
 // block ids: one node per block, shared by the workers (tenants) that were

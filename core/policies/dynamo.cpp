@@ -3,9 +3,8 @@
 // defaults: overlap_score_credit 1, prefill_load_scale 1,
 // host_cache_hit_weight 0.75, disk_cache_hit_weight 0.25; credit decay,
 // decode_active_request_weight and router_temperature 0 (minimum cost, ties
-// at random); no router queue. The lmetric policy is the same router with
-// router_selection_policy = lmetric (ai-dynamo/dynamo PR #11028):
-// adjusted prefill blocks x (decode blocks + 1).
+// at random); no router queue. The lmetric policy (core/policies/lmetric.cpp)
+// is the same router with its lmetric selection.
 //
 // Per worker, in blocks of B tokens:
 //   raw      = (active prefill tokens + input tokens) / B
@@ -129,11 +128,12 @@ class dynamo_policy final : public router_policy {
 }  // namespace
 
 std::unique_ptr<router_policy> make_dynamo(const policy_config& c) {
-  return std::make_unique<dynamo_policy>(c, false);
+  return make_dynamo_router(c, false);
 }
 
-std::unique_ptr<router_policy> make_lmetric(const policy_config& c) {
-  return std::make_unique<dynamo_policy>(c, true);
+std::unique_ptr<router_policy> make_dynamo_router(const policy_config& c,
+                                                  bool lmetric) {
+  return std::make_unique<dynamo_policy>(c, lmetric);
 }
 
 }  // namespace policies
