@@ -1,6 +1,6 @@
 // Routing policies: kvmesh's auction and the peers' rules (random,
 // round_robin, least_loaded, prefix, dynamo, sglang, llmd, preble,
-// mooncake, lmetric), each seeing only what its real system sees. Each policy is in
+// mooncake, lmetric, sglang_events), each seeing only what its real system sees. Each policy is in
 // core/policies/<name>.cpp; core/policy.cpp names and makes them.
 #pragma once
 
@@ -28,6 +28,7 @@ enum class policy_kind : uint8_t {
   mooncake,
   kvmesh,
   lmetric,
+  sglang_events,
 };
 
 const char* to_string(policy_kind k);

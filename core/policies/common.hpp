@@ -26,6 +26,7 @@ std::unique_ptr<router_policy> make_preble(const policy_config& c);
 std::unique_ptr<router_policy> make_mooncake(const policy_config& c);
 std::unique_ptr<router_policy> make_kvmesh(const policy_config& c);
 std::unique_ptr<router_policy> make_lmetric(const policy_config& c);
+std::unique_ptr<router_policy> make_sglang_events(const policy_config& c);
 // Dynamo's KV router, its linear cost or (lmetric) its LMetric selection.
 std::unique_ptr<router_policy> make_dynamo_router(const policy_config& c,
                                                   bool lmetric);

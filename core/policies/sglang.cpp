@@ -23,6 +23,15 @@
 //    GAIE used for its character blocks): 2^24 tokens. Eviction is SMG's
 //    background pass every 120 s, never on the request path: (leaf, tenant)
 //    pairs, least recently used first, until the total is within the cap.
+//
+// The sglang_events policy is the same gateway's event-driven mode
+// (select_worker_event_driven, gRPC workers publishing KV events): each
+// worker's overlap is the number of the prompt's complete blocks, from the
+// first, that its KV events say it holds (any tier); the most overlapping
+// wins, ties by lower load then at random (SMG dropped the tree-size
+// tie-break); nothing overlapping (or a prompt under one block) goes to the
+// least loaded; the overlap winner passes the same per-request gate. Until
+// the first event arrives it routes as cache_aware does.
 #include "core/policy.hpp"
 
 #include <algorithm>
@@ -45,20 +54,29 @@ constexpr size_t matched_tenants_cap = 8;
 
 class sglang_policy final : public router_policy {
  public:
-  explicit sglang_policy(const policy_config& c)
+  sglang_policy(const policy_config& c, bool events)
       : cfg_(c),
+        events_(events),
+        match_(c.workers),
         rng_(c.seed),
         load_(c.workers),
         processed_(c.workers, 0),
         tree_(std::max<uint64_t>(
             1, max_tree_chars / chars_per_token / c.block_tokens)) {}
 
-  uint32_t route(const route_request& r, const fleet_view&) override {
+  uint32_t route(const route_request& r, const fleet_view& v) override {
     if (r.now_ms >= next_eviction_ms_) {
       tree_.evict();
       next_eviction_ms_ = r.now_ms + eviction_interval_ms;
     }
     const auto& loads = load_.counts();
+    if (events_ && v.kv && v.kv->blocks() > 0) {
+      const uint32_t w = route_by_events(r, *v.kv);
+      tree_.insert(w, r.blocks, r.n, r.now_ms);
+      load_.add(r.id, w);
+      ++processed_[w];
+      return w;
+    }
     const uint32_t depth = tree_.deepest(r.blocks, r.n, &tenants_);
     const double matched = std::min<double>(
         static_cast<double>(depth) * cfg_.block_tokens, r.input_tokens);
@@ -90,7 +108,33 @@ class sglang_policy final : public router_policy {
   }
 
  private:
+  uint32_t route_by_events(const route_request& r, const block_index& kv) {
+    const auto& loads = load_.counts();
+    const uint32_t n =
+        std::min<uint32_t>(r.n, r.input_tokens / cfg_.block_tokens);
+    uint32_t best = 0;
+    if (n > 0) {
+      kv.match(r.blocks, n, cfg_.workers, match_.data());
+      for (const tier_match& m : match_)
+        best = std::max(best, m.total());
+    }
+    if (best == 0) return sglang_least_loaded(loads, processed_);
+    const uint32_t w =
+        argbest(cfg_.workers, rng_, [&](uint32_t a, uint32_t b) {
+          const int c = compare(match_[b].total(), match_[a].total());
+          return c != 0 ? c : compare(loads[a], loads[b]);
+        });
+    double sum = 0;
+    for (uint32_t l : loads)
+      sum += l;
+    if (sglang_gate_spills(loads[w], sum / cfg_.workers, thresholds_))
+      return sglang_least_loaded(loads, processed_);
+    return w;
+  }
+
   policy_config cfg_;
+  bool events_;
+  std::vector<tier_match> match_;
   uint64_t rng_;
   sglang_thresholds thresholds_;
   inflight load_;
@@ -103,7 +147,11 @@ class sglang_policy final : public router_policy {
 }  // namespace
 
 std::unique_ptr<router_policy> make_sglang(const policy_config& c) {
-  return std::make_unique<sglang_policy>(c);
+  return std::make_unique<sglang_policy>(c, false);
+}
+
+std::unique_ptr<router_policy> make_sglang_events(const policy_config& c) {
+  return std::make_unique<sglang_policy>(c, true);
 }
 
 // --- sglang_tree ----------------------------------------------------------

@@ -120,3 +120,54 @@ TEST(policy, sglang_tree_evicts_least_recent_leaves_to_its_cap) {
 
 }  // namespace
 }  // namespace kvmesh
+
+namespace kvmesh {
+namespace {
+
+// SMG's event-driven example, block 16, a 64-token prompt (4 hashes):
+// overlaps A=3, B=3, C=1 with loads A=3, B=2, C=0: B (score, then the
+// lower load). A 15-token prompt has no complete block: the least loaded,
+// C; so has a prompt nothing overlaps.
+TEST(policy, sglang_events_most_overlap_then_load) {
+  policy_config cfg;
+  cfg.workers = 3;
+  cfg.block_tokens = 16;
+  auto p = make_policy(policy_kind::sglang_events, cfg);
+  ASSERT_TRUE(p);
+  block_index kv;
+  auto store = [&](uint32_t w, uint64_t h) {
+    cache_event e;
+    e.hash = h;
+    e.root = 1;
+    kv.apply(w, e);
+  };
+  for (uint64_t h = 1; h <= 3; ++h) {
+    store(0, h);
+    store(1, h);
+  }
+  store(2, 1);
+  fleet_view v;
+  v.kv = &kv;
+  auto route = [&](uint64_t id, std::vector<uint64_t> chain,
+                   uint32_t tokens) {
+    route_request r;
+    r.id = id;
+    r.blocks = chain.data();
+    r.n = static_cast<uint32_t>(chain.size());
+    r.input_tokens = tokens;
+    return (*p)->route(r, v);
+  };
+  // Nine prompts nothing overlaps: least loaded, ties by processed then
+  // index, so 0, 1, 2, 0, 1, 2, ...
+  for (uint64_t id = 0; id < 9; ++id)
+    ASSERT_EQ(route(id, {1000 + 4 * id, 1001 + 4 * id}, 32), id % 3);
+  (*p)->finished(1, 1, 1);
+  for (uint64_t id : {2, 5, 8})
+    (*p)->finished(id, 2, 1);
+  EXPECT_EQ(route(20, {1, 2, 3, 4}, 64), 1u);  // loads were 3, 2, 0
+  EXPECT_EQ(route(21, {1}, 15), 2u);             // loads 3, 3, 0
+  EXPECT_EQ(route(22, {500, 501}, 32), 2u);      // loads 3, 3, 1
+}
+
+}  // namespace
+}  // namespace kvmesh
