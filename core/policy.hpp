@@ -1,7 +1,8 @@
 // Routing policies: kvmesh's auction and the peers' rules (random,
 // round_robin, least_loaded, prefix, dynamo, sglang, llmd, preble,
-// mooncake, lmetric, sglang_events), each seeing only what its real system sees. Each policy is in
-// core/policies/<name>.cpp; core/policy.cpp names and makes them.
+// mooncake, lmetric, sglang_events), each seeing only what its real system
+// sees. Each policy is in core/policies/<name>.cpp; core/policy.cpp names and
+// makes them.
 #pragma once
 
 #include <cstdint>

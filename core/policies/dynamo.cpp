@@ -180,7 +180,8 @@ double dynamo_decode_blocks(const dynamo_inputs& in) {
 
 double dynamo_cost(const dynamo_inputs& in, const dynamo_weights& w) {
   return w.prefill_load_scale * dynamo_prefill_blocks(in, w) +
-         dynamo_decode_blocks(in) + w.active_request_weight * in.active_requests;
+         dynamo_decode_blocks(in) +
+         w.active_request_weight * in.active_requests;
 }
 
 double dynamo_lmetric_cost(const dynamo_inputs& in, const dynamo_weights& w) {

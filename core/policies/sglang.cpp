@@ -87,8 +87,8 @@ class sglang_policy final : public router_policy {
     } else {
       if (tenants_.size() > matched_tenants_cap)
         tenants_.resize(matched_tenants_cap);
-      const uint32_t k = argbest(
-          tenants_.size(), rng_, [&](uint32_t a, uint32_t b) {
+      const uint32_t k =
+          argbest(tenants_.size(), rng_, [&](uint32_t a, uint32_t b) {
             return compare(loads[tenants_[a]], loads[tenants_[b]]);
           });
       w = tenants_[k];
@@ -119,11 +119,10 @@ class sglang_policy final : public router_policy {
         best = std::max(best, m.total());
     }
     if (best == 0) return sglang_least_loaded(loads, processed_);
-    const uint32_t w =
-        argbest(cfg_.workers, rng_, [&](uint32_t a, uint32_t b) {
-          const int c = compare(match_[b].total(), match_[a].total());
-          return c != 0 ? c : compare(loads[a], loads[b]);
-        });
+    const uint32_t w = argbest(cfg_.workers, rng_, [&](uint32_t a, uint32_t b) {
+      const int c = compare(match_[b].total(), match_[a].total());
+      return c != 0 ? c : compare(loads[a], loads[b]);
+    });
     double sum = 0;
     for (uint32_t l : loads)
       sum += l;
@@ -226,8 +225,9 @@ void sglang_tree::evict() {
     auto n = nodes_.find(it.hash);
     if (n == nodes_.end()) continue;
     node& nd = n->second;
-    auto t = std::find_if(nd.tenants.begin(), nd.tenants.end(),
-                          [&](const tenant& x) { return x.worker == it.worker; });
+    auto t =
+        std::find_if(nd.tenants.begin(), nd.tenants.end(),
+                     [&](const tenant& x) { return x.worker == it.worker; });
     if (t == nd.tenants.end() || t->children != 0) continue;
     nd.tenants.erase(t);
     const bool has_parent = nd.has_parent;
@@ -237,8 +237,7 @@ void sglang_tree::evict() {
     auto p = nodes_.find(parent);
     if (p == nodes_.end()) continue;
     tenant* pt = find(p->second, it.worker);
-    if (pt && --pt->children == 0)
-      heap.push(item{pt->last, parent, it.worker});
+    if (pt && --pt->children == 0) heap.push(item{pt->last, parent, it.worker});
   }
 }
 

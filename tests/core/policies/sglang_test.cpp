@@ -64,8 +64,8 @@ TEST(policy, sglang_at_most_threshold_goes_to_least_loaded) {
   harness h(2);
   const std::vector<uint64_t> abcdefgh{1, 2, 3, 4, 5, 6, 7, 8};
   const std::vector<uint64_t> abcdefghij{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-  EXPECT_EQ(h.route(0, abcdefgh), 0u);    // empty tree: least loaded, index 0
-  EXPECT_EQ(h.route(1, abcdefghij), 0u);  // 0.8: its tenant
+  EXPECT_EQ(h.route(0, abcdefgh), 0u);      // empty tree: least loaded, index 0
+  EXPECT_EQ(h.route(1, abcdefghij), 0u);    // 0.8: its tenant
   EXPECT_EQ(h.route(2, {50, 51, 52}), 1u);  // a miss: least loaded (2 vs 0)
   h.p->finished(0, 0, 1);
   h.p->finished(1, 0, 1);
@@ -148,8 +148,7 @@ TEST(policy, sglang_events_most_overlap_then_load) {
   store(2, 1);
   fleet_view v;
   v.kv = &kv;
-  auto route = [&](uint64_t id, std::vector<uint64_t> chain,
-                   uint32_t tokens) {
+  auto route = [&](uint64_t id, std::vector<uint64_t> chain, uint32_t tokens) {
     route_request r;
     r.id = id;
     r.blocks = chain.data();
@@ -165,8 +164,8 @@ TEST(policy, sglang_events_most_overlap_then_load) {
   for (uint64_t id : {2, 5, 8})
     (*p)->finished(id, 2, 1);
   EXPECT_EQ(route(20, {1, 2, 3, 4}, 64), 1u);  // loads were 3, 2, 0
-  EXPECT_EQ(route(21, {1}, 15), 2u);             // loads 3, 3, 0
-  EXPECT_EQ(route(22, {500, 501}, 32), 2u);      // loads 3, 3, 1
+  EXPECT_EQ(route(21, {1}, 15), 2u);           // loads 3, 3, 0
+  EXPECT_EQ(route(22, {500, 501}, 32), 2u);    // loads 3, 3, 1
 }
 
 }  // namespace
