@@ -23,6 +23,8 @@ constexpr std::pair<policy_kind, const char*> names[] = {
     {policy_kind::preble, "preble"},
     {policy_kind::mooncake, "mooncake"},
     {policy_kind::kvmesh, "kvmesh"},
+    {policy_kind::lmetric, "lmetric"},
+    {policy_kind::sglang_events, "sglang_events"},
 };
 
 }  // namespace
@@ -98,6 +100,12 @@ expected<std::unique_ptr<router_policy>> make_policy(policy_kind kind,
       break;
     case policy_kind::kvmesh:
       p = policies::make_kvmesh(cfg);
+      break;
+    case policy_kind::lmetric:
+      p = policies::make_lmetric(cfg);
+      break;
+    case policy_kind::sglang_events:
+      p = policies::make_sglang_events(cfg);
       break;
   }
   return p;

@@ -1,7 +1,8 @@
 // Routing policies: kvmesh's auction and the peers' rules (random,
 // round_robin, least_loaded, prefix, dynamo, sglang, llmd, preble,
-// mooncake), each seeing only what its real system sees. Each policy is in
-// core/policies/<name>.cpp; core/policy.cpp names and makes them.
+// mooncake, lmetric, sglang_events), each seeing only what its real system
+// sees. Each policy is in core/policies/<name>.cpp; core/policy.cpp names and
+// makes them.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,8 @@ enum class policy_kind : uint8_t {
   preble,
   mooncake,
   kvmesh,
+  lmetric,
+  sglang_events,
 };
 
 const char* to_string(policy_kind k);
@@ -109,23 +112,42 @@ struct dynamo_inputs {
   double active_prefill_tokens = 0;  // router-tracked, until first token
   double request_tokens = 0;         // the request's input length
   double block_tokens = 1;
-  double device_blocks = 0;  // overlap per tier, from KV events
+  double device_blocks = 0;  // overlap per tier (dynamo_tier_match)
   double host_blocks = 0;
   double disk_blocks = 0;
   double decay = 1;          // 1 / (1 + d * excess / request_blocks), d = 0
   double active_blocks = 0;  // router-tracked unique blocks on the worker
-  double new_blocks = 0;     // request blocks not already active there
+  double new_blocks = 0;     // complete request blocks not active there
+  double active_requests = 0;
 };
 struct dynamo_weights {
   double prefill_load_scale = 1.0;
   double overlap_credit = 1.0;
   double host_hit = 0.75;
   double disk_hit = 0.25;
+  double active_request_weight = 0;  // decode_active_request_weight
 };
+// max(0, (active prefill + input) / B - (credit device + 0.75 host + 0.25
+// disk)): the adjusted prefill blocks.
+double dynamo_prefill_blocks(const dynamo_inputs& in,
+                             const dynamo_weights& w = {});
+// Active blocks plus the request's new complete blocks.
+double dynamo_decode_blocks(const dynamo_inputs& in);
+// The linear cost: scale * prefill + decode + weight * active requests.
 double dynamo_cost(const dynamo_inputs& in, const dynamo_weights& w = {});
+// router_selection_policy = lmetric: prefill x (decode + 1).
+double dynamo_lmetric_cost(const dynamo_inputs& in,
+                           const dynamo_weights& w = {});
+// Each worker's match of `chain` as Dynamo's indexer computes it: its
+// device prefix, then the host blocks that continue it, then the disk
+// blocks that continue those (a block in an earlier tier, or a missing one,
+// ends the run).
+void dynamo_tier_match(const block_index& kv, const uint64_t* chain, size_t n,
+                       size_t workers, tier_match* out);
 
-// SGLang cache_aware: the load is imbalanced (route to least loaded) when
-// max - min > abs_threshold and max > rel_threshold * min.
+// SGLang cache_aware, classic form (sgl-router; SMG before August 2026):
+// the load is imbalanced (route to least loaded) when max - min >
+// abs_threshold and max > rel_threshold * min.
 struct sglang_thresholds {
   double abs_threshold = 64;  // sglang_router Python defaults
   double rel_threshold = 1.5;
@@ -133,6 +155,36 @@ struct sglang_thresholds {
 };
 bool sglang_imbalanced(double max_load, double min_load,
                        const sglang_thresholds& t = {});
+// SMG's per-request gate (the form SGLang's gateway ships since August
+// 2026): the affinity pick spills to the least loaded when its load is
+// above rel_threshold x and abs_threshold + the fleet's mean load.
+bool sglang_gate_spills(double load, double mean_load,
+                        const sglang_thresholds& t = {});
+// SMG's least-loaded pick: lowest load, then fewest processed requests,
+// then lowest index.
+uint32_t sglang_least_loaded(const std::vector<uint32_t>& loads,
+                             const std::vector<uint64_t>& processed);
+
+// llm-d's approximate prefix producer (llm-d-router v0.10.0, autoTune):
+// its block size (the engine's, at least 64 tokens), in kvmesh blocks per
+// chunk; how many chunks it matches (131072 tokens); its LRU entries per
+// server (the engine's block count, else 31250).
+struct llmd_geometry {
+  uint32_t block_tokens = 64;
+  uint32_t group = 1;
+  uint32_t max_blocks = 2048;
+  uint64_t lru_entries = 31250;
+};
+llmd_geometry llmd_geometry_for(uint32_t engine_block_tokens,
+                                uint64_t engine_blocks);
+// A server's score at the default weights: 3 prefix + 2 kv + 2 queue.
+struct llmd_inputs {
+  uint32_t matched_blocks = 0;  // the run's blocks it holds
+  uint32_t prompt_blocks = 0;   // the prompt's (capped) blocks
+  uint32_t waiting = 0, min_waiting = 0, max_waiting = 0;
+  double kv_usage = 0;
+};
+double llmd_score(const llmd_inputs& in);
 
 // Prefill time of `tokens` new tokens in chunks of max_batched (the engine
 // polynomial), as profiled routers (Preble, Mooncake) estimate it.

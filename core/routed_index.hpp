@@ -27,6 +27,11 @@ class routed_index {
   uint32_t match(uint32_t worker, const uint64_t* chain, size_t n) const {
     return sets_[worker].match(chain, n).gpu;
   }
+  // Whether `hash` was sent to `worker` (and not evicted since).
+  bool holds(uint32_t worker, uint64_t hash) const {
+    tier t;
+    return sets_[worker].find(hash, &t);
+  }
   uint64_t size(uint32_t worker) const { return sets_[worker].size(tier::gpu); }
   size_t workers() const { return sets_.size(); }
 

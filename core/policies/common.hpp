@@ -25,6 +25,46 @@ std::unique_ptr<router_policy> make_llmd(const policy_config& c);
 std::unique_ptr<router_policy> make_preble(const policy_config& c);
 std::unique_ptr<router_policy> make_mooncake(const policy_config& c);
 std::unique_ptr<router_policy> make_kvmesh(const policy_config& c);
+std::unique_ptr<router_policy> make_lmetric(const policy_config& c);
+std::unique_ptr<router_policy> make_sglang_events(const policy_config& c);
+// Dynamo's KV router, its linear cost or (lmetric) its LMetric selection.
+std::unique_ptr<router_policy> make_dynamo_router(const policy_config& c,
+                                                  bool lmetric);
+
+// SGLang's approximate radix tree (SMG kv_index string_tree), over chained
+// block ids: one node per block, shared by the workers (tenants) that were
+// sent it, each with its last access time and its count of children it is
+// also a tenant of. A tenant's nodes are always a prefix-closed set.
+class sglang_tree {
+ public:
+  explicit sglang_tree(uint64_t cap_blocks) : cap_(cap_blocks) {}
+  void insert(uint32_t worker, const uint64_t* chain, size_t n, double now);
+  // How many leading blocks of `chain` are in the tree (any tenant); the
+  // tenants of the deepest one into `tenants`, in insertion order.
+  uint32_t deepest(const uint64_t* chain, size_t n,
+                   std::vector<uint32_t>* tenants) const;
+  // How many leading blocks of `chain` `worker` is a tenant of.
+  uint32_t match(uint32_t worker, const uint64_t* chain, size_t n) const;
+  // One eviction pass: least recently used (leaf, tenant) pairs go until
+  // the tree's size (distinct nodes) is within the cap.
+  void evict();
+  uint64_t size() const { return nodes_.size(); }
+
+ private:
+  struct tenant {
+    uint32_t worker;
+    double last;
+    uint32_t children;
+  };
+  struct node {
+    uint64_t parent = 0;
+    bool has_parent = false;
+    std::vector<tenant> tenants;
+  };
+  static tenant* find(node& n, uint32_t worker);
+  uint64_t cap_;
+  std::unordered_map<uint64_t, node> nodes_;
+};
 
 // Picks uniformly among the indices where `cmp` says "equal" to the best;
 // `cmp(a, b)` < 0 when a is better than b. Reservoir sampling, one pass.

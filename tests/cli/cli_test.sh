@@ -66,8 +66,8 @@ for key in '"scenario"' '"oracle"' '"results"' '"ttft_ms"' '"e2e_ms"' \
   fi
 done
 n=$(grep '"policy": "' "$tmp/a.json" | grep -vc '"all"')
-if [ "$n" -ne 10 ]; then
-  echo "FAIL sim_all_ten_policies: $n"; fails=$((fails + 1))
+if [ "$n" -ne 12 ]; then
+  echo "FAIL sim_all_twelve_policies: $n"; fails=$((fails + 1))
 fi
 expect sim_table 0 '^kvmesh ' -- \
   sim --trace "$data/conversation_head.jsonl" --workers 2 --policy kvmesh,prefix --quiet

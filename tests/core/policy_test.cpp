@@ -20,7 +20,9 @@ TEST(policy, names_round_trip) {
   auto bad = parse_policy("fastest");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.err().message.find("known: random"), std::string::npos);
-  EXPECT_EQ(all_policies().size(), 10u);
+  EXPECT_EQ(all_policies().size(), 12u);
+  EXPECT_EQ(all_policies()[10], policy_kind::lmetric);
+  EXPECT_EQ(all_policies().back(), policy_kind::sglang_events);
 }
 
 TEST(policy, estimated_prefill_chunks_like_the_engine) {
