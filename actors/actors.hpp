@@ -291,9 +291,7 @@ using worker_actor = bidder_actor::extend<
     // Sends KV events to these index shards from now on (shards came or
     // went; each batch goes to shard_of its chains' first block).
     caf::reacts_to<put_atom, shards_atom, std::vector<index_shard_actor>>,
-    // Ends the engine step in progress (sent to itself on the actor clock),
-    // or starts the next when none is (sent to itself after an award, so
-    // that the awards already queued join that step).
+    // Ends the engine step in progress (sent to itself on the actor clock).
     caf::reacts_to<step_atom>>;
 
 // ROUTER: runs one auction per request over its workers.

@@ -151,9 +151,8 @@ class simulation final : public bid_source {
   // more events of this instant are to come.
   void start_kicked() {
     if (kicks_.empty()) return;
-    const double next = queue_.empty()
-                            ? std::numeric_limits<double>::infinity()
-                            : queue_.top().time;
+    const double next = queue_.empty() ? std::numeric_limits<double>::infinity()
+                                       : queue_.top().time;
     if (next <= now_) return;
     for (uint32_t w : kicks_) {
       worker& ws = workers_[w];

@@ -110,8 +110,8 @@ TEST(sim, prompts_that_arrive_together_share_a_step) {
 // 28 distinct 2048-token prompts at once: 7 steps of 8192 tokens, four
 // first tokens at the end of each, not 28 steps of one prompt.
 TEST(sim, a_burst_of_prompts_fills_whole_steps) {
-  auto r = simulate(one_default_gpu(), burst(28, 2048, 1),
-                    policy_kind::round_robin);
+  auto r =
+      simulate(one_default_gpu(), burst(28, 2048, 1), policy_kind::round_robin);
   ASSERT_TRUE(r) << r.err().message;
   std::map<double, int> at;
   for (double q : r->ttft_cdf_ms)
