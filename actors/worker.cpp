@@ -72,6 +72,17 @@ void schedule_step_end(wpointer self, double end, double now) {
   self->delayed_send(self, wall, step_atom::value);
 }
 
+// Has the engine's next step start once the messages already in the
+// mailbox are handled: CAF handles them in order, so awards that came
+// together are all submitted first and share the step, as vLLM's engine
+// core takes its whole input queue before each step (engine::step_due).
+void kick(wpointer self) {
+  auto& st = self->state;
+  if (st.stepping || st.kicked) return;
+  st.kicked = true;
+  self->send(self, step_atom::value);
+}
+
 // Starts the engine's next step if it is idle and has work, and schedules
 // its end on the actor clock.
 void maybe_step(wpointer self) {
@@ -81,9 +92,13 @@ void maybe_step(wpointer self) {
   if (auto end = st.eng->start_step(now)) schedule_step_end(self, *end, now);
 }
 
+// Ends the step in progress (its timer fired) or, when there is none, starts
+// the one a kick asked for: the loop below starts it at the latest arrival,
+// the time an engine loop would have started it.
 void finish_step(wpointer self) {
   auto& st = self->state;
   st.stepping = false;
+  st.kicked = false;
   st.events.clear();
   st.eng->finish_step(st.events);
   // Steps that would have ended by now (the timer fired late: a loaded
@@ -309,7 +324,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
           m->hit_blocks[2]->inc(held.disk);
         }
         remember_taken(st, r, st.ledger->accepted());
-        maybe_step(self);
+        kick(self);
         return {true, {}, {}, st.ledger->accepted()};
       },
       [=](release_atom, const release_msg& r) {

@@ -58,6 +58,7 @@ struct worker_state {
   double time_scale = 1;
   caf::actor_clock::time_point origin;
   bool stepping = false;
+  bool kicked = false;     // a step_atom to start the next step is on its way
   double step_end = 0;     // engine ms at which the step in progress ends
   double last_submit = 0;  // engine ms of the latest request's arrival
   uint64_t completed = 0;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -40,70 +39,11 @@ int run_engine(engine_options opt) {
     std::fprintf(stderr, "kvmesh engine: %s\n", gpu.err().message.c_str());
     return 2;
   }
-  // Times relative to arrival, as summarize_outcomes expects.
-  std::vector<request_outcome> outcomes(trace->size());
-  std::vector<engine_event> events;
-  uint64_t prompt_blocks = 0;
-  uint64_t stored = 0, removed = 0, refused = 0;
-  size_t next = 0;
-  double now = 0, step_end = -1;
-  // Two event sources in virtual time: arrivals and the end of a step.
-  while (next < trace->size() || gpu->busy() || step_end >= 0) {
-    const double arrival =
-        next < trace->size() ? (*trace)[next].arrival_ms / opt.speedup : -1;
-    if (step_end >= 0 && (arrival < 0 || step_end <= arrival)) {
-      now = step_end;
-      events.clear();
-      gpu->finish_step(events);
-      step_end = -1;
-      for (const auto& e : events) {
-        switch (e.kind) {
-          case engine_event::stored:
-            ++stored;
-            break;
-          case engine_event::removed:
-            ++removed;
-            break;
-          case engine_event::first_token: {
-            auto& o = outcomes[e.request];
-            o.ttft_ms = e.time_ms - o.arrival_ms;
-            std::copy(e.hits, e.hits + tier_count, o.hits);
-            break;
-          }
-          case engine_event::finished:
-            outcomes[e.request].e2e_ms =
-                e.time_ms - outcomes[e.request].arrival_ms;
-            break;
-          default:
-            break;
-        }
-      }
-    } else if (arrival >= 0) {
-      now = arrival;
-      const trace_request& r = (*trace)[next];
-      engine_request req;
-      req.id = next;
-      req.prompt_tokens = r.input_tokens;
-      req.output_tokens = std::max<uint32_t>(r.output_tokens, 1);
-      req.blocks = r.blocks;
-      outcomes[next].arrival_ms = now;
-      outcomes[next].output_tokens = req.output_tokens;
-      outcomes[next].prompt_blocks = static_cast<uint32_t>(r.blocks.size());
-      if (auto st = gpu->submit(std::move(req), now); !st) {
-        ++refused;
-        std::fprintf(stderr, "kvmesh engine: %s\n", st.err().message.c_str());
-      } else {
-        prompt_blocks += r.blocks.size();
-      }
-      ++next;
-    } else {
-      break;  // no arrivals left and the engine cannot start a step
-    }
-    if (step_end < 0)
-      if (auto end = gpu->start_step(now)) step_end = *end;
-  }
+  const engine_replay run = replay_engine(*gpu, *trace, opt.speedup);
+  for (const std::string& why : run.refused)
+    std::fprintf(stderr, "kvmesh engine: %s\n", why.c_str());
   sim_result res;
-  summarize_outcomes(outcomes, res);
+  summarize_outcomes(run.outcomes, res);
   const size_t completed = res.e2e_ms.count;
   std::printf(
       "engine model: 1 GPU, %u-token blocks, %lu GPU / %lu host / %lu "
@@ -117,17 +57,17 @@ int run_engine(engine_options opt) {
   std::printf(
       "completed %zu, refused %lu, steps %lu, preemptions %lu, "
       "virtual time %.1f s\n",
-      completed, static_cast<unsigned long>(refused),
+      completed, static_cast<unsigned long>(run.refused.size()),
       static_cast<unsigned long>(gpu->steps()),
-      static_cast<unsigned long>(gpu->preemptions()), now / 1e3);
+      static_cast<unsigned long>(gpu->preemptions()), run.end_ms / 1e3);
   std::printf(
       "prompt blocks %lu; reused from gpu %.1f%%, host %.1f%%, "
       "disk %.1f%%\n",
-      static_cast<unsigned long>(prompt_blocks), 100 * res.hit_ratio.gpu,
+      static_cast<unsigned long>(run.prompt_blocks), 100 * res.hit_ratio.gpu,
       100 * res.hit_ratio.host, 100 * res.hit_ratio.disk);
   std::printf("KV events: %lu stored, %lu removed\n",
-              static_cast<unsigned long>(stored),
-              static_cast<unsigned long>(removed));
+              static_cast<unsigned long>(run.stored),
+              static_cast<unsigned long>(run.removed));
   std::printf("latency (ms):\n");
   print_summary("TTFT", res.ttft_ms);
   print_summary("E2E", res.e2e_ms);

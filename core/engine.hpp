@@ -72,6 +72,15 @@ class engine {
   // when there is no work. Call finish_step() at that time before the next
   // start_step().
   std::optional<double> start_step(double now_ms);
+  // Whether a driver should start the next step at now_ms: the engine is
+  // idle, has work, and no more input can come at this instant (the next
+  // comes at next_input_ms; infinity when none is known to follow). vLLM's
+  // engine core takes every request already in its input queue before it
+  // schedules a step, so requests that arrive together share one; a driver
+  // that started a step at the first of them would serialize them.
+  bool step_due(double now_ms, double next_input_ms) const {
+    return !in_step() && busy() && next_input_ms > now_ms;
+  }
   // Takes back a request that has not produced its first token (waiting,
   // or running its prefill; one in the step in progress is dropped when the
   // step ends, unreported): true if so. One past its first token runs on.

@@ -115,6 +115,7 @@ class simulation final : public bid_source {
     std::unique_ptr<engine> eng;
     std::unique_ptr<worker_ledger> ledger;
     bool stepping = false;
+    bool kicked = false;  // in kicks_: starts a step after this instant
     std::deque<std::pair<double, load_report>> reports;
   };
 
@@ -137,13 +138,33 @@ class simulation final : public bid_source {
     ws.reports.emplace_back(now_, r);
   }
 
-  void start(uint32_t w) {
+  // Worker w may start a step once every event of this instant is done
+  // (engine::step_due): arrivals and awards that come together share it.
+  void kick(uint32_t w) {
     worker& ws = workers_[w];
-    if (ws.stepping) return;
-    if (auto end = ws.eng->start_step(now_)) {
-      ws.stepping = true;
-      push(*end, event::step_end, w);
+    if (ws.stepping || ws.kicked) return;
+    ws.kicked = true;
+    kicks_.push_back(w);
+  }
+
+  // Starts the kicked workers' steps, in the order they were kicked, unless
+  // more events of this instant are to come.
+  void start_kicked() {
+    if (kicks_.empty()) return;
+    const double next = queue_.empty() ? std::numeric_limits<double>::infinity()
+                                       : queue_.top().time;
+    if (next <= now_) return;
+    for (uint32_t w : kicks_) {
+      worker& ws = workers_[w];
+      ws.kicked = false;
+      if (!ws.eng->step_due(now_, next)) continue;
+      if (auto end = ws.eng->start_step(now_)) {
+        ws.stepping = true;
+        push(*end, event::step_end, w);
+        publish(w);
+      }
     }
+    kicks_.clear();
   }
 
   void submit(uint32_t idx, uint32_t w) {
@@ -163,7 +184,7 @@ class simulation final : public bid_source {
       ++refused_;
       return;
     }
-    start(w);
+    kick(w);
     publish(w);
   }
 
@@ -275,7 +296,7 @@ class simulation final : public bid_source {
           break;
       }
     }
-    start(w);
+    kick(w);
     publish(w);
   }
 
@@ -301,6 +322,7 @@ class simulation final : public bid_source {
   double total_speed_ = 0;
   std::vector<std::unique_ptr<router_policy>> routers_;
   std::priority_queue<event, std::vector<event>, later> queue_;
+  std::vector<uint32_t> kicks_;  // workers to start after this instant
   uint64_t seq_ = 0;
   double now_ = 0;
   std::vector<record> records_;
@@ -342,6 +364,7 @@ expected<sim_result> simulation::run(
                                      load_report{});
   }
   loads_.assign(n, load_report{});
+  kicks_.reserve(n);
   queued_.assign(n, 0);
   assigned_.assign(n, 0);
   records_.assign(trace_.size(), record{});
@@ -399,6 +422,7 @@ expected<sim_result> simulation::run(
         step_end(e.a);
         break;
     }
+    start_kicked();
   }
   // Results.
   sim_result res;
@@ -497,6 +521,75 @@ void summarize_outcomes(const std::vector<request_outcome>& outcomes,
   res.hit_ratio.total = (hits[0] + hits[1] + hits[2]) / b;
   res.prefill_blocks = blocks - (hits[0] + hits[1] + hits[2]);
   res.throughput_tok_s = last > first ? out_tokens / ((last - first) / 1e3) : 0;
+}
+
+engine_replay replay_engine(engine& eng,
+                            const std::vector<trace_request>& trace,
+                            double speedup) {
+  engine_replay res;
+  res.outcomes.resize(trace.size());
+  std::vector<engine_event> events;
+  constexpr double never = std::numeric_limits<double>::infinity();
+  auto arrival = [&](size_t i) {
+    return i < trace.size() ? trace[i].arrival_ms / speedup : never;
+  };
+  size_t next = 0;
+  double now = 0, step_end = -1;
+  // Two event sources in virtual time: arrivals and the end of a step. A
+  // step that ends as requests arrive finishes first: they join the next.
+  for (;;) {
+    if (step_end >= 0 && step_end <= arrival(next)) {
+      now = step_end;
+      step_end = -1;
+      events.clear();
+      eng.finish_step(events);
+      for (const auto& e : events) {
+        switch (e.kind) {
+          case engine_event::stored:
+            ++res.stored;
+            break;
+          case engine_event::removed:
+            ++res.removed;
+            break;
+          case engine_event::first_token: {
+            auto& o = res.outcomes[e.request];
+            o.ttft_ms = e.time_ms - o.arrival_ms;
+            std::copy(e.hits, e.hits + tier_count, o.hits);
+            break;
+          }
+          case engine_event::finished:
+            res.outcomes[e.request].e2e_ms =
+                e.time_ms - res.outcomes[e.request].arrival_ms;
+            break;
+          default:
+            break;
+        }
+      }
+    } else if (next < trace.size()) {
+      now = arrival(next);
+      const trace_request& r = trace[next];
+      engine_request req;
+      req.id = next;
+      req.prompt_tokens = r.input_tokens;
+      req.output_tokens = std::max<uint32_t>(r.output_tokens, 1);
+      req.blocks = r.blocks;
+      request_outcome& o = res.outcomes[next];
+      o.arrival_ms = now;
+      o.output_tokens = req.output_tokens;
+      o.prompt_blocks = static_cast<uint32_t>(r.blocks.size());
+      if (auto st = eng.submit(std::move(req), now); !st)
+        res.refused.push_back(st.err().message);
+      else
+        res.prompt_blocks += r.blocks.size();
+      ++next;
+    } else {
+      break;  // no arrivals left and the engine cannot start a step
+    }
+    if (step_end < 0 && eng.step_due(now, arrival(next)))
+      if (auto end = eng.start_step(now)) step_end = *end;
+  }
+  res.end_ms = now;
+  return res;
 }
 
 engine_config fleet_engine_config(const sim_config& cfg, uint32_t w) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/engine.hpp"
@@ -123,6 +124,21 @@ struct request_outcome {
 // from every request's outcome: shared by the simulator and the live mesh.
 void summarize_outcomes(const std::vector<request_outcome>& outcomes,
                         sim_result& res);
+
+// One engine replaying a trace in virtual time (`kvmesh engine`).
+struct engine_replay {
+  std::vector<request_outcome> outcomes;  // by trace index
+  uint64_t prompt_blocks = 0;             // of the requests it took
+  uint64_t stored = 0, removed = 0;       // KV events
+  std::vector<std::string> refused;       // why, for each one turned away
+  double end_ms = 0;                      // virtual time of the last event
+};
+
+// Replays `trace`, arrivals divided by `speedup`, through `eng`; every
+// arrival of an instant joins the step that starts then (engine::step_due).
+engine_replay replay_engine(engine& eng,
+                            const std::vector<trace_request>& trace,
+                            double speedup = 1);
 
 // Checks a configuration; errors name the bad field.
 status validate(const sim_config& cfg);

@@ -1,7 +1,10 @@
 // Tests of actors/worker: bids, reservations, awards and the engine clock.
 #include "actors/worker.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "actors/index_shard.hpp"
@@ -50,6 +53,73 @@ class worker_test : public actor_fixture {
     return ***s;
   }
 };
+
+// When a listener heard of each request's first and last token, in ms of
+// the actor clock since `origin`.
+struct token_times {
+  caf::actor_clock::time_point origin;
+  std::map<uint64_t, double> first, done;
+};
+
+listener_actor::behavior_type timer(listener_actor::pointer self,
+                                    std::shared_ptr<token_times> t) {
+  auto ms = [=] {
+    return std::chrono::duration<double, std::milli>(self->clock().now() -
+                                                     t->origin)
+        .count();
+  };
+  return {
+      [=](first_atom, uint64_t id, uint32_t, uint32_t, uint32_t) {
+        t->first[id] = ms();
+      },
+      [=](done_atom, uint64_t id) { t->done[id] = ms(); },
+  };
+}
+
+// Awards that reach the worker together share its engine's next step, as
+// vLLM's engine core takes its whole input queue before a step: two
+// 4096-token prompts on the engine's defaults (64-token blocks, 16384 of
+// them, an 8192-token budget) prefill in one 8192-token step.
+TEST_F(worker_test, awards_that_come_together_share_a_step) {
+  auto t = std::make_shared<token_times>();
+  t->origin = sched->clock().now();
+  worker_options opt;  // the engine's defaults
+  opt.listener = sys->spawn(timer, t);
+  auto w = spawn_worker(*sys, opt);
+  ASSERT_TRUE(w) << w.err().message;
+  track(*w);
+  auto prompt = [](uint64_t id) {
+    route_request_msg r;
+    r.id = id;
+    for (uint64_t b = 0; b < 64; ++b)
+      r.blocks.push_back(1000 * id + b);
+    r.input_tokens = 4096;
+    r.output_tokens = 64;
+    return r;
+  };
+  auto accepted = std::make_shared<int>(0);
+  auto dest = *w;
+  sys->spawn([=](caf::event_based_actor* self) {
+    for (uint64_t id : {1, 2})
+      self->request(dest, caf::infinite, award_atom::value,
+                    award_msg{prompt(id), -1.0, 0})
+          .then([=](const award_reply& a) { *accepted += a.accepted; });
+  });
+  run();
+  EXPECT_EQ(*accepted, 2);
+  EXPECT_EQ(status(dest).running, 2u);
+  for (int i = 0; i < 20 && t->done.size() < 2; ++i)
+    advance(std::chrono::milliseconds(100));
+  ASSERT_EQ(t->done.size(), 2u);
+  // The step's prefill and the decode pass that yields both first tokens
+  // (128 blocks active), then a decode pass per token (130 active).
+  const double step = prefill_ms(8192) + decode_ms(128.0 / 16384);
+  const double itl = decode_ms(130.0 / 16384);
+  for (uint64_t id : {1, 2}) {
+    EXPECT_NEAR(t->first.at(id), step, 0.1) << id;
+    EXPECT_NEAR((t->done.at(id) - t->first.at(id)) / 63, itl, 0.01) << id;
+  }
+}
 
 TEST_F(worker_test, bids_and_holds_its_share) {
   auto w = spawn(3);

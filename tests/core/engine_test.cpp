@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 
 namespace kvmesh {
@@ -290,6 +291,74 @@ TEST(engine, batch_limits_hold) {
   EXPECT_EQ(g.waiting(), 1u);
   std::vector<engine_event> ev;
   g.finish_step(ev);
+}
+
+// A prompt of `tokens` tokens in distinct 64-token blocks from first_hash.
+engine_request distinct(uint64_t id, uint32_t tokens, uint32_t out,
+                        uint64_t first_hash) {
+  engine_request r;
+  r.id = id;
+  r.prompt_tokens = tokens;
+  r.output_tokens = out;
+  for (uint32_t i = 0; i < (tokens + 63) / 64; ++i)
+    r.blocks.push_back(first_hash + i);
+  return r;
+}
+
+// A driver asks step_due before it starts a step: not while more input of
+// the same instant is to come, not during a step, not without work.
+TEST(engine, a_step_is_due_once_the_instant_has_no_more_input) {
+  auto g = make(engine_config{});
+  const double never = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(g.step_due(0, never));  // no work
+  ASSERT_TRUE(g.submit(distinct(1, 4096, 64, 1000), 0));
+  EXPECT_FALSE(g.step_due(0, 0));  // another arrival at this instant
+  EXPECT_TRUE(g.step_due(0, 1));
+  EXPECT_TRUE(g.step_due(0, never));
+  ASSERT_TRUE(g.start_step(0));
+  EXPECT_FALSE(g.step_due(0, never));  // in a step
+  std::vector<engine_event> ev;
+  g.finish_step(ev);
+  EXPECT_TRUE(g.step_due(1000, never));  // decoding
+}
+
+// Two 4096-token prompts submitted at the same instant, then one step: one
+// 8192-token prefill, both first tokens at its end; then one decode pass
+// per token, both decoding.
+TEST(engine, prompts_that_arrive_together_share_a_step) {
+  auto g = make(engine_config{});  // 64-token blocks, 8192-token budget
+  ASSERT_TRUE(g.submit(distinct(1, 4096, 64, 1000), 0));
+  ASSERT_TRUE(g.submit(distinct(2, 4096, 64, 2000), 0));
+  auto r = drain(g);
+  // The decode pass of the step that yields the tokens: 128 of 16384
+  // blocks active.
+  const double step1 = prefill_ms(8192) + decode_ms(128.0 / 16384);
+  EXPECT_NEAR(prefill_ms(8192),
+              4.209989e-07 * 8192 * 8192 + 1.518344e-02 * 8192 + 16.50142,
+              1e-9);
+  EXPECT_NEAR(prefill_ms(8192), 169.1, 0.05);
+  EXPECT_NEAR(r.first.at(1), step1, 0.1);
+  EXPECT_NEAR(r.first.at(2), step1, 0.1);
+  // 63 more tokens each, in 63 decode steps of 130 active blocks.
+  const double itl = decode_ms(130.0 / 16384);
+  EXPECT_NEAR((r.finish.at(1) - r.first.at(1)) / 63, itl, 0.01);
+  EXPECT_NEAR((r.finish.at(2) - r.first.at(2)) / 63, itl, 0.01);
+  EXPECT_EQ(g.steps(), 64u);
+}
+
+// 28 distinct 2048-token prompts together: four to a step of 8192 tokens.
+TEST(engine, a_burst_of_prompts_fills_whole_steps) {
+  auto g = make(engine_config{});
+  for (uint64_t i = 0; i < 28; ++i)
+    ASSERT_TRUE(g.submit(distinct(i, 2048, 1, 1000 * (i + 1)), 0));
+  auto r = drain(g);
+  EXPECT_EQ(g.steps(), 7u);
+  std::map<double, int> at;
+  for (const auto& [id, t] : r.first)
+    ++at[t];
+  ASSERT_EQ(at.size(), 7u);
+  for (const auto& [t, n] : at)
+    EXPECT_EQ(n, 4);
 }
 
 TEST(engine, bad_input_is_an_error) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <unordered_set>
 
@@ -54,6 +55,115 @@ double plain_hit_ratio(const std::vector<trace_request>& t, uint32_t workers,
     s.insert(t[i].blocks.begin(), t[i].blocks.end());
   }
   return static_cast<double>(hits) / static_cast<double>(blocks);
+}
+
+// `n` distinct prompts of `tokens` tokens in 64-token blocks, all arriving
+// at `at` ms.
+std::vector<trace_request> burst(size_t n, uint32_t tokens, uint32_t out,
+                                 double at = 0) {
+  std::vector<trace_request> t(n);
+  for (size_t i = 0; i < n; ++i) {
+    t[i].arrival_ms = at;
+    t[i].input_tokens = tokens;
+    t[i].output_tokens = out;
+    for (uint32_t b = 0; b < tokens / 64; ++b)
+      t[i].blocks.push_back(1000 * (i + 1) + b);
+  }
+  return t;
+}
+
+// One idle GPU of the engine's defaults: 64-token blocks, 16384 of them,
+// an 8192-token budget, speed and model factor 1.
+sim_config one_default_gpu() {
+  sim_config cfg;
+  cfg.workers = 1;
+  cfg.block_tokens = 64;
+  cfg.gpu_blocks = 16384;
+  cfg.host_blocks = 0;
+  cfg.disk_blocks = 0;
+  return cfg;
+}
+
+// Two 4096-token prompts that arrive together share one 8192-token step
+// (vLLM's engine core takes its whole input queue before a step): its
+// prefill plus the decode pass that yields both first tokens (128 of 16384
+// blocks active), then one decode pass per token with both decoding.
+const double joint_step_ms = prefill_ms(8192) + decode_ms(128.0 / 16384);
+const double joint_itl_ms = decode_ms(130.0 / 16384);
+
+TEST(sim, prompts_that_arrive_together_share_a_step) {
+  EXPECT_NEAR(prefill_ms(8192), 169.1, 0.05);
+  const auto t = burst(2, 4096, 64);
+  // kvmesh's awards come one auction (1 ms) after the arrivals, together.
+  for (policy_kind k : {policy_kind::round_robin, policy_kind::kvmesh}) {
+    auto r = simulate(one_default_gpu(), t, k);
+    ASSERT_TRUE(r) << r.err().message;
+    const double award = k == policy_kind::kvmesh ? 1.0 : 0.0;
+    EXPECT_NEAR(r->ttft_cdf_ms.front(), award + joint_step_ms, 0.1)
+        << to_string(k);
+    EXPECT_NEAR(r->ttft_cdf_ms.back(), award + joint_step_ms, 0.1)
+        << to_string(k);
+    EXPECT_NEAR(r->itl_ms.mean, joint_itl_ms, 0.01) << to_string(k);
+  }
+}
+
+// 28 distinct 2048-token prompts at once: 7 steps of 8192 tokens, four
+// first tokens at the end of each, not 28 steps of one prompt.
+TEST(sim, a_burst_of_prompts_fills_whole_steps) {
+  auto r =
+      simulate(one_default_gpu(), burst(28, 2048, 1), policy_kind::round_robin);
+  ASSERT_TRUE(r) << r.err().message;
+  std::map<double, int> at;
+  for (double q : r->ttft_cdf_ms)
+    at[q] = 0;
+  EXPECT_EQ(at.size(), 7u);
+  EXPECT_EQ(r->completed, 28u);
+}
+
+// `kvmesh engine`'s replay follows the same rule.
+TEST(sim, replay_engine_lets_prompts_that_arrive_together_share_a_step) {
+  auto g = engine::make(engine_config{});
+  ASSERT_TRUE(g);
+  const auto run = replay_engine(*g, burst(2, 4096, 64));
+  ASSERT_EQ(run.outcomes.size(), 2u);
+  for (const auto& o : run.outcomes) {
+    EXPECT_NEAR(o.ttft_ms, joint_step_ms, 0.1);
+    EXPECT_NEAR((o.e2e_ms - o.ttft_ms) / 63, joint_itl_ms, 0.01);
+  }
+  EXPECT_EQ(g->steps(), 64u);
+  EXPECT_TRUE(run.refused.empty());
+  EXPECT_EQ(run.stored, 128u);
+}
+
+TEST(sim, replay_engine_fills_whole_steps_with_a_burst) {
+  auto g = engine::make(engine_config{});
+  ASSERT_TRUE(g);
+  const auto run = replay_engine(*g, burst(28, 2048, 1));
+  EXPECT_EQ(g->steps(), 7u);
+  std::map<double, int> at;
+  for (const auto& o : run.outcomes)
+    ++at[o.ttft_ms];
+  ASSERT_EQ(at.size(), 7u);
+  for (const auto& [t, n] : at)
+    EXPECT_EQ(n, 4);
+}
+
+// A request that arrives as a step ends joins the next step with the ones
+// that were waiting, instead of a step starting without it.
+TEST(sim, replay_engine_takes_an_arrival_at_a_step_end_into_the_next_step) {
+  auto g = engine::make(engine_config{});
+  ASSERT_TRUE(g);
+  auto t = burst(1, 4096, 2);
+  const double first_end = prefill_ms(4096) + decode_ms(64.0 / 16384);
+  auto late = burst(2, 2048, 1, first_end);
+  for (auto& r : late)
+    for (auto& b : r.blocks)
+      b += 500000;  // distinct from the first prompt's
+  t.insert(t.end(), late.begin(), late.end());
+  const auto run = replay_engine(*g, t);
+  // Step 2: the first prompt's second token and both late prompts.
+  EXPECT_EQ(g->steps(), 2u);
+  EXPECT_NEAR(run.outcomes[1].ttft_ms, run.outcomes[2].ttft_ms, 1e-9);
 }
 
 TEST(sim, round_robin_hit_ratio_equals_a_plain_count) {
