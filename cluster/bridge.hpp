@@ -105,6 +105,12 @@ void each_unbatched(nats_message m, F&& f) {
 // their message; others are CAF's rendering.
 std::string describe(const caf::error& e);
 
+// A kvmesh error (a decode's, a bus call's) as the CAF error an actor
+// delivers: describe's inverse.
+inline caf::error to_caf(const error& e) {
+  return caf::make_error(e.code, e.message);
+}
+
 // What a subscription feeds, for the refusals' counter
 // (kvmesh_nats_refused_total{kind}).
 enum class feed_kind : uint8_t {

@@ -7,10 +7,6 @@
 
 namespace kvmesh::detail {
 
-caf::error to_caf(const error& e) {
-  return caf::make_error(e.code, e.message);
-}
-
 std::string verb_of(const std::string& subject) {
   auto p = subject.rfind('.');
   return p == std::string::npos ? subject : subject.substr(p + 1);

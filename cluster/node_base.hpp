@@ -19,8 +19,6 @@ namespace kvmesh::detail {
 
 using steady = std::chrono::steady_clock;
 
-caf::error to_caf(const error& e);
-
 // The last token of `subject`: the verb of an agent's or a router's subject.
 std::string verb_of(const std::string& subject);
 

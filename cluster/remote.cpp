@@ -12,10 +12,6 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-caf::error to_caf(const error& e) {
-  return caf::make_error(e.code, e.message);
-}
-
 // -- agent link ---------------------------------------------------------------
 
 struct link_state {
