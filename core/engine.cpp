@@ -231,7 +231,7 @@ std::optional<double> engine::start_step(double now) {
   cache_.set_event_sink(&cache_events_);
   uint32_t budget = cfg_.max_num_batched_tokens;
   uint64_t prefill_tokens = 0;
-  bool emits = false;
+  bool decodes = false;
   double load = 0;
   // Running sequences first, in admission order: chunks of unfinished
   // prefills, one token for the others.
@@ -244,7 +244,6 @@ std::optional<double> engine::start_step(double now) {
       s.chunk = chunk;
       budget -= chunk;
       prefill_tokens += chunk;
-      emits |= chunk > 0 && s.done_tokens + chunk == s.prefill_end;
       continue;
     }
     if (budget == 0) continue;
@@ -268,7 +267,7 @@ std::optional<double> engine::start_step(double now) {
     if (self_preempted) break;  // everything after it was preempted already
     s.decoding = true;
     --budget;
-    emits = true;
+    decodes = true;
   }
   // Admit waiting sequences while seats and budget last.
   while (!waiting_.empty() && running_.size() < cfg_.max_num_seqs &&
@@ -282,7 +281,6 @@ std::optional<double> engine::start_step(double now) {
     s.chunk = chunk;
     budget -= chunk;
     prefill_tokens += chunk;
-    emits |= s.done_tokens + chunk == s.prefill_end;
   }
   if (running_.empty()) {
     // Nothing could run (the head request does not fit yet); no step.
@@ -291,10 +289,11 @@ std::optional<double> engine::start_step(double now) {
     return std::nullopt;
   }
   // Prefill of the batch's new tokens plus one decode pass when any sequence
-  // yields a token, as the mocker charges a mixed step; loads from host and
-  // disk add on top, unaffected by compute speed.
+  // decodes (a mixed step). A prefill's first token is sampled from its own
+  // forward pass, so a prefill-only step costs the prefill alone. Loads from
+  // host and disk add on top, unaffected by compute speed.
   double compute = prefill_ms(static_cast<double>(prefill_tokens));
-  if (emits) {
+  if (decodes) {
     const double kv = static_cast<double>(cache_.active()) /
                       static_cast<double>(cache_.capacity(tier::gpu));
     compute += decode_ms(kv);

@@ -114,9 +114,9 @@ TEST(engine, step_times_follow_the_polynomials) {
   ASSERT_TRUE(g.submit(request(1, 1000, 3, 0), 0));
   auto r = drain(g);
   ASSERT_EQ(r.step_ends.size(), 3u);
-  // Step 1 prefills 1000 tokens and yields the first token: 10 of 100
-  // blocks are active while it runs.
-  const double s1 = prefill_ms(1000) + decode_ms(0.10);
+  // Step 1 prefills 1000 tokens and yields the first token from that pass:
+  // no decode pass is charged, nothing else is running.
+  const double s1 = prefill_ms(1000);
   EXPECT_NEAR(r.first[1], s1, 1e-9);
   // Then two decode steps; the first decoded token needs an 11th block.
   EXPECT_NEAR(r.finish[1], s1 + 2 * decode_ms(0.11), 1e-9);
@@ -130,7 +130,7 @@ TEST(engine, long_prompts_prefill_in_chunks) {
   ASSERT_EQ(r.step_ends.size(), 2u);
   EXPECT_NEAR(r.step_ends[0], prefill_ms(8192), 1e-9);  // no token yet
   EXPECT_NEAR(r.first[1],
-              prefill_ms(8192) + prefill_ms(1808) + decode_ms(100.0 / 200),
+              prefill_ms(8192) + prefill_ms(1808),
               1e-9);
   EXPECT_EQ(r.count(engine_event::progress), 1u);
 }
@@ -157,7 +157,7 @@ TEST(engine, a_cached_prefix_is_not_recomputed) {
   ASSERT_TRUE(g.submit(request(2, 1000, 1, 0), 100));
   auto r2 = drain(g, 100);
   EXPECT_EQ(r2.first_token(2).hits[0], 10u);
-  EXPECT_NEAR(r2.first[2] - 100, prefill_ms(1) + decode_ms(0.10), 1e-9);
+  EXPECT_NEAR(r2.first[2] - 100, prefill_ms(1), 1e-9);
   EXPECT_EQ(r2.count(engine_event::stored), 0u);
 }
 
@@ -223,8 +223,7 @@ TEST(engine, host_hit_is_faster_than_a_miss) {
   engine_config cfg = small(10, 100);
   const double load =
       10 * 1e3 * cfg.kv_bytes_per_token * 100 / cfg.host_bandwidth;
-  // All 10 GPU blocks are active while it runs: p = 1.
-  EXPECT_NEAR(host, prefill_ms(1) + decode_ms(1.0) + load, 1e-9);
+  EXPECT_NEAR(host, prefill_ms(1) + load, 1e-9);
 }
 
 TEST(engine, disk_hit_costs_its_bandwidth) {
@@ -239,7 +238,7 @@ TEST(engine, disk_hit_costs_its_bandwidth) {
   const double bytes = cfg.kv_bytes_per_token * 100;
   const double load = 5 * 1e3 * bytes / cfg.disk_bandwidth +
                       5 * 1e3 * bytes / cfg.host_bandwidth;
-  EXPECT_NEAR(t, prefill_ms(1) + decode_ms(1.0) + load, 1e-9);
+  EXPECT_NEAR(t, prefill_ms(1) + load, 1e-9);
   EXPECT_DOUBLE_EQ(make(cfg).load_ms(tier::disk), 1e3 * bytes / 1e9);
 }
 
@@ -323,16 +322,14 @@ TEST(engine, a_step_is_due_once_the_instant_has_no_more_input) {
 }
 
 // Two 4096-token prompts submitted at the same instant, then one step: one
-// 8192-token prefill, both first tokens at its end; then one decode pass
-// per token, both decoding.
+// 8192-token prefill, both first tokens at its end (the prefill's own pass
+// samples them); then one decode pass per token, both decoding.
 TEST(engine, prompts_that_arrive_together_share_a_step) {
   auto g = make(engine_config{});  // 64-token blocks, 8192-token budget
   ASSERT_TRUE(g.submit(distinct(1, 4096, 64, 1000), 0));
   ASSERT_TRUE(g.submit(distinct(2, 4096, 64, 2000), 0));
   auto r = drain(g);
-  // The decode pass of the step that yields the tokens: 128 of 16384
-  // blocks active.
-  const double step1 = prefill_ms(8192) + decode_ms(128.0 / 16384);
+  const double step1 = prefill_ms(8192);
   EXPECT_NEAR(prefill_ms(8192),
               4.209989e-07 * 8192 * 8192 + 1.518344e-02 * 8192 + 16.50142,
               1e-9);

@@ -85,14 +85,16 @@ sim_config one_default_gpu() {
 }
 
 // Two 4096-token prompts that arrive together share one 8192-token step
-// (vLLM's engine core takes its whole input queue before a step): its
-// prefill plus the decode pass that yields both first tokens (128 of 16384
-// blocks active), then one decode pass per token with both decoding.
-const double joint_step_ms = prefill_ms(8192) + decode_ms(128.0 / 16384);
+// (vLLM's engine core takes its whole input queue before a step): both
+// first tokens come from that prefill pass, 169.1 ms; then one decode pass
+// per token with both decoding, 130 of 16384 blocks active (6.17 ms; 5.74 ms
+// on an empty GPU).
+const double joint_step_ms = prefill_ms(8192);
 const double joint_itl_ms = decode_ms(130.0 / 16384);
 
 TEST(sim, prompts_that_arrive_together_share_a_step) {
-  EXPECT_NEAR(prefill_ms(8192), 169.1, 0.05);
+  EXPECT_NEAR(joint_step_ms, 169.1, 0.05);
+  EXPECT_NEAR(joint_itl_ms, 6.17, 0.01);
   const auto t = burst(2, 4096, 64);
   // kvmesh's awards come one auction (1 ms) after the arrivals, together.
   for (policy_kind k : {policy_kind::round_robin, policy_kind::kvmesh}) {
@@ -154,7 +156,7 @@ TEST(sim, replay_engine_takes_an_arrival_at_a_step_end_into_the_next_step) {
   auto g = engine::make(engine_config{});
   ASSERT_TRUE(g);
   auto t = burst(1, 4096, 2);
-  const double first_end = prefill_ms(4096) + decode_ms(64.0 / 16384);
+  const double first_end = prefill_ms(4096);
   auto late = burst(2, 2048, 1, first_end);
   for (auto& r : late)
     for (auto& b : r.blocks)
