@@ -98,6 +98,12 @@ class router_policy {
   virtual void first_token(uint64_t /*request*/, uint32_t /*worker*/) {}
   virtual void finished(uint64_t /*request*/, uint32_t /*worker*/,
                         uint32_t /*output_tokens*/) {}
+  // The engine turned the request away: its stream ends with an error and
+  // no token, and what the router tracks for it is freed as at an end.
+  virtual void failed(uint64_t request, uint32_t worker) {
+    first_token(request, worker);
+    finished(request, worker, 0);
+  }
 };
 
 expected<std::unique_ptr<router_policy>> make_policy(policy_kind kind,

@@ -181,6 +181,9 @@ class simulation final : public bid_source {
     records_[idx].worker = w;
     ++assigned_[w];
     if (auto st = workers_[w].eng->submit(std::move(req), now_); !st) {
+      // As a live worker does: the refused request holds no read work.
+      workers_[w].ledger->done(idx);
+      routers_[records_[idx].router]->failed(idx, w);
       ++refused_;
       return;
     }

@@ -33,6 +33,8 @@ class kvmesh_policy final : public router_policy {
   void finished(uint64_t, uint32_t, uint32_t out) override {
     auction_.finished(out);
   }
+  // No output to learn from; the worker's ledger drops it itself.
+  void failed(uint64_t, uint32_t) override {}
 
  private:
   auctioneer auction_;

@@ -205,6 +205,36 @@ TEST(sim, prefix_sends_the_whole_conversation_trace_to_one_worker) {
   EXPECT_EQ(r->completed, t.size());
 }
 
+// A request too large for any GPU is refused by the engine it is sent to;
+// it must not leave read work behind in the worker's ledger or the
+// router's state, or that worker looks busy for the rest of the run.
+TEST(sim, a_refused_request_leaves_no_load_behind) {
+  sim_config cfg = one_default_gpu();
+  cfg.workers = 2;
+  cfg.gpu_blocks = 64;
+  std::vector<trace_request> t = burst(1, 100 * 64, 1);  // 100 blocks > 64
+  // Then pairs of distinct 8-block prompts, each pair long after the last.
+  for (size_t i = 0; i < 10; ++i)
+    for (auto& r : burst(2, 512, 32, 1e6 * static_cast<double>(i + 1))) {
+      for (auto& b : r.blocks)
+        b += 1000000 * (i + 1);
+      t.push_back(r);
+    }
+  for (policy_kind k : {policy_kind::kvmesh, policy_kind::dynamo,
+                        policy_kind::lmetric, policy_kind::least_loaded}) {
+    auto r = simulate(cfg, t, k);
+    ASSERT_TRUE(r) << r.err().message;
+    EXPECT_EQ(r->refused, 1u) << to_string(k);
+    EXPECT_EQ(r->completed, 20u) << to_string(k);
+    // Each pair is split: one prompt per worker.
+    std::vector<uint64_t> small(2, 0);
+    for (size_t i = 1; i < t.size(); ++i)
+      ++small[r->worker_of[i]];
+    EXPECT_EQ(small[0], 10u) << to_string(k);
+    EXPECT_EQ(small[1], 10u) << to_string(k);
+  }
+}
+
 TEST(sim, every_policy_completes_every_request) {
   const auto t = head_trace();
   sim_config cfg;
