@@ -141,14 +141,15 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, bid& x) {
   return f(caf::meta::type_name("bid"), x.worker, x.gpu, x.host, x.disk,
            x.queued, x.reserved, x.active, x.active_overlap, x.capacity,
-           x.speed, x.c_host, x.c_disk, x.accepted, x.holds, x.contested);
+           x.speed, x.c_host, x.c_disk, x.accepted, x.holds, x.contested,
+           x.wait, x.step_overhead);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, price_breakdown& x) {
   return f(caf::meta::type_name("price_breakdown"), x.worker, x.read,
            x.credit_gpu, x.credit_host, x.credit_disk, x.space, x.speed,
-           x.overflow, x.price, x.delta);
+           x.overflow, x.price, x.delta, x.wait);
 }
 
 template <class Inspector>

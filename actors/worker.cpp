@@ -220,7 +220,7 @@ bool bid_for(wpointer self, const call_for_bids& cfb, bid& b) {
   st.ledger->expire(now);
   const auto& r = cfb.request;
   const uint32_t n = static_cast<uint32_t>(r.blocks.size());
-  b = make_bid(st.eng->cache(), *st.ledger, r.blocks.data(), n);
+  b = make_bid(*st.eng, *st.ledger, r.blocks.data(), n);
   b.worker = id;
   // Perhaps handed out again by the durable queue (its answer lost,
   // or the queue's cluster lost a node): if it is here already, the

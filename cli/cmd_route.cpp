@@ -44,12 +44,14 @@ void print_decision(const decision& d) {
               d.endpoint.c_str(), d.auctions, d.auctions == 1 ? "" : "s");
   if (d.prices.empty()) return;
   table rows{{"won", "worker", "read", "credit_gpu", "credit_host",
-              "credit_disk", "space", "speed", "overflow", "price", "delta"}};
+              "credit_disk", "space", "speed", "overflow", "wait", "price",
+              "delta"}};
   for (const auto& p : d.prices)
     rows.push_back({p.worker == d.worker ? "*" : "", std::to_string(p.worker),
                     fixed(p.read), fixed(p.credit_gpu), fixed(p.credit_host),
                     fixed(p.credit_disk), fixed(p.space), general(p.speed),
-                    fixed(p.overflow), fixed(p.price), fixed(p.delta)});
+                    fixed(p.overflow), fixed(p.wait), fixed(p.price),
+                    fixed(p.delta)});
   print_columns(rows);
 }
 

@@ -505,9 +505,10 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
                            "The terms of the winners' prices in blocks, "
                            "summed over decisions.",
                            {"term"});
-  const char* term_names[6] = {"read",        "credit_gpu", "credit_host",
-                               "credit_disk", "space",      "overflow"};
-  for (size_t i = 0; i < 6; ++i)
+  const char* term_names[7] = {"read",        "credit_gpu", "credit_host",
+                               "credit_disk", "space",      "overflow",
+                               "wait"};
+  for (size_t i = 0; i < 7; ++i)
     m->winner_terms[i] = b.at(terms, {term_names[i]});
   p->router.held = b.at(b.gauges(
       "kvmesh_router_held_requests",

@@ -53,9 +53,10 @@ void router_meters::decided(const decision& d, double seconds) const {
   for (const price_breakdown& p : d.prices) {
     if (p.worker != d.worker) continue;
     winner_price->observe(p.price);
-    const double terms[6] = {p.read,        p.credit_gpu, p.credit_host,
-                             p.credit_disk, p.space,      p.overflow};
-    for (size_t i = 0; i < 6; ++i)
+    const double terms[7] = {p.read,        p.credit_gpu, p.credit_host,
+                             p.credit_disk, p.space,      p.overflow,
+                             p.wait};
+    for (size_t i = 0; i < 7; ++i)
       winner_terms[i]->inc(terms[i]);
     break;
   }

@@ -54,7 +54,7 @@ struct router_meters {
   metrics::histogram* bids_per_auction = nullptr;
   metrics::histogram* winner_price = nullptr;
   // read, credit_gpu, credit_host, credit_disk, space, overflow
-  metrics::counter* winner_terms[6] = {};
+  metrics::counter* winner_terms[7] = {};
 
   void took(intake i) const { requests[static_cast<size_t>(i)]->inc(); }
   // A decision `seconds` after its request arrived at the front.

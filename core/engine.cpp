@@ -2,6 +2,7 @@
 #include "core/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace kvmesh {
@@ -59,6 +60,38 @@ double engine::recompute_ms() const {
   const double b = std::min<double>(cfg_.block_tokens, full);
   return (prefill_ms(full) - prefill_ms(full - b)) * cfg_.model_factor /
          cfg_.speed;
+}
+
+double engine::step_overhead() const {
+  if (running_.empty()) return 0;
+  const double kv = static_cast<double>(cache_.active()) /
+                    static_cast<double>(cache_.capacity(tier::gpu));
+  return decode_ms(kv) / prefill_ms(cfg_.max_num_batched_tokens);
+}
+
+double engine::space_wait_ms(uint64_t blocks) const {
+  uint64_t demand = blocks;
+  for (uint32_t w : waiting_)
+    demand += blocks_for(context_tokens(seqs_[w]));
+  const uint64_t free = cache_.gpu_available();
+  const size_t r = running_.size();
+  if (demand <= free || r == 0) return 0;
+  const double active = static_cast<double>(cache_.active());
+  const double per_sequence = active / static_cast<double>(r);
+  if (!(per_sequence > 0)) return 0;
+  // Finishes needed to free the deficit, at most every running sequence.
+  const double deficit = static_cast<double>(demand - free);
+  const size_t k = std::min<size_t>(
+      r, static_cast<size_t>(std::ceil(deficit / per_sequence)));
+  double mean_out = mean_output_tokens();
+  if (!(mean_out > 0))
+    for (uint32_t slot : running_)
+      mean_out = std::max<double>(mean_out, seqs_[slot].generated + 1);
+  double steps = 0;
+  for (size_t i = 0; i < k; ++i)
+    steps += mean_out / static_cast<double>(r - i);
+  const double kv = active / static_cast<double>(cache_.capacity(tier::gpu));
+  return steps * decode_ms(kv) * cfg_.model_factor / cfg_.speed;
 }
 
 status engine::check(engine_request& req) const {
@@ -369,6 +402,8 @@ void engine::finish_step(std::vector<engine_event>& out) {
         pending_.push_back(e);
       }
       if (s.generated >= s.req.output_tokens) {
+        ++finished_;
+        finished_tokens_ += s.generated;
         release_blocks(s);
         engine_event e{engine_event::finished};
         e.request = s.req.id;

@@ -107,6 +107,22 @@ class engine {
   double load_ms(tier t) const;
   // Time to recompute one block in a full prefill chunk on this GPU.
   double recompute_ms() const;
+  // How long a request needing `blocks` more GPU blocks would wait, behind
+  // the waiting queue, for running sequences to finish and free their
+  // blocks (ms; 0 when they fit now). Uses only what a serving engine
+  // knows: free blocks, what waits, how many run and hold, the mean output
+  // of the sequences it finished, the current decode step. Each running
+  // sequence is taken to end at the same rate (1 / mean output per step),
+  // so the k-th of R to finish does so after L/R + L/(R-1) + ... steps.
+  double space_wait_ms(uint64_t blocks) const;
+  // A decode pass at the current occupancy over the prefill time of a full
+  // step (0 when nothing decodes): how much slower prefill runs here than
+  // on an idle GPU.
+  double step_overhead() const;
+  // The mean output tokens of finished sequences (0 before the first).
+  double mean_output_tokens() const {
+    return finished_ ? static_cast<double>(finished_tokens_) / finished_ : 0;
+  }
   // What reusing a block from tier t saves, as a fraction of recomputing it:
   // 1 - load / recompute. Negative when loading is slower than computing.
   double tier_credit(tier t) const { return 1.0 - load_ms(t) / recompute_ms(); }
@@ -145,7 +161,7 @@ class engine {
   std::vector<sequence> seqs_;
   std::vector<uint32_t> free_;
   std::deque<uint32_t> waiting_;
-  std::vector<uint32_t> running_;  // in admission order
+  std::vector<uint32_t> running_;        // in admission order
   std::vector<uint32_t> still_running_;  // finish_step's scratch, kept
   std::vector<cache_event> cache_events_;
   std::vector<engine_event> pending_;  // events of the step in progress
@@ -154,6 +170,8 @@ class engine {
   uint64_t preemptions_ = 0;
   uint64_t refused_ = 0;
   uint64_t steps_ = 0;
+  uint64_t finished_ = 0;
+  uint64_t finished_tokens_ = 0;
 };
 
 }  // namespace kvmesh

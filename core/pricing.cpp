@@ -56,9 +56,19 @@ size_t price_bids(const price_config& cfg, uint32_t n, uint32_t o,
              (p.credit_gpu + p.credit_host + p.credit_disk);
     p.space = static_cast<double>(b.active) - b.active_overlap + n + o;
     p.speed = b.speed > 0 ? b.speed : 1.0;
-    const double beyond = p.space - static_cast<double>(b.capacity);
-    p.overflow = beyond > 0 ? cfg.overflow * beyond : 0.0;
-    p.price = p.read / p.speed + cfg.beta * p.space + p.overflow;
+    if (std::isnan(b.wait)) {
+      // The worker does not model its engine: space beyond its capacity
+      // stands in for the wait it implies.
+      const double beyond = p.space - static_cast<double>(b.capacity);
+      p.overflow = beyond > 0 ? cfg.overflow * beyond : 0.0;
+    } else {
+      p.wait = b.wait > 0 ? b.wait : 0.0;
+    }
+    const double slow = std::isfinite(b.step_overhead) && b.step_overhead > 0
+                            ? 1.0 + b.step_overhead
+                            : 1.0;
+    p.price =
+        p.read * slow / p.speed + cfg.beta * p.space + p.overflow + p.wait;
     if (i == 0) continue;
     const price_breakdown& w = out[winner];
     if (p.price < w.price || (p.price == w.price && p.read < w.read)) {

@@ -41,16 +41,28 @@ struct bid {
   // (another router's, handed the same request at the same time) holds a
   // bid here still open. Awarding it now could run it twice.
   bool contested = false;
+  // Time this request would wait for GPU space on this worker (running
+  // sequences must finish first), in recompute times of a reference block;
+  // NaN when the worker does not model its engine, and space beyond its
+  // capacity is priced at the router's `overflow` instead.
+  double wait = std::numeric_limits<double>::quiet_NaN();
+  // The decode pass each engine step carries while sequences decode, over
+  // the prefill time of a full step: prefill work here takes (1 + this) x
+  // as long as on an idle GPU of the same speed.
+  double step_overhead = 0;
 };
 
 // Every weight of the price, in one place; all can change at run time.
 struct price_config {
-  double c_host = 0.75;   // credit of a block found in host memory
-  double c_disk = 0.25;   // credit of a block found on disk
-  double beta = 0.03;     // weight of occupancy (space); docs/pricing.md
-  double k = 0.1;         // decay of GPU credit with excess queue, per request
+  double c_host = 0.75;  // credit of a block found in host memory
+  double c_disk = 0.25;  // credit of a block found on disk
+  // Occupancy and queue are priced from the engine by default (the bid's
+  // wait and step_overhead); beta and k stay as operator knobs at 0.
+  double beta = 0;        // weight of occupancy (space); docs/pricing.md
+  double k = 0;           // decay of GPU credit with excess queue, per request
                           // size; 0 turns the decay off (Dynamo's default)
-  double overflow = 1.0;  // price per block of space beyond capacity
+  double overflow = 1.0;  // price per block of space beyond capacity, for
+                          // bids without a wait
   double overload_ceiling = 0;  // cheapest price per request block above
                                 // which the fleet is saturated; 0: never
 };
@@ -71,6 +83,7 @@ struct price_breakdown {
   double overflow = 0;  // overflow penalty
   double price = 0;
   double delta = 0;  // price minus the baseline (emptiest) bidder's
+  double wait = 0;   // the bid's wait for GPU space
 };
 
 inline constexpr size_t no_winner = SIZE_MAX;

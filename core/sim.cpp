@@ -95,7 +95,7 @@ class simulation final : public bid_source {
     for (uint32_t w = 0; w < cfg_.workers; ++w) {
       auto& ws = workers_[w];
       ws.ledger->expire(now_);
-      out[w] = make_bid(ws.eng->cache(), *ws.ledger, r.blocks, r.n);
+      out[w] = make_bid(*ws.eng, *ws.ledger, r.blocks, r.n);
       // Each bidder holds its expected share of the request: the in-flight
       // work of open auctions is visible, spread as a balanced fleet absorbs
       // it (by speed), so it shifts every bidder's time alike and biases no

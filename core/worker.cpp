@@ -2,6 +2,7 @@
 #include "core/worker.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace kvmesh {
@@ -141,6 +142,19 @@ bid make_bid(const tiered_cache& cache, const worker_ledger& ledger,
   b.c_host = ledger.config().c_host;
   b.c_disk = ledger.config().c_disk;
   b.accepted = ledger.accepted();
+  return b;
+}
+
+bid make_bid(const engine& eng, const worker_ledger& ledger,
+             const uint64_t* chain, uint32_t n) {
+  bid b = make_bid(eng.cache(), ledger, chain, n);
+  const uint32_t block = eng.config().block_tokens;
+  const auto out =
+      static_cast<uint64_t>(std::ceil(eng.mean_output_tokens() / block));
+  const uint64_t need = n - std::min(n, b.active_overlap) + out;
+  const double reference_block_ms = eng.recompute_ms() * eng.config().speed;
+  b.wait = eng.space_wait_ms(need) / reference_block_ms;
+  b.step_overhead = eng.step_overhead();
   return b;
 }
 

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/engine.hpp"
 #include "core/error.hpp"
 #include "core/pricing.hpp"
 #include "core/tiered_cache.hpp"
@@ -114,6 +115,10 @@ inline double expected_share(uint32_t n, double speed, double bidders_speed) {
 // The bid of this worker for a request with prompt chain `chain` (n blocks).
 // Allocation-free.
 bid make_bid(const tiered_cache& cache, const worker_ledger& ledger,
+             const uint64_t* chain, uint32_t n);
+// The same from the engine model, with its wait for GPU space: the request
+// needs its prompt blocks not already held and its mean output's.
+bid make_bid(const engine& eng, const worker_ledger& ledger,
              const uint64_t* chain, uint32_t n);
 
 }  // namespace kvmesh

@@ -126,6 +126,8 @@ void write(const bid& x, wire::Bid::Builder b) {
   b.setAccepted(x.accepted);
   b.setHolds(x.holds);
   b.setContested(x.contested);
+  b.setWait(x.wait);
+  b.setStepOverhead(x.step_overhead);
 }
 
 void write(const award_msg& x, wire::Award::Builder b) {
@@ -171,6 +173,7 @@ void write(const decision& x, wire::Decision::Builder b) {
     o.setOverflow(p.overflow);
     o.setPrice(p.price);
     o.setDelta(p.delta);
+    o.setWait(p.wait);
   }
   b.setError(text(x.error));
   b.setEndpoint(text(x.endpoint));
@@ -404,6 +407,8 @@ bid read(wire::Bid::Reader r) {
   x.accepted = r.getAccepted();
   x.holds = r.getHolds();
   x.contested = r.getContested();
+  x.wait = r.getWait();
+  x.step_overhead = r.getStepOverhead();
   return x;
 }
 
@@ -462,6 +467,7 @@ decision read(wire::Decision::Reader r) {
     o.overflow = p.getOverflow();
     o.price = p.getPrice();
     o.delta = p.getDelta();
+    o.wait = p.getWait();
     x.prices.push_back(o);
   }
   auto error = r.getError();

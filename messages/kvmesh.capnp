@@ -62,6 +62,7 @@ struct PriceBreakdown {
   overflow @7 :Float64;
   price @8 :Float64;
   delta @9 :Float64;
+  wait @10 :Float64;
 }
 
 # The router's answer to a route request: the winner and every bidder's
@@ -116,6 +117,11 @@ struct Bid {
   # Another auction of the same request (one that may be taken) holds an
   # open bid here: awarding it now could run it twice.
   contested @15 :Bool;
+  # The request's wait for GPU space here, in recompute times of a reference
+  # block (NaN: the worker does not model its engine), and the decode pass
+  # each step carries over a full step's prefill time (core/pricing.hpp).
+  wait @16 :Float64 = nan;
+  stepOverhead @17 :Float64;
 }
 
 # An award: the request and the queue the router priced the winner with (its

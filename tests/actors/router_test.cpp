@@ -486,23 +486,23 @@ TEST_F(router_test, no_live_worker_holds_the_request_for_the_next_ticks) {
 
 TEST_F(router_test, a_weight_change_takes_effect_on_the_next_auction) {
   // A: 10 blocks queued, empty GPU. B: nothing queued, 1000 blocks busy.
-  // With the default beta (0.03) B's occupancy costs 30: A wins. With
-  // beta = 0.001 it costs 1: B wins.
+  // With the default beta (0) B's occupancy is free: B wins. With
+  // beta = 0.03 it costs 30: A wins.
   auto ws = mocks({bidder(0, 10, 0), bidder(1, 0, 1000)});
   auto r = spawn_router(ws);
-  EXPECT_EQ(route(r, 1).worker, 0u);
+  EXPECT_EQ(route(r, 1).worker, 1u);
   auto w = ask<price_config>(r, get_atom::value, weights_atom::value);
   ASSERT_TRUE(w->has_value() && **w);
   price_config p = ***w;
-  EXPECT_DOUBLE_EQ(p.beta, 0.03);
-  p.beta = 0.001;
+  EXPECT_DOUBLE_EQ(p.beta, 0);
+  p.beta = 0.03;
   sys->spawn([=](caf::event_based_actor* self) {
     self->send(r, put_atom::value, weights_atom::value, p);
   });
   run();
   w = ask<price_config>(r, get_atom::value, weights_atom::value);
-  EXPECT_DOUBLE_EQ((**w)->beta, 0.001);
-  EXPECT_EQ(route(r, 2).worker, 1u);
+  EXPECT_DOUBLE_EQ((**w)->beta, 0.03);
+  EXPECT_EQ(route(r, 2).worker, 0u);
 }
 
 TEST_F(router_test, a_worker_missing_three_heartbeats_is_out) {

@@ -46,9 +46,9 @@ TEST(meters, a_decision_adds_its_latency_bids_and_winners_terms) {
   m.bids_per_auction = *(*reg.add_histogram("b", "", {1, 2, 4}))->with({});
   m.winner_price = *(*reg.add_histogram("p", "", {10, 100}))->with({});
   auto terms = *reg.add_counter("t_total", "", {"term"});
-  const char* names[6] = {"read",        "credit_gpu", "credit_host",
-                          "credit_disk", "space",      "overflow"};
-  for (size_t i = 0; i < 6; ++i)
+  const char* names[7] = {"read",  "credit_gpu", "credit_host", "credit_disk",
+                          "space", "overflow",   "wait"};
+  for (size_t i = 0; i < 7; ++i)
     m.winner_terms[i] = *terms->with({names[i]});
   decision d;
   d.worker = 3;
@@ -62,6 +62,7 @@ TEST(meters, a_decision_adds_its_latency_bids_and_winners_terms) {
   winner.credit_gpu = 4;
   winner.credit_host = 1.5;
   winner.space = 20;
+  winner.wait = 2.5;
   winner.price = 12.6;
   d.prices = {loser, winner, loser};
   m.decided(d, 0.002);
@@ -75,6 +76,7 @@ TEST(meters, a_decision_adds_its_latency_bids_and_winners_terms) {
   EXPECT_EQ(m.winner_terms[2]->value(), 1.5);
   EXPECT_EQ(m.winner_terms[3]->value(), 0);
   EXPECT_EQ(m.winner_terms[4]->value(), 20);
+  EXPECT_EQ(m.winner_terms[6]->value(), 2.5);
 }
 
 }  // namespace

@@ -102,13 +102,13 @@ TEST(Launcher, UpCommandLinesAreUps) {
       concat(head("router"),
              {"--name", "router-0", "--fanout", "8", "--block-tokens", "512",
               "--max-auctions", "8", "--seed", "16225495544641049643",
-              "--heartbeat-ms", "300", "--beta", "0.03", "--k", "0.1",
-              "--overflow", "1", "--durable"}),
+              "--heartbeat-ms", "300", "--beta", "0", "--k", "0", "--overflow",
+              "1", "--durable"}),
       concat(head("router"),
              {"--name", "router-1", "--fanout", "8", "--block-tokens", "512",
               "--max-auctions", "8", "--seed", "10412766280236422409",
-              "--heartbeat-ms", "300", "--beta", "0.03", "--k", "0.1",
-              "--overflow", "1", "--durable"})};
+              "--heartbeat-ms", "300", "--beta", "0", "--k", "0", "--overflow",
+              "1", "--durable"})};
   ASSERT_EQ(cmds.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i)
     EXPECT_EQ(cmds[i].argv, want[i]) << cmds[i].name;
@@ -126,7 +126,7 @@ TEST(Launcher, BenchCommandLinesAreBenchs) {
   auto head = [&](const char* role) {
     return concat({"KVMESH", role}, common);
   };
-  const argv_t prices{"--beta",     "0.03", "--k",       "0.1",
+  const argv_t prices{"--beta",     "0",    "--k",       "0",
                       "--overflow", "1",    "--c-host",  "0.75",
                       "--c-disk",   "0.25", "--ceiling", "0"};
   const std::vector<argv_t> want{

@@ -38,7 +38,8 @@ inline auto fields(const call_for_bids& x) {
 inline auto fields(const bid& x) {
   return std::tie(x.worker, x.gpu, x.host, x.disk, x.queued, x.reserved,
                   x.active, x.active_overlap, x.capacity, x.speed, x.c_host,
-                  x.c_disk, x.accepted, x.holds, x.contested);
+                  x.c_disk, x.accepted, x.holds, x.contested, x.wait,
+                  x.step_overhead);
 }
 inline auto fields(const award_msg& x) {
   return std::tie(x.request, x.expected_queued, x.worker, x.price);
@@ -48,7 +49,7 @@ inline auto fields(const award_reply& x) {
 }
 inline auto fields(const price_breakdown& x) {
   return std::tie(x.worker, x.read, x.credit_gpu, x.credit_host, x.credit_disk,
-                  x.space, x.speed, x.overflow, x.price, x.delta);
+                  x.space, x.speed, x.overflow, x.price, x.delta, x.wait);
 }
 inline auto fields(const decision& x) {
   return std::tie(x.request, x.worker, x.auctions, x.prices, x.error,
@@ -209,7 +210,7 @@ inline route_request_msg sample_request(uint64_t id) {
 inline price_breakdown sample_price(uint32_t worker, double base) {
   return price_breakdown{worker,      base + 0.5, base + 1.25,   base + 2.5,
                          base + 3.75, base + 5,   base + 0.0625, base + 7.5,
-                         base + 9,    base - 11};
+                         base + 9,    base - 11,  base + 13};
 }
 
 inline bid sample_bid(uint32_t worker) {
@@ -227,7 +228,9 @@ inline bid sample_bid(uint32_t worker) {
              0.125,
              (1ull << 41) + 7,
              true,
-             true};
+             true,
+             2.5,
+             0.0625};
 }
 
 inline worker_status sample_worker(uint32_t worker) {

@@ -240,6 +240,8 @@ TEST(codec, fields_of_a_newer_schema_are_skipped) {
   b.setAccepted((1ull << 41) + 7);
   b.setHolds(true);
   b.setContested(true);
+  b.setWait(2.5);
+  b.setStepOverhead(0.0625);
   b.setRegion("eu-west");
   b.setWarmBlocks(123);
   auto got = decode<bid>(flat(m));
@@ -262,6 +264,9 @@ TEST(codec, fields_an_older_schema_lacks_take_their_defaults) {
   // Not reported: the router's configured credits apply.
   EXPECT_TRUE(std::isnan(got->c_host));
   EXPECT_TRUE(std::isnan(got->c_disk));
+  // Nor a wait: the router prices space beyond capacity instead.
+  EXPECT_TRUE(std::isnan(got->wait));
+  EXPECT_EQ(got->step_overhead, 0.0);
   // Nor its count of accepted requests: the router adjusts nothing.
   EXPECT_EQ(got->accepted, unknown_accepted);
 }

@@ -23,8 +23,10 @@ struct BidNext {
   accepted @13 :UInt64 = 18446744073709551615;
   holds @14 :Bool;
   contested @15 :Bool;
-  region @16 :Text;
-  warmBlocks @17 :UInt64;
+  wait @16 :Float64 = nan;
+  stepOverhead @17 :Float64;
+  region @18 :Text;
+  warmBlocks @19 :UInt64;
 }
 
 # An earlier producer's Bid, from before workers measured their credits.
