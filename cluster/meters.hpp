@@ -53,7 +53,7 @@ struct router_meters {
   metrics::histogram* auction_seconds = nullptr;
   metrics::histogram* bids_per_auction = nullptr;
   metrics::histogram* winner_price = nullptr;
-  // read, credit_gpu, credit_host, credit_disk, space, overflow
+  // read, credit_gpu, credit_host, credit_disk, space, overflow, wait
   metrics::counter* winner_terms[7] = {};
 
   void took(intake i) const { requests[static_cast<size_t>(i)]->inc(); }

@@ -129,9 +129,7 @@ TEST(engine, long_prompts_prefill_in_chunks) {
   auto r = drain(g);
   ASSERT_EQ(r.step_ends.size(), 2u);
   EXPECT_NEAR(r.step_ends[0], prefill_ms(8192), 1e-9);  // no token yet
-  EXPECT_NEAR(r.first[1],
-              prefill_ms(8192) + prefill_ms(1808),
-              1e-9);
+  EXPECT_NEAR(r.first[1], prefill_ms(8192) + prefill_ms(1808), 1e-9);
   EXPECT_EQ(r.count(engine_event::progress), 1u);
 }
 
@@ -375,6 +373,37 @@ TEST(engine, bad_input_is_an_error) {
   EXPECT_EQ(g.submit(huge, 0).err().code, ec::capacity_exceeded);
   EXPECT_FALSE(g.busy());
   EXPECT_EQ(g.refused(), 4u);
+}
+
+// What the engine tells a bid: the decode pass each step carries, and the
+// wait for space, from the mean output of what it finished.
+TEST(engine, step_overhead_and_wait_for_space_follow_the_step_times) {
+  engine g = make(small(20));
+  EXPECT_EQ(g.step_overhead(), 0.0);  // nothing decodes
+  EXPECT_EQ(g.space_wait_ms(100), 0.0);
+  ASSERT_TRUE(g.submit(request(1, 100, 3, 1000), 0));
+  ASSERT_TRUE(g.submit(request(2, 1200, 100, 2000), 0));
+  std::vector<engine_event> ev;
+  double now = 0;
+  bool first_done = false;
+  while (!first_done) {
+    auto end = g.start_step(now);
+    ASSERT_TRUE(end);
+    now = *end;
+    g.finish_step(ev);
+    for (const auto& e : ev)
+      first_done |= e.kind == engine_event::finished && e.request == 1;
+  }
+  EXPECT_DOUBLE_EQ(g.mean_output_tokens(), 3.0);
+  const double kv = static_cast<double>(g.cache().active()) /
+                    static_cast<double>(g.cache().capacity(tier::gpu));
+  EXPECT_GT(kv, 0.5);
+  EXPECT_DOUBLE_EQ(g.step_overhead(), decode_ms(kv) / prefill_ms(8192));
+  const uint64_t free = g.cache().gpu_available();
+  EXPECT_EQ(g.space_wait_ms(free), 0.0);  // fits now
+  // One block short: the one running sequence must end, after the mean
+  // output of 3 tokens, at the current decode step.
+  EXPECT_DOUBLE_EQ(g.space_wait_ms(free + 1), 3 * decode_ms(kv));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -126,6 +127,44 @@ TEST(pricing, overflow_penalty_past_capacity) {
   EXPECT_DOUBLE_EQ(p[0].price, 10 + 112 + 14.0);
   b.capacity = 112;
   EXPECT_DOUBLE_EQ(price(cfg, {b})[0].overflow, 0.0);
+}
+
+TEST(pricing, a_bidders_wait_replaces_the_overflow_penalty) {
+  bid b = idle(0);
+  b.active = 100;
+  b.capacity = 105;  // space 112: 7 blocks beyond capacity
+  b.wait = 3.5;      // the worker's own estimate of the wait for space
+  auto p = price(unit(), {b});
+  EXPECT_DOUBLE_EQ(p[0].overflow, 0.0);
+  EXPECT_DOUBLE_EQ(p[0].wait, 3.5);
+  EXPECT_DOUBLE_EQ(p[0].price, 10 + 112 + 3.5);
+  b.wait = -1;  // never a discount
+  EXPECT_DOUBLE_EQ(price(unit(), {b})[0].price, 10 + 112.0);
+}
+
+TEST(pricing, step_overhead_stretches_read_work) {
+  bid b = idle(0);
+  b.queued = 8;
+  b.speed = 0.5;
+  b.step_overhead = 0.25;  // each step carries a decode pass
+  price_config cfg;        // the defaults: no occupancy weight
+  auto p = price(cfg, {b});
+  EXPECT_DOUBLE_EQ(p[0].price, 18.0 * 1.25 / 0.5);
+  b.step_overhead = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_DOUBLE_EQ(price(cfg, {b})[0].price, 18.0 / 0.5);
+  b.step_overhead = -3;
+  EXPECT_DOUBLE_EQ(price(cfg, {b})[0].price, 18.0 / 0.5);
+}
+
+TEST(pricing, by_default_a_cheaper_wait_beats_a_shorter_queue) {
+  bid full = idle(0);  // nothing queued, but 40 blocks of wait for space
+  full.wait = 40;
+  bid queued = idle(1);  // 20 blocks queued, room at once
+  queued.queued = 20;
+  queued.wait = 0;
+  size_t winner = no_winner;
+  price(price_config{}, {full, queued}, &winner);
+  EXPECT_EQ(winner, 1u);  // 30 against 50
 }
 
 TEST(pricing, delta_is_relative_to_the_emptiest_bidder) {
