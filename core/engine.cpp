@@ -17,6 +17,10 @@ double decode_ms(double p) {
   return std::max(1.0, -25.74 * p * p + 54.01 * p + 5.74);
 }
 
+double decode_overhead(double kv_fraction, uint32_t batched_tokens) {
+  return decode_ms(kv_fraction) / prefill_ms(batched_tokens);
+}
+
 expected<engine> engine::make(const engine_config& cfg) {
   if (cfg.block_tokens == 0)
     return make_error(ec::invalid_argument,
@@ -64,9 +68,7 @@ double engine::recompute_ms() const {
 
 double engine::step_overhead() const {
   if (running_.empty()) return 0;
-  const double kv = static_cast<double>(cache_.active()) /
-                    static_cast<double>(cache_.capacity(tier::gpu));
-  return decode_ms(kv) / prefill_ms(cfg_.max_num_batched_tokens);
+  return decode_overhead(kv_fraction(), cfg_.max_num_batched_tokens);
 }
 
 double engine::space_wait_ms(uint64_t blocks) const {
@@ -90,8 +92,7 @@ double engine::space_wait_ms(uint64_t blocks) const {
   double steps = 0;
   for (size_t i = 0; i < k; ++i)
     steps += mean_out / static_cast<double>(r - i);
-  const double kv = active / static_cast<double>(cache_.capacity(tier::gpu));
-  return steps * decode_ms(kv) * cfg_.model_factor / cfg_.speed;
+  return steps * decode_ms(kv_fraction()) * cfg_.model_factor / cfg_.speed;
 }
 
 status engine::check(engine_request& req) const {
@@ -327,9 +328,7 @@ std::optional<double> engine::start_step(double now) {
   // host and disk add on top, unaffected by compute speed.
   double compute = prefill_ms(static_cast<double>(prefill_tokens));
   if (decodes) {
-    const double kv = static_cast<double>(cache_.active()) /
-                      static_cast<double>(cache_.capacity(tier::gpu));
-    compute += decode_ms(kv);
+    compute += decode_ms(kv_fraction());
   }
   const double duration = compute * cfg_.model_factor / cfg_.speed + load;
   flush_cache_events(now);

@@ -59,6 +59,9 @@ struct engine_event {
 // Step-time model (milliseconds) before speed, model factor and loads.
 double prefill_ms(double new_tokens);
 double decode_ms(double kv_fraction);
+// The decode pass at an occupancy over the prefill of a full step of
+// `batched_tokens`: how much slower prefill runs beside decoding sequences.
+double decode_overhead(double kv_fraction, uint32_t batched_tokens);
 
 class engine {
  public:
@@ -146,6 +149,10 @@ class engine {
   explicit engine(const engine_config& cfg, tiered_cache cache);
   uint32_t context_tokens(const sequence& s) const {
     return s.req.prompt_tokens + s.generated;
+  }
+  double kv_fraction() const {
+    return static_cast<double>(cache_.active()) /
+           static_cast<double>(cache_.capacity(tier::gpu));
   }
   uint32_t blocks_for(uint32_t tokens) const {
     return (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;

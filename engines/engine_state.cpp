@@ -37,9 +37,9 @@ bid engine_state::make_bid(const uint64_t* chain, uint32_t n) const {
   // for space is not modelled (NaN, the make_bid default): the router
   // prices space beyond capacity instead.
   if (occupancy_ > 0 && b.capacity > 0)
-    b.step_overhead = decode_ms(static_cast<double>(occupancy_) /
-                                static_cast<double>(b.capacity)) /
-                      prefill_ms(engine_config{}.max_num_batched_tokens);
+    b.step_overhead = decode_overhead(
+        static_cast<double>(occupancy_) / static_cast<double>(b.capacity),
+        engine_config{}.max_num_batched_tokens);
   // A real engine's tier credits are not measured here: the routers'
   // configured ones apply.
   b.c_host = std::numeric_limits<double>::quiet_NaN();
