@@ -310,6 +310,8 @@ using router_actor = caf::typed_actor<
     // (the worker itself in process; its node agent's stand-in over NATS).
     caf::reacts_to<put_atom, workers_atom, uint32_t, worker_actor, bidder_actor,
                    double>,
+    // Worker `id` is gone for good (forgotten): its entry is freed.
+    caf::reacts_to<drop_atom, workers_atom, uint32_t>,
     // Asks these index shards who holds a prefix from now on.
     caf::reacts_to<put_atom, shards_atom, std::vector<index_shard_actor>>,
     // Checks workers' liveness and retries held requests (sent to itself).

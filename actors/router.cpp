@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/log.hpp"
+#include "messages/member_checks.hpp"
 
 namespace kvmesh {
 
@@ -115,6 +116,30 @@ void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
   for (const bid& b : a->bids)
     if (b.worker != keep) others.push_back(b.worker);
   release(self, a, others);
+}
+
+// Bidder `g` did not answer a call for bids in time (or its call failed):
+// its workers sit out the auctions for a heartbeat, twice as long at each
+// silence in a row up to 32 heartbeats, whatever their heartbeats say.
+// Members that beat but never bid (a forged flood, a wedged agent) would
+// otherwise make every auction that asks them wait out the bid deadline.
+void quiet(rpointer self, uint32_t g) {
+  auto& q = self->state.bidder_quiet[g];
+  const uint32_t shift = std::min<uint32_t>(q.strikes, 5);
+  ++q.strikes;
+  q.until = self->clock().now() + self->state.opt.heartbeat * (1u << shift);
+  if (q.strikes == 1 || (q.strikes & (q.strikes - 1)) == 0)
+    KVMESH_INFO(
+        "a bidder of router %s did not answer a call for bids (%u "
+        "times in a row): its workers sit out for %u heartbeats",
+        self->state.opt.name.c_str(), q.strikes, 1u << shift);
+}
+
+// Bidder `g` answered auction `a`'s call.
+void answered(router_state& st, auction& a, uint32_t g) {
+  st.bidder_quiet[g].strikes = 0;
+  auto it = std::find(a.unanswered.begin(), a.unanswered.end(), g);
+  if (it != a.unanswered.end()) a.unanswered.erase(it);
 }
 
 void award_next(rpointer self, auction_ptr a);
@@ -375,9 +400,13 @@ void send_bids(rpointer self, auction_ptr a,
   auto groups = by_bidder(st, candidates);
   a->bids.reserve(candidates.size());
   a->outstanding = groups.size();
+  a->unanswered.clear();
+  for (const auto& g : groups)
+    a->unanswered.push_back(g.first);
   ++st.rounds;
   const uint32_t w = await(self, a, auction::bids_in, st.opt.bid_deadline);
-  for (auto& [g, ws] : groups) {
+  for (auto& [g_, ws] : groups) {
+    const uint32_t g = g_;  // a structured binding is not captured
     // No CAF timeout: the sweep ends the wait at the deadline, and a
     // bidder always answers (a remote one with its own call's timeout).
     self->request(st.bidders[g], caf::infinite, bid_atom::value,
@@ -385,20 +414,39 @@ void send_bids(rpointer self, auction_ptr a,
         .then(
             [=, asked = ws](bid_list& got) mutable {
               if (a->wait != w) return;  // past the deadline
+              auto& st = self->state;
+              answered(st, *a, g);
               // Only workers asked of this bidder, each once: a bidder
               // cannot bid for others.
+              const auto n = static_cast<uint32_t>(a->request.blocks.size());
               for (const bid& b : got.bids) {
                 auto it = std::find(asked.begin(), asked.end(), b.worker);
                 if (it == asked.end()) continue;
                 asked.erase(it);
+                // Checked before it is priced: one bad value (a NaN, more
+                // cached blocks than the request has) would win the
+                // auction for whoever sent it.
+                const auto& m = st.members[b.worker];
+                const auto fault =
+                    check_bid(b, n, m.heard ? m.last.speed : 0.0);
+                if (fault != member_fault::none) {
+                  refuse_member(member_message::bid, fault,
+                                "worker " + std::to_string(b.worker) +
+                                    " of agent '" + m.last.agent + "'");
+                  continue;
+                }
                 a->bids.push_back(b);
-                ++self->state.bids;
+                ++st.bids;
               }
               if (--a->outstanding == 0 && end_wait(a, w)) decide(self, a);
             },
             [=](caf::error&) {
               if (a->wait != w) return;
-              // A silent bidder's workers are left out of this auction.
+              // A silent bidder's workers are left out of this auction,
+              // and of the next ones for a while.
+              quiet(self, g);
+              a->unanswered.erase(
+                  std::find(a->unanswered.begin(), a->unanswered.end(), g));
               if (--a->outstanding == 0 && end_wait(a, w)) decide(self, a);
             });
   }
@@ -471,10 +519,12 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   // first time (delivery count 1).
   a->claimers.clear();
   const bool taken = may_be_taken(a->request);
+  const auto now = self->clock().now();
   for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
     const auto& m = st.members[i];
     if (!m.present) continue;
-    if (m.live && !m.last.draining && !m.last.unhealthy)
+    if (m.live && !m.last.draining && !m.last.unhealthy &&
+        st.bidder_quiet[m.bidder].until <= now)
       eligible.push_back(i);
     else if (taken)
       a->claimers.push_back(i);
@@ -537,8 +587,12 @@ void sweep(rpointer self) {
       send_bids(self, a, pick(self, a->eligible, {}));
     else if (what == auction::award_reply)
       award_unanswered(self, a, a->awardee);
-    else
+    else {
+      for (uint32_t g : a->unanswered)
+        quiet(self, g);
+      a->unanswered.clear();
       decide(self, a);  // with the bids that came in time
+    }
   }
   st.sweeping.clear();
   st.sweep_armed = !st.timed.empty();
@@ -556,6 +610,7 @@ void tick(rpointer self) {
         .then(
             [=](const worker_status& s) {
               auto& m = self->state.members[i];
+              m.heard = true;
               m.live = true;
               m.missed = 0;
               m.last = s;
@@ -588,6 +643,8 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
     st.members[i].present = static_cast<bool>(st.opt.workers[i]);
     st.members[i].bidder = static_cast<uint32_t>(st.bidders.size());
     st.bidders.emplace_back(st.opt.workers[i]);
+    st.bidder_users.push_back(st.members[i].present ? 1 : 0);
+    st.bidder_quiet.emplace_back();
   }
   std::random_device rd;
   st.next_name = (uint64_t{rd()} << 32) ^ rd();
@@ -686,13 +743,44 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         st.opt.workers[id] = std::move(w);
         st.opt.speeds[id] = speed;
         auto& m = st.members[id];
-        // Workers of one agent share its stand-in: find it, or add it.
+        // Workers of one agent share its stand-in: find it, or take the
+        // slot of a stand-in no worker uses any more, or add it.
+        if (m.present && m.bidder < st.bidder_users.size())
+          --st.bidder_users[m.bidder];
         auto it = std::find(st.bidders.begin(), st.bidders.end(), b);
+        if (it == st.bidders.end()) {
+          auto unused = std::find(st.bidder_users.begin(),
+                                  st.bidder_users.end(), uint32_t{0});
+          it = st.bidders.begin() + (unused - st.bidder_users.begin());
+          if (it == st.bidders.end()) {
+            st.bidders.push_back(std::move(b));
+            st.bidder_users.push_back(0);
+            st.bidder_quiet.emplace_back();
+            it = st.bidders.end() - 1;
+          } else {
+            *it = std::move(b);
+            st.bidder_quiet[it - st.bidders.begin()] = {};
+          }
+        }
         m.bidder = static_cast<uint32_t>(it - st.bidders.begin());
-        if (it == st.bidders.end()) st.bidders.push_back(std::move(b));
+        ++st.bidder_users[m.bidder];
         m.present = true;
         m.live = true;
         m.missed = 0;
+      },
+      [=](drop_atom, workers_atom, uint32_t id) {
+        auto& st = self->state;
+        if (id >= st.members.size() || !st.members[id].present) return;
+        // Auctions in flight that asked it end as with a silent bidder
+        // (its bidder slot stays until another stand-in takes it).
+        auto& m = st.members[id];
+        --st.bidder_users[m.bidder];
+        const uint32_t b = m.bidder;
+        m = router_state::member{};
+        m.present = false;
+        m.live = false;
+        m.bidder = b;
+        st.opt.workers[id] = nullptr;
       },
       [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
         self->state.opt.shards = std::move(shards);

@@ -8,11 +8,9 @@
 
 #include "actors/actors.hpp"
 #include "core/auction.hpp"
+#include "messages/limits.hpp"
 
 namespace kvmesh {
-
-// Worker ids index the router's tables; ids from the network stay below.
-inline constexpr uint32_t max_worker_id = 1u << 16;
 
 struct router_options {
   // Unique per router (heartbeats, admin); "" in process.
@@ -62,10 +60,11 @@ struct auction {
   route_request_msg request;
   uint64_t name = 0;  // unique across routers: call_for_bids::auction
   caf::typed_response_promise<decision> promise;
-  uint32_t round = 0;            // auctions run so far
-  size_t outstanding = 0;        // bids still expected
-  std::vector<bid> bids;         // answered bids, in arrival order
-  std::vector<uint32_t> ranked;  // bidder indices, cheapest first
+  uint32_t round = 0;                // auctions run so far
+  size_t outstanding = 0;            // bids still expected
+  std::vector<uint32_t> unanswered;  // bidders (indices) yet to answer
+  std::vector<bid> bids;             // answered bids, in arrival order
+  std::vector<uint32_t> ranked;      // bidder indices, cheapest first
   std::vector<price_breakdown> prices;
   size_t next = 0;      // next entry of ranked to award
   std::string refusal;  // the last awardee's reason, for the client
@@ -97,6 +96,7 @@ struct router_state {
     uint32_t bidder = 0;  // index into bidders
     bool live = true;     // until it misses its beats or an award
     uint32_t missed = 0;
+    bool heard = false;  // `last` is a heartbeat's, not the default
     worker_status last;
     // Blocks this router awarded it since `last`: heartbeats lag, and
     // without this every pick in between would see the same loads.
@@ -106,6 +106,13 @@ struct router_state {
   std::unique_ptr<auctioneer> auction;  // pricing and pending awards
   std::vector<member> members;          // one per worker
   std::vector<bidder_actor> bidders;    // distinct, shared by workers
+  std::vector<uint32_t> bidder_users;   // present members per bidder
+  // Per bidder: its silences in a row and until when its workers sit out.
+  struct quiet_spell {
+    uint32_t strikes = 0;
+    caf::actor_clock::time_point until{};
+  };
+  std::vector<quiet_spell> bidder_quiet;
   std::deque<std::shared_ptr<kvmesh::auction>> held;     // the overload queue
   std::deque<std::shared_ptr<kvmesh::auction>> waiting;  // for max_inflight
   size_t inflight = 0;

@@ -98,7 +98,20 @@ inline constexpr shared_key shared_keys[] = {
      "index"},
     {"--max-mailbox-bytes", "limits.max_mailbox_bytes",
      "the same bound in payload bytes (one message always fits); read by "
-     "agent, router and index"}};
+     "agent, router and index"},
+    {"--max-worker-speed", "limits.max_worker_speed",
+     "refuse bids and heartbeats claiming a speed outside [1/this, this] "
+     "of the reference GPU (kvmesh_member_refusals_total); read by router"},
+    {"--max-worker-blocks", "limits.max_worker_blocks",
+     "refuse bids and heartbeats claiming more blocks than this in a tier; "
+     "read by router"},
+    {"--max-workers", "limits.max_workers",
+     "workers a router keeps; a new one's heartbeats past it are refused "
+     "(counted); read by router"},
+    {"--max-workers-per-agent", "limits.max_workers_per_agent",
+     "workers of one node agent a router keeps; read by router"},
+    {"--max-routers", "limits.max_routers",
+     "routers whose heartbeats a router keeps; read by router"}};
 
 // -- the file (config_file.cpp) ----------------------------------------------
 

@@ -9,9 +9,9 @@
 #include <exception>
 
 #include "cli/config.hpp"
+#include "core/secret.hpp"
 #include "harness/launcher.hpp"
 #include "harness/process.hpp"
-#include "core/secret.hpp"
 
 namespace kvmesh::cli {
 
@@ -132,6 +132,29 @@ void add_limit_flags(CLI::App& cmd, wire_limits& l) {
                  "refuse NATS messages (answered \"overloaded\") while "
                  "this many payload bytes wait to be handled by the actor "
                  "they are for")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-worker-speed", l.max_worker_speed,
+                 "refuse bids and heartbeats claiming a speed outside "
+                 "[1/this, this] of the reference GPU")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-worker-blocks", l.max_worker_blocks,
+                 "refuse bids and heartbeats claiming more blocks than this "
+                 "in a tier")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-workers", l.max_workers,
+                 "keep at most this many workers; refuse new ones' "
+                 "heartbeats past it")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-workers-per-agent", l.max_workers_per_agent,
+                 "keep at most this many workers of one node agent")
+      ->check(positive)
+      ->capture_default_str();
+  cmd.add_option("--max-routers", l.max_routers,
+                 "keep at most this many routers' heartbeats")
       ->check(positive)
       ->capture_default_str();
 }

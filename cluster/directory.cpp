@@ -3,6 +3,7 @@
 // ADMIN's answers: listings, weights set on every router, drains.
 #include "cluster/directory.hpp"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -11,7 +12,10 @@
 #include "actors/router.hpp"
 #include "cluster/node_base.hpp"
 #include "cluster/remote.hpp"
+#include "core/log.hpp"
 #include "messages/codec.hpp"
+#include "messages/limits.hpp"
+#include "messages/member_checks.hpp"
 
 namespace kvmesh::detail {
 namespace {
@@ -37,6 +41,7 @@ struct directory_state {
   pending_calls calls;
   std::map<uint32_t, worker_entry> workers;
   std::unordered_map<std::string, agent_link_actor> links;
+  std::unordered_map<std::string, uint32_t> agent_workers;  // per agent
   std::map<std::string, router_entry> routers;
   std::map<uint32_t, shard_entry> shards;
   std::vector<remote_shard_actor> shard_proxies;
@@ -49,14 +54,62 @@ bool fresh(const directory_state& st, steady::time_point seen) {
   return steady::now() - seen <= stale_after(st.mesh);
 }
 
+// A worker of `agent` left the directory; the agent's link goes with its
+// last worker.
+void left_agent(directory_state& st, const std::string& agent) {
+  auto n = st.agent_workers.find(agent);
+  if (n == st.agent_workers.end() || --n->second > 0) return;
+  st.agent_workers.erase(n);
+  if (auto l = st.links.find(agent); l != st.links.end()) {
+    caf::anon_send_exit(l->second, caf::exit_reason::user_shutdown);
+    st.links.erase(l);
+  }
+}
+
+// How long a silent member is kept (listed as gone) before it is forgotten.
+caf::timespan forget_after(const mesh_options& m) {
+  return m.heartbeat * std::max<uint32_t>(m.forget_beats, m.missed_beats + 1);
+}
+
 void directory_worker_beat(dir_pointer self, worker_status s) {
   auto& st = self->state;
-  if (s.worker >= max_worker_id || !check_name("agent", s.agent) ||
-      !(s.speed > 0))
+  auto fault = check_worker_beat(s);
+  if (fault == member_fault::none && !check_name("agent", s.agent))
+    fault = member_fault::bad_name;
+  auto it = st.workers.find(s.worker);
+  const auto limits = current_wire_limits();
+  if (fault == member_fault::none && it != st.workers.end() &&
+      it->second.last.agent != s.agent && fresh(st, it->second.seen))
+    // Its id belongs to the agent that announced it while that one is
+    // heard: another agent's beat would move it (and its auctions) there.
+    fault = member_fault::owned;
+  if (fault == member_fault::none && it == st.workers.end()) {
+    if (st.workers.size() >= limits.max_workers)
+      fault = member_fault::too_many;
+    else if (st.agent_workers[s.agent] >= limits.max_workers_per_agent)
+      fault = member_fault::too_many_of_agent;
+  }
+  if (fault != member_fault::none) {
+    refuse_member(member_message::worker_beat, fault,
+                  "agent '" + s.agent.substr(0, 64) + "' for worker " +
+                      std::to_string(s.worker));
     return;
-  auto& e = st.workers[s.worker];
+  }
+  if (it == st.workers.end()) {
+    it = st.workers.emplace(s.worker, directory_state::worker_entry{}).first;
+    ++st.agent_workers[s.agent];
+  }
+  auto& e = it->second;
   if (!e.proxy || e.last.agent != s.agent) {
-    // New, or moved to another agent (a restarted node): a new stand-in.
+    // New, or moved to another agent (a node restarted under another
+    // name, after its old one fell silent): a new stand-in.
+    if (e.proxy) {
+      KVMESH_INFO("worker %u moved from agent '%s' to agent '%s'", s.worker,
+                  e.last.agent.c_str(), s.agent.c_str());
+      self->send_exit(e.proxy, caf::exit_reason::user_shutdown);
+      left_agent(st, e.last.agent);
+      ++st.agent_workers[s.agent];
+    }
     auto& link = st.links[s.agent];
     if (!link)
       link = spawn_agent_link(self->system(), st.box, st.mesh, s.agent);
@@ -71,6 +124,51 @@ void directory_worker_beat(dir_pointer self, worker_status s) {
   self->send(st.router, put_atom::value, workers_atom::value, s.worker,
              caf::actor_cast<worker_actor>(e.proxy),
              caf::actor_cast<bidder_actor>(st.links[s.agent]), s.speed);
+}
+
+void directory_router_beat(dir_pointer self, router_status s) {
+  auto& st = self->state;
+  auto fault = check_name("router", s.name) ? member_fault::none
+                                            : member_fault::bad_name;
+  auto it = st.routers.find(s.name);
+  if (fault == member_fault::none && it == st.routers.end() &&
+      st.routers.size() >= current_wire_limits().max_routers)
+    fault = member_fault::too_many;
+  if (fault != member_fault::none) {
+    refuse_member(member_message::router_beat, fault,
+                  "router '" + s.name.substr(0, 64) + "'");
+    return;
+  }
+  auto& e = st.routers[s.name];
+  e.last = std::move(s);
+  e.seen = steady::now();
+}
+
+// Members silent for forget_after are dropped with all they hold: the
+// ROUTER's entry, the stand-in, the agent's link once it has no worker
+// left. Heard again, a member joins as new.
+void forget_silent(dir_pointer self) {
+  auto& st = self->state;
+  const auto before = steady::now() - forget_after(st.mesh);
+  for (auto it = st.workers.begin(); it != st.workers.end();) {
+    if (it->second.seen >= before) {
+      ++it;
+      continue;
+    }
+    KVMESH_INFO(
+        "worker %u of agent '%s' forgotten after %lld s of silence", it->first,
+        it->second.last.agent.c_str(),
+        static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   forget_after(st.mesh))
+                                   .count()));
+    self->send(st.router, drop_atom::value, workers_atom::value, it->first);
+    if (it->second.proxy)
+      self->send_exit(it->second.proxy, caf::exit_reason::user_shutdown);
+    left_agent(st, it->second.last.agent);
+    it = st.workers.erase(it);
+  }
+  for (auto it = st.routers.begin(); it != st.routers.end();)
+    it = it->second.seen < before ? st.routers.erase(it) : std::next(it);
 }
 
 void directory_shard_beat(dir_pointer self, shard_status s) {
@@ -100,6 +198,7 @@ directory_actor::behavior_type directory(dir_pointer self,
   st.mesh = std::move(mesh);
   st.router = std::move(router);
   st.calls.attach(std::move(box));
+  self->delayed_send(self, st.mesh.heartbeat, tick_atom::value);
   return {
       [=](nats_atom, const std::string& subject, const std::string&,
           const bytes& payload) {
@@ -109,12 +208,8 @@ directory_actor::behavior_type directory(dir_pointer self,
           if (auto s = decode<worker_status>(payload))
             directory_worker_beat(self, std::move(*s));
         } else if (subject == st.mesh.subj.router_beat()) {
-          if (auto s = decode<router_status>(payload);
-              s && check_name("router", s->name)) {
-            auto& e = st.routers[s->name];
-            e.last = std::move(*s);
-            e.seen = steady::now();
-          }
+          if (auto s = decode<router_status>(payload))
+            directory_router_beat(self, std::move(*s));
         } else if (subject == st.mesh.subj.shard_beat()) {
           if (auto s = decode<shard_status>(payload))
             directory_shard_beat(self, std::move(*s));
@@ -124,6 +219,10 @@ directory_actor::behavior_type directory(dir_pointer self,
         self->state.calls.complete(seq, std::move(payload));
       },
       [=](sweep_atom) { self->state.calls.sweep(self); },
+      [=](tick_atom) {
+        forget_silent(self);
+        self->delayed_send(self, self->state.mesh.heartbeat, tick_atom::value);
+      },
       [=](flush_atom) { self->state.calls.flush(); },
       [=](get_atom, workers_atom) -> std::vector<worker_status> {
         auto& st = self->state;

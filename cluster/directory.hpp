@@ -17,7 +17,7 @@ namespace kvmesh::detail {
 using directory_actor = admin_actor::extend<
     caf::reacts_to<nats_atom, std::string, std::string, bytes>,
     caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>,
-    caf::reacts_to<flush_atom>>;
+    caf::reacts_to<flush_atom>, caf::reacts_to<tick_atom>>;
 
 // The directory of a router process, whose ROUTER is `router`; calls to
 // the agents and shards reply on `box`.

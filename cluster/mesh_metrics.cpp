@@ -7,11 +7,13 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "cluster/bridge.hpp"
 #include "core/log.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
+#include "messages/member_checks.hpp"
 
 namespace kvmesh {
 
@@ -91,6 +93,9 @@ struct router_series {
   counter* runner_ups = nullptr;
   gauge* held = nullptr;
   gauge* workers[4] = {};  // live, draining, unhealthy, gone
+  // Members' messages refused (messages/member_checks.hpp), by message and
+  // reason; only the pairs that can happen.
+  std::vector<std::tuple<member_message, member_fault, counter*>> refusals;
 };
 
 struct shard_series {
@@ -521,6 +526,24 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
   const char* states[4] = {"live", "draining", "unhealthy", "gone"};
   for (size_t i = 0; i < 4; ++i)
     p->router.workers[i] = b.at(workers, {states[i]});
+  auto* refused = b.counters(
+      "kvmesh_member_refusals_total",
+      "Bids and heartbeats refused before they were priced or kept, by "
+      "message and reason (docs/reliability.md, \"Members' claims\").",
+      {"message", "reason"});
+  using mf = member_fault;
+  const std::pair<member_message, std::vector<mf>> pairs[] = {
+      {member_message::bid,
+       {mf::not_finite, mf::negative, mf::over_request, mf::speed, mf::blocks,
+        mf::credit}},
+      {member_message::worker_beat,
+       {mf::bad_id, mf::bad_name, mf::not_finite, mf::negative, mf::speed,
+        mf::blocks, mf::owned, mf::too_many, mf::too_many_of_agent}},
+      {member_message::router_beat, {mf::bad_name, mf::too_many}}};
+  for (const auto& [msg, faults] : pairs)
+    for (mf f : faults)
+      p->router.refusals.emplace_back(
+          msg, f, b.at(refused, {to_string(msg), to_string(f)}));
   if (auto st = b.result(); !st) return st.err();
   opt.meters = std::move(m);
   return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
@@ -548,6 +571,8 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
       p->router.runner_ups->set(static_cast<double>(s->runner_up_awards));
       p->router.held->set(static_cast<double>(s->held));
     }
+    for (const auto& [msg, f, c] : p->router.refusals)
+      c->set(static_cast<double>(member_refusals(msg, f)));
     if (auto ws = ask<std::vector<worker_status>>(
             self, admin, deadline, "the ADMIN (workers)", get_atom::value,
             workers_atom::value)) {

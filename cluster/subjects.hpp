@@ -66,6 +66,9 @@ struct mesh_options {
   // unanswered).
   caf::timespan heartbeat = std::chrono::seconds(1);
   uint32_t missed_beats = 3;
+  // Members silent for this many heartbeats are forgotten (their state
+  // freed); heard again, they join anew.
+  uint32_t forget_beats = 30;
   // How long a process waits for a reply on the wire before giving up.
   caf::timespan call_timeout = std::chrono::seconds(2);
 };

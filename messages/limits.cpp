@@ -17,6 +17,12 @@ std::array<std::atomic<uint64_t>, wire_limit_count> refusals;
 // Read when a node starts (its gates), not per message.
 std::atomic<uint64_t> mailbox_messages{wire_limits{}.max_mailbox_messages};
 std::atomic<uint64_t> mailbox_bytes{wire_limits{}.max_mailbox_bytes};
+// Read per heartbeat and bid.
+std::atomic<uint64_t> worker_speed{wire_limits{}.max_worker_speed};
+std::atomic<uint64_t> worker_blocks{wire_limits{}.max_worker_blocks};
+std::atomic<uint64_t> workers{wire_limits{}.max_workers};
+std::atomic<uint64_t> workers_per_agent{wire_limits{}.max_workers_per_agent};
+std::atomic<uint64_t> routers{wire_limits{}.max_routers};
 
 size_t index_of(wire_limit l) {
   return static_cast<size_t>(l);
@@ -43,6 +49,11 @@ wire_limits current_wire_limits() {
   l.max_call_workers = limit_values[2].load(std::memory_order_relaxed);
   l.max_mailbox_messages = mailbox_messages.load(std::memory_order_relaxed);
   l.max_mailbox_bytes = mailbox_bytes.load(std::memory_order_relaxed);
+  l.max_worker_speed = worker_speed.load(std::memory_order_relaxed);
+  l.max_worker_blocks = worker_blocks.load(std::memory_order_relaxed);
+  l.max_workers = workers.load(std::memory_order_relaxed);
+  l.max_workers_per_agent = workers_per_agent.load(std::memory_order_relaxed);
+  l.max_routers = routers.load(std::memory_order_relaxed);
   return l;
 }
 
@@ -52,6 +63,11 @@ void set_wire_limits(const wire_limits& l) {
   limit_values[2].store(l.max_call_workers, std::memory_order_relaxed);
   mailbox_messages.store(l.max_mailbox_messages, std::memory_order_relaxed);
   mailbox_bytes.store(l.max_mailbox_bytes, std::memory_order_relaxed);
+  worker_speed.store(l.max_worker_speed, std::memory_order_relaxed);
+  worker_blocks.store(l.max_worker_blocks, std::memory_order_relaxed);
+  workers.store(l.max_workers, std::memory_order_relaxed);
+  workers_per_agent.store(l.max_workers_per_agent, std::memory_order_relaxed);
+  routers.store(l.max_routers, std::memory_order_relaxed);
 }
 
 uint64_t wire_limit_refusals(wire_limit l) {

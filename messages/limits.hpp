@@ -11,6 +11,9 @@
 
 namespace kvmesh {
 
+// Worker ids index the router's tables; ids from the network stay below.
+inline constexpr uint32_t max_worker_id = 1u << 16;
+
 struct wire_limits {
   // NATS' own default max_payload: a server configured for more still
   // cannot make a kvmesh process copy and decode more.
@@ -28,6 +31,18 @@ struct wire_limits {
   // what the subscription's may.
   uint64_t max_mailbox_messages = 65536;
   uint64_t max_mailbox_bytes = uint64_t{64} << 20;
+  // What a member may claim of itself (messages/member_checks.hpp): a
+  // speed within [1/max, max] of the reference GPU (the fastest GPUs are
+  // about 10x an old one), at most this many blocks in a tier.
+  uint64_t max_worker_speed = 100;
+  uint64_t max_worker_blocks = uint64_t{1} << 32;
+  // Members a router process keeps: workers in all, workers per node agent
+  // (a host has a few GPUs, an engine a few data-parallel ranks each), and
+  // routers. Past a bound a new member's heartbeats are refused, counted.
+  // (A simulated agent may host thousands of workers.)
+  uint64_t max_workers = 16384;
+  uint64_t max_workers_per_agent = 4096;
+  uint64_t max_routers = 256;
 };
 
 enum class wire_limit : uint8_t { payload_bytes, request_blocks, call_workers };

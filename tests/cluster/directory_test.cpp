@@ -2,7 +2,12 @@
 // distributed ADMIN's listings, weights and drains.
 #include "cluster/directory.hpp"
 
+#include <unistd.h>
+
+#include <fstream>
+
 #include "mesh_fixture.hpp"
+#include "messages/member_checks.hpp"
 
 namespace kvmesh::test {
 namespace {
@@ -147,6 +152,126 @@ TEST_F(directory_test, a_killed_agent_gets_no_awards_after_three_heartbeats) {
   ASSERT_TRUE(w);
   for (auto& s : w->workers)
     EXPECT_EQ(s.gone, s.worker >= 4) << "worker " << s.worker;
+}
+
+// Resident set of this process, in bytes (Linux).
+size_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A heartbeat that reuses a live worker's id under another agent, marking
+// it draining with another endpoint, is refused and counted: the worker
+// stays where it is and keeps taking work.
+TEST_F(directory_test, a_heartbeat_reusing_a_live_worker_id_is_refused) {
+  start_mesh();
+  const auto before =
+      member_refusals(member_message::worker_beat, member_fault::owned);
+  worker_status forged;
+  forged.worker = 2;
+  forged.capacity = 512;
+  forged.draining = true;
+  forged.endpoint = "http://evil.example:6666";
+  forged_agent evil(bus(), "evil", {forged},
+                    [](const call_for_bids&, uint32_t w) {
+                      bid b;
+                      b.worker = w;
+                      b.capacity = 512;
+                      return b;
+                    });
+  auto& c = bus();
+  ASSERT_TRUE(eventually([&] {
+    return member_refusals(member_message::worker_beat, member_fault::owned) >=
+           before + 4;
+  }));
+  route_client client(bus());
+  for (uint64_t id = 1; id <= 200; ++id)
+    client.send(request(id, id % 20, 8));
+  ASSERT_TRUE(eventually([&] { return client.decided() == 200; }, 20000ms));
+  EXPECT_GT(client.by_worker()[2], 0) << "worker 2 was taken out of service";
+  EXPECT_EQ(evil.awards(), 0);
+  auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w);
+  for (auto& s : w->workers)
+    if (s.worker == 2) {
+      EXPECT_EQ(s.agent, "node-a");
+      EXPECT_FALSE(s.draining);
+      EXPECT_EQ(s.endpoint, "");
+    }
+}
+
+// 30,000 heartbeats of new worker ids (and 2,000 router names) while a
+// steady load runs: past the bounds they are refused and counted, the
+// directory keeps at most limits.max_workers, every request is decided by
+// a real worker, memory stays bounded, and the silent members are
+// forgotten.
+TEST_F(directory_test, a_heartbeat_flood_is_bounded_counted_and_forgotten) {
+  wire_limits l;
+  l.max_workers = 64;
+  l.max_workers_per_agent = 16;
+  l.max_routers = 8;
+  set_wire_limits(l);
+  forget_beats_ = 10;
+  start_mesh();
+  auto& c = bus();
+  const size_t idle = rss_bytes();
+  const auto too_many = [] {
+    return member_refusals(member_message::worker_beat,
+                           member_fault::too_many) +
+           member_refusals(member_message::worker_beat,
+                           member_fault::too_many_of_agent);
+  };
+  const auto refused_before = too_many();
+  const auto routers_before =
+      member_refusals(member_message::router_beat, member_fault::too_many);
+  std::atomic<bool> stop{false};
+  auto& flood_bus = bus();
+  std::thread flood([&] {
+    for (uint32_t k = 0; k < 30000 && !stop; ++k) {
+      worker_status s;
+      s.worker = 100 + k;
+      s.agent = "flood-" + std::to_string(k / 4);
+      s.capacity = 512;
+      (void)flood_bus.publish(subjects{}.worker_beat(), encode(s));
+      if (k % 15 == 0) {
+        router_status r;
+        r.name = "fake-" + std::to_string(k);
+        (void)flood_bus.publish(subjects{}.router_beat(), encode(r));
+      }
+    }
+  });
+  route_client client(bus());
+  const uint64_t sent = 400;
+  for (uint64_t id = 1; id <= sent; ++id) {
+    client.send(request(id, id % 20, 8));
+    std::this_thread::sleep_for(5ms);
+  }
+  flood.join();
+  ASSERT_TRUE(
+      eventually([&] { return client.decided() >= sent * 99 / 100; }, 30000ms))
+      << client.decided() << " of " << sent;
+  for (auto& [w, n] : client.by_worker())
+    EXPECT_LT(w, 8u) << n << " requests went to forged worker " << w;
+  EXPECT_GT(too_many(), refused_before + 29000);
+  EXPECT_GT(
+      member_refusals(member_message::router_beat, member_fault::too_many),
+      routers_before);
+  auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w);
+  EXPECT_LE(w->workers.size(), 64u);
+  EXPECT_LT(rss_bytes(), 2 * idle) << "idle " << idle;
+  // Silent for forget_beats, the forged members are gone; the real ones
+  // stay.
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+        auto r = admin_request_call(c, subjects{}, "routers", {}, 1000ms);
+        return w && w->workers.size() == 8 && r && r->routers.size() == 2;
+      },
+      15000ms));
+  set_wire_limits(wire_limits{});
 }
 
 }  // namespace

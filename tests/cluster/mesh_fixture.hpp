@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -152,6 +153,7 @@ class mesh_test : public ::testing::Test {
     o.durable_deliveries = durable_deliveries;
     o.durable_ack_wait = 3000ms;
     o.mesh = mesh();
+    o.mesh.forget_beats = forget_beats_;
     o.name = name;
     o.router.block_tokens = 16;
     // Generous: a loaded 2-core machine can stall a process that long.
@@ -197,6 +199,7 @@ class mesh_test : public ::testing::Test {
     }));
   }
 
+  uint32_t forget_beats_ = mesh_options{}.forget_beats;  // routers'
   std::unique_ptr<test::temp_dir> dir_;
   std::unique_ptr<test::nats_server> server_;
   std::unique_ptr<test::nats_cluster> cluster_;
@@ -277,6 +280,76 @@ class route_client {
   std::map<uint32_t, int> by_worker_;
   std::vector<std::string> errors_;
   int undecodable_ = 0;
+};
+
+// A node agent as an attacker (or a broken member) runs one: it beats for
+// its workers with whatever status `beats` says and answers every call for
+// bids with `forge` (one bid per worker asked), every award by accepting it
+// with its own endpoint; it withdraws when asked.
+class forged_agent {
+ public:
+  using forge_fn = std::function<bid(const call_for_bids&, uint32_t worker)>;
+  forged_agent(nats_bus& bus, std::string name,
+               std::vector<worker_status> beats, forge_fn forge)
+      : bus_(bus),
+        name_(std::move(name)),
+        beat_(std::move(beats)),
+        forge_(std::move(forge)) {
+    auto sub = bus_.subscribe(
+        subjects{}.agent(name_, "*"), "", [this](nats_message m) {
+          each_unbatched(std::move(m),
+                         [this](nats_message one) { answer(one); });
+        });
+    EXPECT_TRUE(sub);
+    EXPECT_TRUE(bus_.flush(2000ms));
+    beating_ = std::thread([this] {
+      while (!stop_) {
+        for (auto s : beat_) {
+          s.agent = name_;
+          (void)bus_.publish(subjects{}.worker_beat(), encode(s));
+        }
+        std::this_thread::sleep_for(beat);
+      }
+    });
+  }
+  ~forged_agent() {
+    stop_ = true;
+    beating_.join();
+  }
+  int awards() const { return awards_; }
+  int calls() const { return calls_; }
+
+ private:
+  void answer(const nats_message& m) {
+    if (m.reply.empty()) return;
+    const auto verb = m.subject.substr(m.subject.rfind('.') + 1);
+    if (verb == "bid") {
+      auto cfb = decode<call_for_bids>(m.payload);
+      if (!cfb) return;
+      ++calls_;
+      bid_list out;
+      for (uint32_t w : cfb->workers)
+        out.bids.push_back(forge_(*cfb, w));
+      (void)bus_.publish(m.reply, encode(out));
+    } else if (verb == "award") {
+      ++awards_;
+      (void)bus_.publish(
+          m.reply, encode(award_reply{true, {}, "http://evil.example:6666"}));
+    } else if (verb == "withdraw") {
+      withdraw_reply r;
+      r.withdrawn = true;
+      (void)bus_.publish(m.reply, encode(r));
+    }
+  }
+
+  nats_bus& bus_;
+  std::string name_;
+  std::vector<worker_status> beat_;
+  forge_fn forge_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> awards_{0};
+  std::atomic<int> calls_{0};
+  std::thread beating_;
 };
 
 }  // namespace kvmesh::test

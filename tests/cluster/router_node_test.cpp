@@ -2,7 +2,10 @@
 // that loses a node.
 #include "cluster/router_node.hpp"
 
+#include <cmath>
+
 #include "mesh_fixture.hpp"
+#include "messages/member_checks.hpp"
 
 namespace kvmesh::test {
 namespace {
@@ -70,6 +73,58 @@ TEST_F(router_node_test, a_three_node_nats_cluster_routes_and_survives_a_node) {
       },
       10000ms))
       << listed << " workers listed, " << live << " not gone";
+}
+
+// An agent answering with impossible bids (each bad value in turn) wins
+// nothing: every bid is refused and counted, and real traffic is decided by
+// the honest workers.
+TEST_F(router_node_test, forged_bids_are_refused_and_win_nothing) {
+  start_mesh();
+  worker_status beat9;
+  beat9.worker = 9;
+  beat9.capacity = 512;
+  beat9.speed = 1;
+  beat9.endpoint = "http://evil.example:6666";
+  using mf = member_fault;
+  const std::vector<std::pair<mf, std::function<void(bid&, uint32_t)>>> bad = {
+      {mf::over_request, [](bid& b, uint32_t) { b.gpu = 4000000000u; }},
+      {mf::negative, [](bid& b, uint32_t) { b.queued = -1e300; }},
+      {mf::not_finite, [](bid& b, uint32_t) { b.queued = std::nan(""); }},
+      {mf::speed, [](bid& b, uint32_t) { b.speed = 1e308; }},
+      {mf::credit, [](bid& b, uint32_t) { b.gpu = 0, b.host = 1, b.c_host = 1e6; }}};
+  uint64_t before[5];
+  for (size_t k = 0; k < bad.size(); ++k)
+    before[k] = member_refusals(member_message::bid, bad[k].first);
+  std::atomic<uint64_t> seq{0};
+  forged_agent evil(bus(), "evil", {beat9},
+                    [&](const call_for_bids& cfb, uint32_t w) {
+                      bid b;
+                      b.worker = w;
+                      b.capacity = 512;
+                      b.gpu = static_cast<uint32_t>(cfb.request.blocks.size());
+                      bad[seq++ % bad.size()].second(b, w);
+                      return b;
+                    });
+  auto& c = bus();
+  ASSERT_TRUE(eventually([&] {
+    auto r = admin_request_call(c, subjects{}, "routers", {}, 1000ms);
+    return r && r->routers.size() == 2 && r->routers[0].live_workers == 9 &&
+           r->routers[1].live_workers == 9;
+  }));
+  route_client client(bus());
+  const uint64_t sent = 300;
+  for (uint64_t id = 1; id <= sent; ++id) {
+    client.send(request(id, id % 20, 8));
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_TRUE(eventually([&] { return client.decided() == sent; }, 20000ms))
+      << client.decided() << " of " << sent;
+  EXPECT_EQ(client.by_worker().count(9), 0u);
+  EXPECT_EQ(evil.awards(), 0);
+  ASSERT_GT(evil.calls(), 10) << "the forged agent was never asked";
+  for (size_t k = 0; k < bad.size(); ++k)
+    EXPECT_GT(member_refusals(member_message::bid, bad[k].first), before[k])
+        << to_string(bad[k].first);
 }
 
 }  // namespace
