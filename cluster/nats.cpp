@@ -544,6 +544,10 @@ bool nats_bus::on_denied(const std::string& text) {
   std::vector<std::shared_ptr<pending_request>> hit;
   {
     std::lock_guard<std::mutex> guard(req_mu_);
+    if (auto it = confirmed_.find(subject); it != confirmed_.end()) {
+      if (it->second.empty()) it->second = text;
+      return true;  // confirm() tells its caller
+    }
     const bool inbox =
         !response_prefix_.empty() && subject.rfind(response_prefix_, 0) == 0;
     for (auto& [id, p] : requests_)
@@ -631,6 +635,34 @@ status nats_bus::flush(std::chrono::milliseconds timeout) {
   const natsStatus s = natsConnection_FlushTimeout(conn_, timeout.count());
   if (s != NATS_OK) return fail("flush", s);
   return ok;
+}
+
+status nats_bus::confirm(const std::string& subject,
+                         std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> guard(req_mu_);
+    confirmed_.emplace(subject, std::string());
+  }
+  const status flushed = flush(timeout);
+  std::string denied;
+  {
+    std::lock_guard<std::mutex> guard(req_mu_);
+    denied = confirmed_[subject];
+  }
+  // The reader thread keeps the violation as the connection's last error
+  // before it reads the flush's answer; on_denied may run later, on
+  // libnats' callback thread.
+  const char* text = nullptr;
+  if (denied.empty() &&
+      natsConnection_GetLastError(conn_, &text) == NATS_NOT_PERMITTED && text &&
+      denied_subject(text) == subject)
+    denied = text;
+  if (denied.empty()) return flushed;
+  return make_error(ec::invalid_argument,
+                    "permission denied: nats-server refused this credential (" +
+                        denied +
+                        "); this needs the credential of another role "
+                        "(docs/reliability.md)");
 }
 
 }  // namespace kvmesh
