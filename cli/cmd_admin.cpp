@@ -9,6 +9,7 @@
 #include "cli/commands.hpp"
 #include "cli/mesh_flags.hpp"
 #include "cli/report.hpp"
+#include "core/pricing.hpp"
 
 namespace kvmesh::cli {
 
@@ -232,6 +233,10 @@ int run_admin(const admin_flags& f) {
     req.weights = current->weights;
     for (const auto& [opt, field] : f.weight_opts)
       if (opt->count() > 0) req.weights.*field = f.weights.*field;
+    // The routers would refuse it too; a value out of its range is this
+    // command line's mistake.
+    if (auto st = validate(req.weights); !st)
+      return usage_error(cmd, st.err().message);
   }
   auto r = call(f.verb, req);
   if (!r) return run_error(cmd, r.err().message);

@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/mesh_flags.hpp"
+#include "core/pricing.hpp"
 
 namespace kvmesh::cli {
 
@@ -61,6 +62,8 @@ int run_router(router_flags f) {
   if (auto st =
           take_name("router", f.name, "router-" + std::to_string(getpid()));
       !st)
+    return usage_error(cmd, st.err().message);
+  if (auto st = validate(f.router.price); !st)
     return usage_error(cmd, st.err().message);
   router_node_options rn;
   rn.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);

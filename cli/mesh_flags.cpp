@@ -186,7 +186,8 @@ expected<std::unique_ptr<nats_bus>> connect_bus(const bus_flags& b,
   auto bus = nats_bus::connect(o);
   // A refused credential or TLS says what to change; only an unreachable
   // server needs the hint about where the URL comes from.
-  if (!bus && bus.err().code == ec::io_error)
+  if (!bus && bus.err().code == ec::io_error &&
+      bus.err().message.find(": cannot connect: ") != std::string::npos)
     return make_error(bus.err().code,
                       bus.err().message +
                           " (is nats-server running there? the URL comes "

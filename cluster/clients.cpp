@@ -125,10 +125,12 @@ expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
   auto q = work_queue::open(bus, qo);
   if (!q) return q.err();
   // Without the bucket (no durable router has run yet) only the live
-  // answer can come.
+  // answer can come. A bucket this credential cannot read is an error:
+  // an answer sent while the client reconnects would be lost.
   auto ro = durable_records(subj);
   ro.create = false;
   auto records = record_store::open(bus, ro);
+  if (!records && records.err().code != ec::not_found) return records.err();
   struct waiter {
     std::mutex mu;
     std::condition_variable cv;
@@ -147,6 +149,14 @@ expected<decision> route_durable_once(nats_bus& bus, const subjects& subj,
   });
   if (!sub) return sub.err();
   auto unsubscribe = [&] { (void)bus.unsubscribe(*sub); };
+  // A refused subscription would show only as a timeout.
+  if (auto st = bus.confirm(inbox,
+                            std::min(timeout, std::chrono::milliseconds(5000)));
+      !st) {
+    unsubscribe();
+    return make_error(st.err().code, "the decision's inbox " + inbox + ": " +
+                                         st.err().message);
+  }
   uint64_t reconnects = bus.reconnects();
   auto sequence = (*q)->publish(subj.route_durable() + "." + inbox, encode(r));
   if (!sequence) {

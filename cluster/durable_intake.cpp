@@ -37,6 +37,10 @@ std::string record_key(uint64_t sequence, uint64_t request) {
   return std::to_string(sequence) + "-" + std::to_string(request);
 }
 
+bool mesh_inbox(const std::string& reply) {
+  return reply.rfind(inbox::subject_prefix, 0) == 0;
+}
+
 record_options durable_records(const subjects& subj) {
   record_options o;
   o.bucket = durable_queue(subj).stream + "_DECISIONS";
@@ -154,6 +158,19 @@ void front_durable(front_pointer self, const std::string& reply,
                    uint8_t claimed, const std::string& claim_error) {
   auto& st = self->state;
   const auto since = took(self, intake::durable);
+  // Acked unanswered: redelivered, it would be refused again.
+  if (mesh_inbox(reply)) {
+    if (const auto& m = st.meters) m->refused_mesh_inbox();
+    const uint64_t n = ++st.mesh_inbox_replies;
+    if ((n & (n - 1)) == 0)
+      KVMESH_WARN(
+          "durable request refused: its reply subject %s is one of the "
+          "mesh's own inboxes (_INBOX.kvmesh.), where a client may not have "
+          "a router publish (%llu so far; acked, not answered)",
+          reply.c_str(), static_cast<unsigned long long>(n));
+    (void)d->ack();
+    return;
+  }
   // Acked once the answer is out: a router that dies before leaves
   // the request to another one. Malformed requests are answered and
   // acked too, or they would come back forever.
@@ -343,6 +360,13 @@ expected<std::unique_ptr<work_queue>> start_durable_queue(
                                  nats_message m, std::shared_ptr<delivery> d) {
     std::string reply =
         m.subject.size() > skip ? m.subject.substr(skip) : std::string();
+    // Neither claimed nor answered from a record: the front refuses it.
+    if (mesh_inbox(reply)) {
+      caf::anon_send(front, durable_atom::value, std::move(reply),
+                     std::move(m.payload), std::move(d),
+                     static_cast<uint8_t>(claim_outcome::taken), std::string());
+      return;
+    }
     // Decoded once here for its id; a malformed one the front answers,
     // claimed or not.
     auto r = decode<route_request_msg>(m.payload);
@@ -353,7 +377,7 @@ expected<std::unique_ptr<work_queue>> start_durable_queue(
     // second decision than none.
     if (r && d->delivery_count() > 1)
       if (auto kept = records->get(record_key(d->stream_sequence(), r->id))) {
-        if (!reply.empty()) (void)b->publish(reply, *kept);
+        if (!reply.empty()) (void)b->publish_reply(reply, *kept);
         (void)d->ack();
         return;
       }

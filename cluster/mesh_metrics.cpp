@@ -469,6 +469,12 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
                  {"cause"});
   for (size_t i = 0; i < handback_count; ++i)
     m->handbacks[i] = b.at(handbacks, {to_string(static_cast<handback>(i))});
+  m->mesh_inbox_replies = b.at(b.counters(
+      "kvmesh_router_mesh_inbox_replies_total",
+      "Durable route requests refused, acked and never answered, because "
+      "their reply subject was one of the mesh's own inboxes "
+      "(_INBOX.kvmesh.): a client trying to make the router publish where "
+      "only the mesh may."));
   m->auction_seconds = b.at(b.histograms(
       "kvmesh_router_auction_seconds",
       "From a route request's arrival at the router process's front to its "

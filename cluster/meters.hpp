@@ -50,6 +50,9 @@ struct router_meters {
   metrics::counter* requests[intake_count] = {};
   metrics::counter* failures[route_failure_count] = {};
   metrics::counter* handbacks[handback_count] = {};
+  // Durable requests refused because their reply subject is one of the
+  // mesh's own inboxes (durable_intake's mesh_inbox).
+  metrics::counter* mesh_inbox_replies = nullptr;
   metrics::histogram* auction_seconds = nullptr;
   metrics::histogram* bids_per_auction = nullptr;
   metrics::histogram* winner_price = nullptr;
@@ -65,6 +68,7 @@ struct router_meters {
   void handed_back(handback h) const {
     handbacks[static_cast<size_t>(h)]->inc();
   }
+  void refused_mesh_inbox() const { mesh_inbox_replies->inc(); }
 };
 
 // An index shard process's front: prefix queries it answered.

@@ -279,6 +279,22 @@ std::string connect_failure(natsStatus s, const nats_options& opt) {
            "and does the certificate name the host of the URL? (a server "
            "that verifies clients also wants nats.tls_cert and "
            "nats.tls_key)";
+  // TLS 1.3 ends the client's half of the handshake before the server
+  // checks the client's certificate: a server that verifies clients
+  // (verify: true) and got none it trusts closes the connection, and
+  // libnats only sees no PONG (a server that is not there refuses the
+  // connection instead).
+  const bool closed = s == NATS_PROTOCOL_ERROR || s == NATS_CONNECTION_CLOSED ||
+                      detail.find("Expected 'PONG'") != std::string::npos;
+  if (tls_asked && closed)
+    return "TLS handshake failed" + said +
+           ": the server closed the connection; it may require a client "
+           "certificate " +
+           (opt.tls_cert_file.empty()
+                ? std::string("(--nats-tls-cert and --nats-tls-key, or "
+                              "nats.tls_cert and nats.tls_key)")
+                : "signed by a CA it trusts (is --nats-tls-cert " +
+                      opt.tls_cert_file + " one?)");
   for (const auto& [key, path] :
        {std::make_pair("nats.creds", &opt.creds_file),
         std::make_pair("nats.nkey_seed", &opt.nkey_seed_file)})
@@ -381,7 +397,11 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
   if ((s = natsConnection_Connect(&bus->conn_, o)) != NATS_OK) {
     const std::string why = connect_failure(s, opt);
     natsOptions_Destroy(o);
-    const bool refused = why.rfind("cannot connect", 0) != 0;
+    // A server that closed the connection may also be restarting: an
+    // error to retry (a unit restarts it), not a setting refused.
+    const bool refused =
+        why.rfind("cannot connect", 0) != 0 &&
+        why.find("the server closed the connection") == std::string::npos;
     return make_error(refused ? ec::invalid_argument : ec::io_error,
                       "NATS " + bus->shown_url_ + ": " + why);
   }
@@ -544,6 +564,10 @@ bool nats_bus::on_denied(const std::string& text) {
   std::vector<std::shared_ptr<pending_request>> hit;
   {
     std::lock_guard<std::mutex> guard(req_mu_);
+    if (auto it = confirmed_.find(subject); it != confirmed_.end()) {
+      if (it->second.empty()) it->second = text;
+      return true;  // confirm() tells its caller
+    }
     const bool inbox =
         !response_prefix_.empty() && subject.rfind(response_prefix_, 0) == 0;
     for (auto& [id, p] : requests_)
@@ -631,6 +655,34 @@ status nats_bus::flush(std::chrono::milliseconds timeout) {
   const natsStatus s = natsConnection_FlushTimeout(conn_, timeout.count());
   if (s != NATS_OK) return fail("flush", s);
   return ok;
+}
+
+status nats_bus::confirm(const std::string& subject,
+                         std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> guard(req_mu_);
+    confirmed_.emplace(subject, std::string());
+  }
+  const status flushed = flush(timeout);
+  std::string denied;
+  {
+    std::lock_guard<std::mutex> guard(req_mu_);
+    denied = confirmed_[subject];
+  }
+  // The reader thread keeps the violation as the connection's last error
+  // before it reads the flush's answer; on_denied may run later, on
+  // libnats' callback thread.
+  const char* text = nullptr;
+  if (denied.empty() &&
+      natsConnection_GetLastError(conn_, &text) == NATS_NOT_PERMITTED && text &&
+      denied_subject(text) == subject)
+    denied = text;
+  if (denied.empty()) return flushed;
+  return make_error(ec::invalid_argument,
+                    "permission denied: nats-server refused this credential (" +
+                        denied +
+                        "); this needs the credential of another role "
+                        "(docs/reliability.md)");
 }
 
 }  // namespace kvmesh

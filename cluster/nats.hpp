@@ -108,6 +108,12 @@ class nats_bus {
                                          std::chrono::milliseconds timeout);
   // Waits until the server has seen everything published so far.
   status flush(std::chrono::milliseconds timeout);
+  // As flush(), and an error when the server refused a publish or a
+  // subscription on `subject` (its Permissions Violation comes before the
+  // flush's answer): a subscription that cannot receive, said at once
+  // rather than as a timeout later. The error is the caller's to report:
+  // a refusal of `subject` is not logged (it is counted).
+  status confirm(const std::string& subject, std::chrono::milliseconds timeout);
 
   // The libnats connection, for layers built on it (cluster/jetstream) that
   // need calls nats_bus does not wrap; it stays owned by this object.
@@ -173,6 +179,9 @@ class nats_bus {
   std::string response_prefix_;  // "_INBOX.<nuid>."
   std::map<uint64_t, std::shared_ptr<pending_request>> requests_;
   uint64_t next_request_ = 1;
+  // The subjects confirm() was asked about, and the violation that named
+  // each ("" while none did). Guarded by req_mu_.
+  std::map<std::string, std::string> confirmed_;
   std::atomic<bool> closing_{false};  // our own close: no "lost" to log
   std::atomic<bool> closed_{false};   // libnats' last callback has run
 };

@@ -27,6 +27,17 @@ expected<std::unique_ptr<record_store>> record_store::open(
     return make_error(ec::invalid_argument, name + ": replicas must be 1 to 5");
   natsConnection* nc = bus.native();
   if (!nc) return make_error(ec::invalid_argument, name + ": no connection");
+  // A client's credential may lack the bucket's reads: nats_bus says so at
+  // once, where libnats would wait out its timeout (and this its retries)
+  // and the client would never read an answer it missed.
+  if (!opt.create)
+    for (const std::string& read : {"$JS.API.STREAM.INFO.KV_" + opt.bucket,
+                                    "$JS.API.DIRECT.GET.KV_" + opt.bucket +
+                                        ".$KV." + opt.bucket + ".probe"})
+      if (auto r = bus.request(read, {}, std::chrono::seconds(2));
+          !r && r.err().message.find("permission denied") != std::string::npos)
+        return make_error(ec::invalid_argument,
+                          name + ": cannot read it: " + r.err().message);
   std::unique_ptr<record_store> r(new record_store());
   r->opt_ = opt;
   last_error last;

@@ -41,8 +41,9 @@ struct front_state {
   std::shared_ptr<mailbox_gate> gate;
   uint64_t block_mismatches = 0;
   durable_intake durable;
-  uint64_t durable_retries = 0;  // requests handed back (logged)
-  uint64_t claim_failures = 0;   // claims not taken or let go (logged)
+  uint64_t durable_retries = 0;     // requests handed back (logged)
+  uint64_t claim_failures = 0;      // claims not taken or let go (logged)
+  uint64_t mesh_inbox_replies = 0;  // refused for their reply (logged)
   // Durable requests being decided, in arrival order: swept
   // (progress_atom) every quarter ack_wait while any is open.
   struct open_delivery {

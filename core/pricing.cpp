@@ -7,20 +7,31 @@
 namespace kvmesh {
 
 status validate(const price_config& p) {
-  const std::pair<const char*, double> weights[] = {
-      {"c_host", p.c_host},     {"c_disk", p.c_disk},
-      {"beta", p.beta},         {"k", p.k},
-      {"overflow", p.overflow}, {"overload_ceiling", p.overload_ceiling}};
-  for (const auto& [name, v] : weights) {
-    if (!std::isfinite(v) || v < 0)
-      return make_error(ec::invalid_argument,
-                        std::string("price weight ") + name +
-                            " must be a finite number >= 0, not " +
-                            std::to_string(v));
+  // Bounded so that every price stays finite for any bid (beta = 1e308
+  // times a space of blocks is infinity, and every bidder ties): credits
+  // are fractions of a block; beta, k and overflow scale block counts, and
+  // past 1000 one term drowns the others; the ceiling is a price per
+  // request block.
+  struct range {
+    const char* name;
+    double value;
+    double max;
+    const char* shown;  // max as people write it
+  };
+  const range weights[] = {
+      {"c_host", p.c_host, 1, "1"},
+      {"c_disk", p.c_disk, 1, "1"},
+      {"beta", p.beta, 1e3, "1000"},
+      {"k", p.k, 1e3, "1000"},
+      {"overflow", p.overflow, 1e3, "1000"},
+      {"overload_ceiling", p.overload_ceiling, 1e6, "1000000"}};
+  for (const auto& w : weights) {
+    // Written so that NaN fails too.
+    if (!(w.value >= 0 && w.value <= w.max))
+      return make_error(ec::invalid_argument, std::string("price weight ") +
+                                                  w.name + " must be in [0, " +
+                                                  w.shown + "]");
   }
-  if (p.c_host > 1 || p.c_disk > 1)
-    return make_error(ec::invalid_argument,
-                      "price weights c_host and c_disk are credits in [0, 1]");
   return ok;
 }
 

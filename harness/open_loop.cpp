@@ -164,13 +164,18 @@ expected<std::unique_ptr<open_loop>> open_loop::open(
     auto r = record_store::open(bus, ro);
     if (r)
       l->records_ = std::move(*r);
-    else
+    else if (r.err().code == ec::not_found)  // no durable router ran yet
       log::warn("answers missed while reconnecting will not be recovered: " +
                 r.err().message);
+    else  // this credential cannot read it
+      return r.err();
   }
   std::random_device rd;
   const uint64_t token = (uint64_t{rd()} << 32) ^ rd();
-  l->inbox_ = "_INBOX.kvmesh.load." + std::to_string(token);
+  // Not under _INBOX.kvmesh., the mesh's own inboxes: a client's
+  // credential may not read them, and routers answer no durable request
+  // there (deploy/nats/auth.conf).
+  l->inbox_ = "_INBOX.load." + std::to_string(token);
   // One subscription for every answer: the id rides as the last token.
   auto rec = l->rec_;
   auto answers = bus.subscribe(l->inbox_ + ".*", "", [rec](nats_message m) {
@@ -185,10 +190,19 @@ expected<std::unique_ptr<open_loop>> open_loop::open(
   });
   if (!answers) return answers.err();
   l->answers_ = *answers;
+  // A refused subscription would show only as every request timing out.
+  if (auto st = bus.confirm(l->inbox_ + ".*", std::chrono::seconds(5)); !st)
+    return make_error(st.err().code, "the answers' inbox " + l->inbox_ +
+                                         ".*: " + st.err().message);
   auto events = bus.subscribe(
       subj.events(), "", [rec](nats_message m) { rec->events(m.payload); });
   if (!events) return events.err();
   l->events_ = *events;
+  // A client's credential may not read the engines' events (auth.conf's
+  // `client`): the decisions still count, requests run twice do not.
+  if (auto st = bus.confirm(subj.events(), std::chrono::seconds(5)); !st)
+    log::warn("requests run twice are not counted (they read 0): " +
+              subj.events() + ": " + st.err().message);
   // Ids unique across runs and clients: 31 random bits, then a count.
   l->id_base_ = ((uint64_t{rd()} & 0x7fffffffull) << 32);
   return l;

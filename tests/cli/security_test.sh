@@ -55,7 +55,29 @@ for role in CLIENT AGENT ROUTER INDEX ADMIN MONITOR; do
   export "KVMESH_${role}_PASSWORD=pw-$role-$RANDOM$RANDOM"
 done
 cp "$root/deploy/nats/auth.conf" "$tmp/auth.conf"
+# Two clients that cannot read their durable answers: one without the
+# decisions bucket (as auth.conf once was), one without its inboxes.
+export KVMESH_NOBUCKET_PASSWORD=pw-nobucket-$RANDOM$RANDOM
+export KVMESH_NOINBOX_PASSWORD=pw-noinbox-$RANDOM$RANDOM
+python3 - "$tmp/auth.conf" <<'EOF'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+client = re.search(r"\n  CLIENT = \{.*?\n  \}\n", text, re.S).group(0)
+nobucket = re.sub(r',\s*"\$JS\.API\.(STREAM\.INFO|DIRECT\.GET)\.KV_[^"]*"', "",
+                  client.replace("CLIENT", "NOBUCKET"))
+noinbox = client.replace("CLIENT", "NOINBOX").replace(
+    'deny = ["_INBOX.kvmesh.>"]',
+    'deny = ["_INBOX.kvmesh.>", "_INBOX.route.>", "_INBOX.load.>"]')
+assert "DECISIONS" not in nobucket and "_INBOX.route" in noinbox
+users = ("    {user: nobucket, password: $KVMESH_NOBUCKET_PASSWORD, "
+         "permissions: $NOBUCKET}\n    {user: noinbox, password: "
+         "$KVMESH_NOINBOX_PASSWORD, permissions: $NOINBOX}\n")
+text = text.replace("\n  users = [\n", nobucket + noinbox + "\n  users = [\n" + users)
+open(path, "w").write(text)
+EOF
 port=$(free_port)
+auth_port=$port
 url=nats://127.0.0.1:$port
 cat >"$tmp/auth-server.conf" <<EOF
 listen: 127.0.0.1:$port
@@ -126,11 +148,87 @@ if [ "$rc" -eq 0 ] && jtest 'assert d["worker"] in (0, 1)'; then
 else
   fail client_routes "exit $rc: $out $err"
 fi
-as client route --block-tokens 16 --tokens "$prompt" --json --durable
-if [ "$rc" -eq 0 ] && jtest 'assert d["worker"] in (0, 1)'; then
+# Durable: the decision comes, and the decisions bucket (where an answer
+# missed while reconnecting is read) is readable with this credential.
+as client route --block-tokens 16 --tokens "$prompt" --durable
+if [ "$rc" -eq 0 ] && grep -qE -- "-> worker [01] " <<<"$out" &&
+  ! grep -qi "permission" <<<"$err"; then
   ok client_routes_durable
 else
   fail client_routes_durable "exit $rc: $out $err"
+fi
+as client route --block-tokens 16 --tokens "$prompt" --json --durable
+if [ "$rc" -eq 0 ] && jtest 'assert d["worker"] in (0, 1)' &&
+  ! grep -qi "permission" <<<"$err"; then
+  ok client_routes_durable_json
+else
+  fail client_routes_durable_json "exit $rc: $out $err"
+fi
+# A load through the durable queue as client: every request decided.
+client_url=nats://client:$KVMESH_CLIENT_PASSWORD@127.0.0.1:$auth_port
+run load --nats "$client_url" --durable --rate 20 --duration-s 2 \
+  --drain-s 3 --block-tokens 16 --json
+if [ "$rc" -eq 0 ] && jtest 'assert d["sent"] >= 30, d
+assert d["decided"] == d["sent"] and d["errors"] == 0, d' &&
+  ! grep -qE "NATS permission denied|DECISIONS|_INBOX" <<<"$err"; then
+  ok client_loads_durable
+else
+  fail client_loads_durable "exit $rc: $out $err"
+fi
+
+# A durable client that cannot read its answer stops at once, exit 1 (not
+# a usage error), saying why; its request never sent.
+as nobucket route --block-tokens 16 --tokens "$prompt" --durable
+expect durable_without_the_bucket 1 \
+  "permission denied.*KV_KVMESH_ROUTE_DECISIONS"
+run load --nats "nats://nobucket:$KVMESH_NOBUCKET_PASSWORD@127.0.0.1:$auth_port" \
+  --durable --rate 20 --duration-s 1 --block-tokens 16 --json
+expect load_durable_without_the_bucket 1 \
+  "permission denied.*KV_KVMESH_ROUTE_DECISIONS"
+as noinbox route --block-tokens 16 --tokens "$prompt" --durable
+expect durable_without_its_inbox 1 "permission denied.*_INBOX\.route\."
+run load --nats "nats://noinbox:$KVMESH_NOINBOX_PASSWORD@127.0.0.1:$auth_port" \
+  --durable --rate 20 --duration-s 1 --block-tokens 16 --json
+expect load_durable_without_its_inbox 1 "permission denied.*_INBOX\.load\."
+
+# subscribe USER PASSWORD SUBJECT: subscribes over NATS's own protocol and
+# prints the server's verdict: "subscribed", or its -ERR line.
+subscribe() {
+  python3 - "$auth_port" "$@" <<'EOF'
+import json, socket, sys
+port, user, password, subject = sys.argv[1:]
+s = socket.create_connection(("127.0.0.1", int(port)), timeout=5)
+f = s.makefile("rb")
+f.readline()  # INFO
+connect = {"user": user, "pass": password, "verbose": False, "pedantic": False}
+s.sendall(("CONNECT %s\r\nSUB %s 1\r\nPING\r\n" % (json.dumps(connect), subject)).encode())
+while True:
+    line = f.readline().decode().strip()
+    if line.startswith("-ERR") or line == "PONG":
+        print("subscribed" if line == "PONG" else line)
+        break
+EOF
+}
+# The mesh's own inboxes, where bids and index answers travel, are only the
+# mesh's to read; the roles that read replies have the other inboxes.
+for role in client admin monitor; do
+  pw_var="KVMESH_${role^^}_PASSWORD"
+  said=$(subscribe "$role" "${!pw_var}" "_INBOX.kvmesh.>")
+  if grep -q "Permissions Violation for Subscription" <<<"$said"; then
+    ok "${role}_cannot_read_mesh_inboxes"
+  else
+    fail "${role}_cannot_read_mesh_inboxes" "$said"
+  fi
+  said=$(subscribe "$role" "${!pw_var}" "_INBOX.route.1")
+  if [ "$said" = subscribed ]; then
+    ok "${role}_reads_its_inboxes"
+  else
+    fail "${role}_reads_its_inboxes" "$said"
+  fi
+done
+said=$(subscribe agent "$KVMESH_AGENT_PASSWORD" "_INBOX.kvmesh.>")
+if [ "$said" = subscribed ]; then ok agent_reads_mesh_inboxes; else
+  fail agent_reads_mesh_inboxes "$said"
 fi
 
 # The client may not act as an admin: refused at once with the reason (not
@@ -196,6 +294,15 @@ as admin admin undrain 1
 as admin admin weights set --beta 0.04
 if [ "$rc" -eq 0 ]; then ok admin_sets_weights; else
   fail admin_sets_weights "exit $rc: $err"
+fi
+# A weight out of its range would make every price infinite: a usage error.
+as admin admin weights set --beta 1e308
+expect weight_out_of_range 2 "price weight beta must be in \[0, 1000\]"
+as admin admin weights --json
+if [ "$rc" -eq 0 ] && jtest 'assert d["weights"]["beta"] == 0.04'; then
+  ok weight_out_of_range_changed_nothing
+else
+  fail weight_out_of_range_changed_nothing "exit $rc: $out $err"
 fi
 
 # Wrong password: refused with a clear error, the password never shown.
@@ -394,8 +501,21 @@ expect plain_refused_by_tls_server 1 "requires TLS"
 run admin routers "${tls[@]}" --nats-tls-ca "$tmp/other-ca.pem" \
   --nats-tls-cert "$tmp/client.pem" --nats-tls-key "$tmp/client.key"
 expect unknown_ca_refused 1 "TLS handshake failed"
+# The server checks the client's certificate after TLS 1.3's handshake and
+# closes: said as TLS, not as a server that is not there.
 run admin routers "${tls[@]}" --nats-tls-ca "$tmp/ca.pem"
-expect tls_without_client_certificate 1 "TLS|cannot connect"
+expect tls_without_client_certificate 1 \
+  "TLS handshake failed.*may require a client certificate \(--nats-tls-cert and --nats-tls-key"
+if grep -q "is nats-server running there" <<<"$err"; then
+  fail tls_without_client_certificate_not_unreachable "$err"
+else
+  ok tls_without_client_certificate_not_unreachable
+fi
+mk_cert stranger other-ca kvmesh-stranger
+run admin routers "${tls[@]}" --nats-tls-ca "$tmp/ca.pem" \
+  --nats-tls-cert "$tmp/stranger.pem" --nats-tls-key "$tmp/stranger.key"
+expect client_certificate_of_another_ca 1 \
+  "TLS handshake failed.*client certificate signed by a CA it trusts"
 
 if [ "$fails" -gt 0 ]; then
   echo "$fails check(s) failed"

@@ -61,7 +61,8 @@ TEST_F(durable_intake_test, durable_requests_survive_a_router_killed_mid_load) {
               static_cast<long long>(state ? state->redelivered : -1));
 }
 
-TEST_F(durable_intake_test, a_durable_request_no_worker_could_take_waits_for_one) {
+TEST_F(durable_intake_test,
+       a_durable_request_no_worker_could_take_waits_for_one) {
   // No worker yet (as while NATS restarts and every heartbeat is lost):
   // the router hands the request back to the queue rather than answering
   // "no workers", and decides it once a worker is there.
@@ -103,7 +104,8 @@ TEST_F(durable_intake_test, a_durable_request_no_worker_could_take_waits_for_one
   EXPECT_TRUE(client.errors().empty());
 }
 
-TEST_F(durable_intake_test, a_durable_request_another_router_claims_is_left_to_it) {
+TEST_F(durable_intake_test,
+       a_durable_request_another_router_claims_is_left_to_it) {
   // The queue handed the request to another router as well (as while a
   // cluster settles after its stream's leader moved), which claimed it
   // first: this router leaves it alone, whatever its bids say, until that
@@ -187,7 +189,8 @@ TEST_F(durable_intake_test, a_durable_answer_is_kept_in_its_record) {
 // A request handed out again after a router decided it and kept its answer
 // (then died before its ack) is answered with that record, not auctioned a
 // second time: here no worker exists to auction it.
-TEST_F(durable_intake_test, a_redelivered_durable_request_is_answered_from_its_record) {
+TEST_F(durable_intake_test,
+       a_redelivered_durable_request_is_answered_from_its_record) {
   use_jetstream();
   auto& first = bus();
   // The router that decided it: keeps the answer, never acks.
@@ -228,6 +231,56 @@ TEST_F(durable_intake_test, a_redelivered_durable_request_is_answered_from_its_r
   EXPECT_EQ(series_value(metrics->scrape(),
                          "kvmesh_router_handbacks_total{cause=\"no_workers\"}"),
             0.0);
+}
+
+// A client chooses a durable request's reply subject (the subject's tail):
+// one in the mesh's own inboxes, where bids and index answers travel, would
+// have the router publish into another process's calls. Refused: counted,
+// acked (the queue keeps nothing of it), and nothing published there.
+TEST_F(durable_intake_test, a_reply_in_the_mesh_inboxes_is_refused_and_acked) {
+  EXPECT_TRUE(mesh_inbox("_INBOX.kvmesh.00ff.17"));
+  EXPECT_FALSE(mesh_inbox("_INBOX.route.17"));
+  EXPECT_FALSE(mesh_inbox("_INBOX.kvmesh-bench.1.2"));
+  use_jetstream();
+  start_shard(0, 1);
+  process_metrics* metrics = nullptr;
+  start_router("r1", true, 10, 0, &metrics);
+  ASSERT_NE(metrics, nullptr);
+  start_agent("node-a", 0, 4);
+  auto& pub = bus();
+  std::atomic<int> heard{0};
+  // (Not every inbox: the mesh's own calls travel there.)
+  auto watch = pub.subscribe("_INBOX.kvmesh.victim.17", "",
+                             [&](nats_message) { heard.fetch_add(1); });
+  ASSERT_TRUE(watch) << watch.err().message;
+  auto qo = durable_queue(subjects{});
+  qo.consume = false;
+  auto q = work_queue::open(pub, qo);
+  ASSERT_TRUE(q) << q.err().message;
+  ASSERT_TRUE(
+      (*q)->publish(subjects{}.route_durable() + "._INBOX.kvmesh.victim.17",
+                    encode(request(1, 1, 8))));
+  // One after it, answered where it asked: the router went past the first.
+  route_client client(pub);
+  ASSERT_NE(client.send_durable(**q, request(2, 1, 8)), 0u);
+  ASSERT_TRUE(eventually([&] { return client.decided() == 1; }, 10000ms))
+      << (client.errors().empty() ? "" : client.errors().front());
+  EXPECT_EQ(client.decisions(), (std::map<uint64_t, int>{{2, 1}}));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto st = (*q)->state();
+        return st && st->messages == 0 && st->ack_pending == 0;
+      },
+      5000ms))
+      << "the refused request is still queued";
+  const std::string text = metrics->scrape();
+  EXPECT_EQ(series_value(text, "kvmesh_router_mesh_inbox_replies_total"), 1.0)
+      << text;
+  EXPECT_EQ(
+      series_value(text, "kvmesh_router_requests_total{intake=\"durable\"}"),
+      2.0);
+  ASSERT_TRUE(pub.flush(2000ms));
+  EXPECT_EQ(heard.load(), 0);
 }
 
 // take_claim, the full create behind a quick claim refused: taken when the

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <set>
 #include <vector>
@@ -274,6 +275,69 @@ TEST(pricing, the_worked_example_of_the_docs) {
   price_config ceiling = unit();
   ceiling.overload_ceiling = 10;
   EXPECT_TRUE(saturated(ceiling, n, p[2].price));
+}
+
+TEST(pricing, weights_within_their_ranges_are_valid) {
+  EXPECT_TRUE(validate(price_config{}));
+  price_config top;
+  top.c_host = 1;
+  top.c_disk = 1;
+  top.beta = 1000;
+  top.k = 1000;
+  top.overflow = 1000;
+  top.overload_ceiling = 1e6;
+  EXPECT_TRUE(validate(top));
+  price_config zero = top;
+  zero.c_host = zero.c_disk = zero.beta = zero.k = zero.overflow =
+      zero.overload_ceiling = 0;
+  EXPECT_TRUE(validate(zero));
+}
+
+TEST(pricing, a_weight_out_of_its_range_is_refused_by_name_and_range) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct weight {
+    double price_config::*field;
+    const char* message;
+    double above;  // the smallest refused value past the top
+  };
+  const weight weights[] = {
+      {&price_config::c_host, "price weight c_host must be in [0, 1]", 1.01},
+      {&price_config::c_disk, "price weight c_disk must be in [0, 1]", 1.01},
+      {&price_config::beta, "price weight beta must be in [0, 1000]", 1000.5},
+      {&price_config::k, "price weight k must be in [0, 1000]", 1000.5},
+      {&price_config::overflow, "price weight overflow must be in [0, 1000]",
+       1000.5},
+      {&price_config::overload_ceiling,
+       "price weight overload_ceiling must be in [0, 1000000]", 1e6 + 1}};
+  for (const auto& w : weights)
+    for (double v : {w.above, 1e308, inf, -1e-9, -inf, nan}) {
+      price_config cfg;
+      cfg.*w.field = v;
+      auto st = validate(cfg);
+      ASSERT_FALSE(st) << w.message << ": " << v << " accepted";
+      EXPECT_EQ(st.err().message, w.message) << v;
+    }
+}
+
+// At the top of every range a bid as large as a worker can make still has
+// a finite price: the bounds keep prices comparable.
+TEST(pricing, the_largest_weights_keep_prices_finite) {
+  price_config cfg;
+  cfg.beta = 1000;
+  cfg.k = 1000;
+  cfg.overflow = 1000;
+  bid huge = idle(0);
+  huge.queued = 1e12;
+  huge.reserved = 1e12;
+  huge.active = 1ull << 40;
+  huge.capacity = 0;
+  bid small = idle(1);
+  size_t winner = no_winner;
+  const auto p = price(cfg, {huge, small}, &winner);
+  for (const auto& b : p)
+    EXPECT_TRUE(std::isfinite(b.price)) << b.price;
+  EXPECT_EQ(winner, 1u);
 }
 
 }  // namespace
