@@ -119,11 +119,12 @@ void release_others(rpointer self, const auction_ptr& a, uint32_t keep) {
 }
 
 // Bidder `g` did not answer a call for bids in time (or its call failed):
-// its workers sit out the auctions for a heartbeat, twice as long at each
-// silence in a row up to 32 heartbeats, whatever their heartbeats say.
+// its workers sit out the auctions for a tick, twice as long at each
+// silence in a row up to 32 ticks, whatever their heartbeats say.
 // Members that beat but never bid (a forged flood, a wedged agent) would
 // otherwise make every auction that asks them wait out the bid deadline.
 void quiet(rpointer self, uint32_t g) {
+  if (!self->state.opt.quiet_silent_bidders) return;
   auto& q = self->state.bidder_quiet[g];
   const uint32_t shift = std::min<uint32_t>(q.strikes, 5);
   ++q.strikes;

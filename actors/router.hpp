@@ -52,6 +52,10 @@ struct router_options {
   // wake-ups of CAF's clock thread per call (a sixth of the router's CPU
   // at 5,000 decisions/s for the bids; the awards' an eighth after that).
   caf::timespan deadline_sweep = std::chrono::milliseconds(5);
+  // A bidder that leaves a call for bids unanswered sits out the auctions
+  // for a while (router.cpp, quiet): for members over the network, where
+  // heartbeats alone do not prove a member bids.
+  bool quiet_silent_bidders = false;
 };
 
 // One request's auction, from call for bids to a confirmed award.

@@ -36,6 +36,7 @@ router_actor spawn_router(caf::actor_system& sys,
   ro.heartbeat = std::max<caf::timespan>(opt.mesh.heartbeat / 4,
                                          std::chrono::milliseconds(5));
   ro.missed_beats = 1;
+  ro.quiet_silent_bidders = true;
   return sys.spawn(kvmesh::router, ro);
 }
 
