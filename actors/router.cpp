@@ -129,16 +129,15 @@ void quiet(rpointer self, uint32_t g) {
   const uint32_t shift = std::min<uint32_t>(q.strikes, 5);
   ++q.strikes;
   q.until = self->clock().now() + self->state.opt.heartbeat * (1u << shift);
-  if (q.strikes == 1 || (q.strikes & (q.strikes - 1)) == 0)
+  if ((q.strikes & (q.strikes - 1)) == 0)  // 1, 2, 4, ...
     KVMESH_INFO(
         "a bidder of router %s did not answer a call for bids (%u "
         "times in a row): its workers sit out for %u heartbeats",
         self->state.opt.name.c_str(), q.strikes, 1u << shift);
 }
 
-// Bidder `g` answered auction `a`'s call.
-void answered(router_state& st, auction& a, uint32_t g) {
-  st.bidder_quiet[g].strikes = 0;
+// Bidder `g`'s call for auction `a` ended (answered or failed).
+void ended_call(auction& a, uint32_t g) {
   auto it = std::find(a.unanswered.begin(), a.unanswered.end(), g);
   if (it != a.unanswered.end()) a.unanswered.erase(it);
 }
@@ -400,7 +399,6 @@ void send_bids(rpointer self, auction_ptr a,
     bidders_speed += st.opt.speeds[i];
   auto groups = by_bidder(st, candidates);
   a->bids.reserve(candidates.size());
-  a->outstanding = groups.size();
   a->unanswered.clear();
   for (const auto& g : groups)
     a->unanswered.push_back(g.first);
@@ -416,7 +414,8 @@ void send_bids(rpointer self, auction_ptr a,
             [=, asked = ws](bid_list& got) mutable {
               if (a->wait != w) return;  // past the deadline
               auto& st = self->state;
-              answered(st, *a, g);
+              st.bidder_quiet[g].strikes = 0;
+              ended_call(*a, g);
               // Only workers asked of this bidder, each once: a bidder
               // cannot bid for others.
               const auto n = static_cast<uint32_t>(a->request.blocks.size());
@@ -431,24 +430,22 @@ void send_bids(rpointer self, auction_ptr a,
                 const auto fault =
                     check_bid(b, n, m.heard ? m.last.speed : 0.0);
                 if (fault != member_fault::none) {
-                  refuse_member(member_message::bid, fault,
-                                "worker " + std::to_string(b.worker) +
-                                    " of agent '" + m.last.agent + "'");
+                  refuse_member(member_message::bid, fault, m.last.agent,
+                                b.worker);
                   continue;
                 }
                 a->bids.push_back(b);
                 ++st.bids;
               }
-              if (--a->outstanding == 0 && end_wait(a, w)) decide(self, a);
+              if (a->unanswered.empty() && end_wait(a, w)) decide(self, a);
             },
             [=](caf::error&) {
               if (a->wait != w) return;
               // A silent bidder's workers are left out of this auction,
               // and of the next ones for a while.
               quiet(self, g);
-              a->unanswered.erase(
-                  std::find(a->unanswered.begin(), a->unanswered.end(), g));
-              if (--a->outstanding == 0 && end_wait(a, w)) decide(self, a);
+              ended_call(*a, g);
+              if (a->unanswered.empty() && end_wait(a, w)) decide(self, a);
             });
   }
 }

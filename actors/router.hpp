@@ -65,7 +65,6 @@ struct auction {
   uint64_t name = 0;  // unique across routers: call_for_bids::auction
   caf::typed_response_promise<decision> promise;
   uint32_t round = 0;                // auctions run so far
-  size_t outstanding = 0;            // bids still expected
   std::vector<uint32_t> unanswered;  // bidders (indices) yet to answer
   std::vector<bid> bids;             // answered bids, in arrival order
   std::vector<uint32_t> ranked;      // bidder indices, cheapest first

@@ -56,8 +56,8 @@ class batcher {
   // ".batch", and always as a Batch, so that a receiver that hears the
   // subject and its batches on two subscriptions gets one sender's messages
   // in order.
-  bool add(const std::string& subject, const std::string& reply,
-           bytes payload, bool own = false);
+  bool add(const std::string& subject, const std::string& reply, bytes payload,
+           bool own = false);
   // Publishes what is queued; returns how many NATS messages that took.
   size_t flush(nats_bus& bus);
   bool empty() const { return queued_ == 0; }
@@ -263,6 +263,12 @@ class inbox {
   uint64_t next_ = 1;
 };
 
+// Whether `reply` is one of the mesh's own inboxes (inbox::subject_prefix),
+// where bids and index answers travel.
+inline bool mesh_inbox(const std::string& reply) {
+  return reply.rfind(inbox::subject_prefix, 0) == 0;
+}
+
 // Answers a call from inside actor `self`: replies to a kvmesh inbox go
 // batched with the actor's others (it handles (flush_atom) by
 // out.flush(bus)); replies to anyone else (a NATS CLI) go alone.
@@ -270,7 +276,7 @@ template <class Self>
 void answer_batched(Self* self, nats_bus& bus, batcher& out,
                     const std::string& reply, bytes payload) {
   if (reply.empty()) return;
-  if (reply.rfind(inbox::subject_prefix, 0) != 0) {
+  if (!mesh_inbox(reply)) {
     (void)bus.publish_reply(reply, payload);  // only to inboxes
     return;
   }

@@ -90,9 +90,7 @@ void directory_worker_beat(dir_pointer self, worker_status s) {
       fault = member_fault::too_many_of_agent;
   }
   if (fault != member_fault::none) {
-    refuse_member(member_message::worker_beat, fault,
-                  "agent '" + s.agent.substr(0, 64) + "' for worker " +
-                      std::to_string(s.worker));
+    refuse_member(member_message::worker_beat, fault, s.agent, s.worker);
     return;
   }
   if (it == st.workers.end()) {
@@ -135,8 +133,7 @@ void directory_router_beat(dir_pointer self, router_status s) {
       st.routers.size() >= current_wire_limits().max_routers)
     fault = member_fault::too_many;
   if (fault != member_fault::none) {
-    refuse_member(member_message::router_beat, fault,
-                  "router '" + s.name.substr(0, 64) + "'");
+    refuse_member(member_message::router_beat, fault, s.name);
     return;
   }
   auto& e = st.routers[s.name];

@@ -37,10 +37,6 @@ std::string record_key(uint64_t sequence, uint64_t request) {
   return std::to_string(sequence) + "-" + std::to_string(request);
 }
 
-bool mesh_inbox(const std::string& reply) {
-  return reply.rfind(inbox::subject_prefix, 0) == 0;
-}
-
 record_options durable_records(const subjects& subj) {
   record_options o;
   o.bucket = durable_queue(subj).stream + "_DECISIONS";

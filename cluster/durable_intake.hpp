@@ -40,11 +40,10 @@ record_options durable_claims(const subjects& subj,
 // queue at `sequence` (the publish's value).
 std::string record_key(uint64_t sequence, uint64_t request);
 
-// Whether a durable request's reply subject is one of the mesh's own
-// inboxes (inbox::subject_prefix), where bids and index answers travel:
-// the client chooses it, and a router that answered there would publish,
-// with its own rights, into another process's calls. Refused.
-bool mesh_inbox(const std::string& reply);
+// A durable request whose reply subject is one of the mesh's own inboxes
+// (bridge.hpp's mesh_inbox) is refused: the client chooses it, and a router
+// that answered there would publish, with its own rights, into another
+// process's calls.
 
 // -- inside a router process (router_front, router_node) ----------------------
 

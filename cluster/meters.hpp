@@ -51,7 +51,7 @@ struct router_meters {
   metrics::counter* failures[route_failure_count] = {};
   metrics::counter* handbacks[handback_count] = {};
   // Durable requests refused because their reply subject is one of the
-  // mesh's own inboxes (durable_intake's mesh_inbox).
+  // mesh's own inboxes (bridge.hpp's mesh_inbox).
   metrics::counter* mesh_inbox_replies = nullptr;
   metrics::histogram* auction_seconds = nullptr;
   metrics::histogram* bids_per_auction = nullptr;

@@ -67,8 +67,9 @@ struct price_config {
                                 // which the fleet is saturated; 0: never
 };
 
-// Weights from outside (flags, an operator, the wire) must be finite,
-// credits in [0, 1], the rest not negative; the error names the weight.
+// Weights from outside (flags, an operator, the wire) must be in range:
+// credits in [0, 1], beta, k and overflow in [0, 1000], overload_ceiling in
+// [0, 1000000]; the error names the weight and its range.
 status validate(const price_config& p);
 
 // Why a bidder got its price.

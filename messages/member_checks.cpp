@@ -19,13 +19,9 @@ bool finite_or_unknown(double v) {
   return std::isnan(v) || std::isfinite(v);
 }
 
-bool speed_in_bounds(double speed) {
-  const auto max = static_cast<double>(current_wire_limits().max_worker_speed);
+bool speed_in_bounds(double speed, const wire_limits& l) {
+  const auto max = static_cast<double>(l.max_worker_speed);
   return speed >= 1 / max && speed <= max;
-}
-
-bool blocks_in_bounds(uint64_t blocks) {
-  return blocks <= current_wire_limits().max_worker_blocks;
 }
 
 }  // namespace
@@ -88,9 +84,10 @@ member_fault check_bid(const bid& b, uint32_t request_blocks,
     return member_fault::over_request;
   // A worker's speed is its heartbeat's; a bid may not claim more (the
   // estimate of a real engine's speed moves, so only a rise counts).
-  if (!speed_in_bounds(b.speed) || (beat_speed > 0 && b.speed > beat_speed))
+  const auto l = current_wire_limits();
+  if (!speed_in_bounds(b.speed, l) || (beat_speed > 0 && b.speed > beat_speed))
     return member_fault::speed;
-  if (!blocks_in_bounds(b.capacity) || !blocks_in_bounds(b.active))
+  if (b.capacity > l.max_worker_blocks || b.active > l.max_worker_blocks)
     return member_fault::blocks;
   // A credit above 1 saves more than the block's recompute (below 0 is a
   // tier slower than recomputing, a worker's honest measure).
@@ -104,21 +101,27 @@ member_fault check_worker_beat(const worker_status& s) {
       !std::isfinite(s.speed) || !finite_or_unknown(s.last_price))
     return member_fault::not_finite;
   if (s.queued < 0 || s.reserved < 0) return member_fault::negative;
-  if (!speed_in_bounds(s.speed)) return member_fault::speed;
+  const auto l = current_wire_limits();
+  if (!speed_in_bounds(s.speed, l)) return member_fault::speed;
   for (uint64_t v : {s.capacity, s.host_capacity, s.disk_capacity, s.gpu_blocks,
                      s.host_blocks, s.disk_blocks, s.active})
-    if (!blocks_in_bounds(v)) return member_fault::blocks;
+    if (v > l.max_worker_blocks) return member_fault::blocks;
   return member_fault::none;
 }
 
-void refuse_member(member_message m, member_fault f,
-                   const std::string& sender) {
+void refuse_member(member_message m, member_fault f, const std::string& sender,
+                   uint32_t worker) {
   const size_t i =
       static_cast<size_t>(m) * member_fault_count + static_cast<size_t>(f);
   const uint64_t n = refusals[i].fetch_add(1, std::memory_order_relaxed) + 1;
   if ((n & (n - 1)) != 0) return;
+  // A name from the wire, shown at most at a subject token's length.
+  const std::string who =
+      "'" + sender.substr(0, 64) + "'" +
+      (worker == no_worker ? std::string()
+                           : " for worker " + std::to_string(worker));
   KVMESH_WARN("%s from %s refused: %s (%llu refused for it so far)",
-              to_string(m), sender.c_str(), to_string(f),
+              to_string(m), who.c_str(), to_string(f),
               static_cast<unsigned long long>(n));
 }
 

@@ -48,10 +48,13 @@ member_fault check_bid(const bid& b, uint32_t request_blocks,
 // and who holds its id).
 member_fault check_worker_beat(const worker_status& s);
 
-// Counts a refusal of `m` from `sender` for `f`; logs the first and then
-// at powers of two of the count per reason (a flood would otherwise log a
-// line per message). `f` must not be none.
-void refuse_member(member_message m, member_fault f, const std::string& sender);
+// Counts a refusal of `m` for `f` from the member named `sender` (an
+// agent's or a router's name) about `worker` (no_worker: none); logs the
+// first and then at powers of two of the count per reason (a flood would
+// otherwise log a line per message). `f` must not be none.
+inline constexpr uint32_t no_worker = UINT32_MAX;
+void refuse_member(member_message m, member_fault f, const std::string& sender,
+                   uint32_t worker = no_worker);
 
 // Refusals since the process started.
 uint64_t member_refusals(member_message m, member_fault f);

@@ -146,8 +146,8 @@ TEST(member_checks, refusals_are_counted_per_message_and_reason) {
       member_refusals(member_message::bid, member_fault::over_request);
   const auto other =
       member_refusals(member_message::worker_beat, member_fault::over_request);
-  refuse_member(member_message::bid, member_fault::over_request, "worker 3");
-  refuse_member(member_message::bid, member_fault::over_request, "worker 3");
+  refuse_member(member_message::bid, member_fault::over_request, "node-a", 3);
+  refuse_member(member_message::bid, member_fault::over_request, "node-a", 3);
   EXPECT_EQ(member_refusals(member_message::bid, member_fault::over_request),
             before + 2);
   EXPECT_EQ(
