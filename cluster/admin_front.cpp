@@ -31,6 +31,7 @@ struct admin_front_state {
   caf::timespan timeout{};
   size_t page_bytes = 0;  // of a workers listing; 0: half the max payload
   std::shared_ptr<mailbox_gate> gate;  // what NATS handed it
+  uint64_t mesh_inbox_replies = 0;     // refused for their reply (logged)
 };
 
 using admin_front_pointer = caf::stateful_actor<admin_front_state>*;
@@ -68,6 +69,9 @@ caf::behavior admin_front(admin_front_pointer self, nats_bus* bus,
           const bytes& payload) {
         gate_pass pass(self->state.gate.get(), payload.size());
         if (reply.empty()) return;  // nobody to tell
+        if (refuse_mesh_reply(reply, "an ADMIN request",
+                              self->state.mesh_inbox_replies))
+          return;
         const std::string verb =
             subject.substr(subject.find(".admin.") + std::strlen(".admin."));
         auto refuse = [&](std::string why) {

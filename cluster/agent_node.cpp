@@ -4,6 +4,7 @@
 #include "cluster/agent_node.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -37,12 +38,19 @@ std::optional<bytes> agent_overloaded(const std::string& subject,
   return std::nullopt;
 }
 
+// agent_node::announcements as the endpoint counts them and a scrape reads.
+struct announce_counts {
+  std::atomic<uint64_t> made{0};
+  std::atomic<uint64_t> deferred{0};
+};
+
 struct agent_state {
   static inline const char* name = "agent_endpoint";
   nats_bus* bus = nullptr;
   std::shared_ptr<inbox> box;
   mesh_options mesh;
   std::string shard_beat_subject;  // mesh.subj.shard_beat(), built once
+  std::string beat_subject;        // mesh.subj.worker_beat(agent), likewise
   std::string agent;
   std::unordered_map<uint32_t, worker_actor> workers;
   std::vector<uint32_t> ids;
@@ -64,6 +72,11 @@ struct agent_state {
     steady::time_point quiet_until{};
   };
   std::map<uint32_t, shard_seen> seen;
+  // The workers' last announcement, and whether one waits for its turn
+  // (agent_announce); counted for the metrics.
+  steady::time_point announced{};
+  bool announce_waiting = false;
+  std::shared_ptr<announce_counts> counts;
   batcher out;  // replies, sent when the mailbox has drained
   std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (bridge)
   // Calls for bids whose workers' answers are still coming, by tag.
@@ -202,20 +215,50 @@ void agent_withdraw(agent_pointer self, const std::string& reply,
           });
 }
 
+// Each worker announces its cache to every shard (its stand-ins, after a
+// drop of what the shard held of it), at most once per announce_beats
+// heartbeats: a shard's heartbeat is anyone's to forge on an open server,
+// and an announcement costs the shards a write of every cached block. One
+// due sooner is made when its turn comes (the beat handler).
+bool announce_turn(const agent_state& st) {
+  return st.counts->made == 0 || steady::now() - st.announced >=
+                                     st.mesh.heartbeat * st.mesh.announce_beats;
+}
+
+void agent_announce(agent_pointer self) {
+  auto& st = self->state;
+  const auto now = steady::now();
+  if (!announce_turn(st)) {
+    if (!st.announce_waiting) ++st.counts->deferred;
+    st.announce_waiting = true;
+    return;
+  }
+  st.announce_waiting = false;
+  st.announced = now;
+  ++st.counts->made;
+  for (auto& [id, w] : st.workers)
+    self->send(w, put_atom::value, shards_atom::value, st.proxies);
+}
+
 // The index has `n` shards (a shard's heartbeat said so): KV events go to
 // stand-ins of them from now on, and each worker announces what it holds
 // (its events before went nowhere).
 void agent_learn_shards(agent_pointer self, uint32_t n) {
   auto& st = self->state;
   if (n == st.shards || n == 0 || n > 4096) return;
+  // A new count means a new announcement: it waits for its turn too (a
+  // later heartbeat brings the count again).
+  if (!announce_turn(st)) {
+    ++st.counts->deferred;
+    return;
+  }
   st.shards = n;
   st.proxies.clear();
   st.seen.clear();
   for (uint32_t i = 0; i < n; ++i)
     st.proxies.push_back(
-        spawn_remote_shard(self->system(), st.box, st.mesh, i));
-  for (auto& [id, w] : st.workers)
-    self->send(w, put_atom::value, shards_atom::value, st.proxies);
+        spawn_remote_shard(self->system(), st.box, st.mesh, i, st.agent));
+  agent_announce(self);
 }
 
 // A shard's heartbeat: one heard for the first time, or from a new
@@ -273,22 +316,24 @@ void agent_shard_beat(agent_pointer self, const shard_status& s) {
   if (!lost_track) return;
   KVMESH_INFO("shard %u is new or back: workers of agent %s re-announce",
               s.shard, st.agent.c_str());
-  for (auto& [id, w] : st.workers)
-    self->send(w, put_atom::value, shards_atom::value, st.proxies);
+  agent_announce(self);
 }
 
 caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
                              std::shared_ptr<inbox> box, mesh_options mesh,
                              std::string agent,
                              std::vector<std::pair<uint32_t, worker_actor>> ws,
-                             std::shared_ptr<mailbox_gate> gate) {
+                             std::shared_ptr<mailbox_gate> gate,
+                             std::shared_ptr<announce_counts> counts) {
   auto& st = self->state;
   st.gate = std::move(gate);
   st.bus = bus;
   st.box = std::move(box);
   st.mesh = std::move(mesh);
   st.shard_beat_subject = st.mesh.subj.shard_beat();
+  st.beat_subject = st.mesh.subj.worker_beat(agent);
   st.agent = std::move(agent);
+  st.counts = std::move(counts);
   for (auto& [id, w] : ws) {
     st.workers.emplace(id, w);
     st.ids.push_back(id);
@@ -344,13 +389,14 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
       [=](beat_atom) {
         auto& st = self->state;
         agent_sweep(self);
+        if (st.announce_waiting) agent_announce(self);
         for (auto& [id, w] : st.workers)
           self->request(w, st.mesh.heartbeat, status_atom::value)
               .then(
                   [self](worker_status s) {
                     s.agent = self->state.agent;
-                    (void)self->state.bus->publish(
-                        self->state.mesh.subj.worker_beat(), encode(s));
+                    (void)self->state.bus->publish(self->state.beat_subject,
+                                                   encode(s));
                   },
                   [](caf::error&) {
                     // A worker that cannot answer sends no heartbeat:
@@ -368,6 +414,7 @@ using namespace detail;
 
 struct agent_node::impl : node_base {
   std::vector<worker_actor> workers;
+  std::shared_ptr<announce_counts> counts = std::make_shared<announce_counts>();
 };
 
 agent_node::agent_node(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -377,10 +424,13 @@ agent_node::~agent_node() {
 const std::vector<worker_actor>& agent_node::workers() const {
   return impl_->workers;
 }
+agent_node::announcements agent_node::announced() const {
+  return {impl_->counts->made.load(), impl_->counts->deferred.load()};
+}
 
 expected<std::unique_ptr<agent_node>> agent_node::start(
     caf::actor_system& sys, nats_bus& bus, const agent_options& opt) {
-  if (auto st = check_name("agent name", opt.name); !st) return st.err();
+  if (auto st = check_agent_name(opt.name); !st) return st.err();
   if (opt.workers.empty() && opt.external.empty())
     return make_error(ec::invalid_argument, "an agent needs workers");
   if (!opt.external.empty() && !opt.spawn_external)
@@ -388,7 +438,8 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
                       "external workers need a spawn function");
   auto p = std::make_unique<impl>();
   p->bus = &bus;
-  auto box = inbox::open(bus);
+  // Its inbox under its name, which per-agent permissions let it read.
+  auto box = inbox::open(bus, opt.name);
   if (!box) return box.err();
   p->box = *box;
   auto events = spawn_event_publisher(sys, bus, opt.mesh.subj);
@@ -426,8 +477,8 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
     ws.emplace_back(id, *w);
   }
   auto gate = new_gate();
-  auto ep =
-      sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws, gate);
+  auto ep = sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws,
+                      gate, p->counts);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   for (const char* verb :

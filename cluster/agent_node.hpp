@@ -40,6 +40,13 @@ class agent_node {
                                                      const agent_options& opt);
   ~agent_node();
   const std::vector<worker_actor>& workers() const;
+  // Announcements of the workers' caches to the shards: made, and deferred
+  // because one was made less than mesh.announce_beats heartbeats before.
+  struct announcements {
+    uint64_t made = 0;
+    uint64_t deferred = 0;
+  };
+  announcements announced() const;
 
   struct impl;
 

@@ -233,7 +233,18 @@ expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
                        });
 }
 
-expected<std::shared_ptr<inbox>> inbox::open(nats_bus& bus) {
+expected<std::shared_ptr<inbox>> inbox::open(nats_bus& bus,
+                                             const std::string& owner) {
+  return open_under(bus, owner.empty() ? std::string(subject_prefix)
+                                       : subject_prefix + owner + ".");
+}
+
+expected<std::shared_ptr<inbox>> inbox::open_client(nats_bus& bus) {
+  return open_under(bus, client_prefix);
+}
+
+expected<std::shared_ptr<inbox>> inbox::open_under(nats_bus& bus,
+                                                   std::string root) {
   std::shared_ptr<inbox> box(new inbox());
   box->bus_ = &bus;
   // Unique per process and run: replies of an earlier run never match.
@@ -242,7 +253,7 @@ expected<std::shared_ptr<inbox>> inbox::open(nats_bus& bus) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx",
                 static_cast<unsigned long long>(token));
-  box->prefix_ = std::string(subject_prefix) + hex + ".";
+  box->prefix_ = std::move(root) + hex + ".";
   inbox* raw = box.get();
   auto sub = bus.subscribe(box->prefix_ + "*", "", [raw](nats_message m) {
     each_unbatched(std::move(m),
@@ -312,6 +323,20 @@ void pending_calls::expire() {
     box_->forget(seq);
     c.done(make_error(ec::timeout, "no reply on " + c.subject));
   }
+}
+
+bool refuse_mesh_reply(const std::string& reply, const char* what,
+                       uint64_t& refused) {
+  if (!mesh_inbox(reply)) return false;
+  const uint64_t n = ++refused;
+  if ((n & (n - 1)) == 0)
+    KVMESH_WARN(
+        "%s refused: its reply subject %s is one of the mesh's own inboxes "
+        "(%s), where a client may not have the mesh publish (%llu so far; "
+        "not answered)",
+        what, reply.substr(0, 128).c_str(), inbox::subject_prefix,
+        static_cast<unsigned long long>(n));
+  return true;
 }
 
 }  // namespace kvmesh

@@ -236,10 +236,20 @@ bool admit(nats_bus& bus, const admission& adm, const caf::actor& to,
 // call registers the actor that awaits it.
 class inbox {
  public:
-  // Every inbox's subjects start so (then a token per process, then seq).
+  // Every inbox's subjects start so (then the owner's name when it has
+  // one, a token per process, then seq).
   static constexpr const char* subject_prefix = "_INBOX.kvmesh.";
+  // A client's inbox (a route client's stand-in router, `kvmesh bench`):
+  // outside the mesh's own, where routers refuse to answer a client.
+  static constexpr const char* client_prefix = "_INBOX.kvclient.";
 
-  static expected<std::shared_ptr<inbox>> open(nats_bus& bus);
+  // The mesh's inbox of a process; `owner` (a node agent's name) puts its
+  // subjects under subject_prefix + owner, which per-agent NATS permissions
+  // let that agent alone read.
+  static expected<std::shared_ptr<inbox>> open(nats_bus& bus,
+                                               const std::string& owner = {});
+  // A client's inbox, under client_prefix.
+  static expected<std::shared_ptr<inbox>> open_client(nats_bus& bus);
   ~inbox();
   inbox(const inbox&) = delete;
   inbox& operator=(const inbox&) = delete;
@@ -253,6 +263,8 @@ class inbox {
 
  private:
   inbox() = default;
+  static expected<std::shared_ptr<inbox>> open_under(nats_bus& bus,
+                                                     std::string root);
   void deliver(nats_message m);
 
   nats_bus* bus_ = nullptr;
@@ -268,6 +280,13 @@ class inbox {
 inline bool mesh_inbox(const std::string& reply) {
   return reply.rfind(inbox::subject_prefix, 0) == 0;
 }
+
+// A client's request (a route request, an ADMIN verb) whose reply subject
+// is one of the mesh's own inboxes: the client chose it, and answering
+// there would publish, with this process's rights, into another process's
+// calls. True when refused: counted in `refused`, logged at powers of two.
+bool refuse_mesh_reply(const std::string& reply, const char* what,
+                       uint64_t& refused);
 
 // Answers a call from inside actor `self`: replies to a kvmesh inbox go
 // batched with the actor's others (it handles (flush_atom) by

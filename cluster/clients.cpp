@@ -256,7 +256,7 @@ expected<router_actor> spawn_remote_router(caf::actor_system& sys,
                                            nats_bus& bus,
                                            const mesh_options& opt,
                                            listener_actor listener) {
-  auto box = inbox::open(bus);
+  auto box = inbox::open_client(bus);
   if (!box) return box.err();
   auto gate = new_gate();
   auto r = sys.spawn(remote_router, *box, opt.subj, listener, gate);

@@ -46,6 +46,7 @@ struct directory_state {
   std::map<uint32_t, shard_entry> shards;
   std::vector<remote_shard_actor> shard_proxies;
   std::shared_ptr<mailbox_gate> gate;  // what NATS handed it (heartbeats)
+  std::string worker_beats;  // mesh.subj.worker_beat_root(), built once
 };
 
 using dir_pointer = directory_actor::stateful_pointer<directory_state>;
@@ -66,16 +67,17 @@ void left_agent(directory_state& st, const std::string& agent) {
   }
 }
 
-// How long a silent member is kept (listed as gone) before it is forgotten.
-caf::timespan forget_after(const mesh_options& m) {
-  return m.heartbeat * std::max<uint32_t>(m.forget_beats, m.missed_beats + 1);
-}
-
-void directory_worker_beat(dir_pointer self, worker_status s) {
+// A worker's heartbeat, which came on `sender`'s subject (worker_beat):
+// under per-agent NATS permissions only that agent's credential may
+// publish there, so a beat naming another agent is refused.
+void directory_worker_beat(dir_pointer self, worker_status s,
+                           const std::string& sender) {
   auto& st = self->state;
   auto fault = check_worker_beat(s);
   if (fault == member_fault::none && !check_name("agent", s.agent))
     fault = member_fault::bad_name;
+  if (fault == member_fault::none && s.agent != sender)
+    fault = member_fault::wrong_subject;
   auto it = st.workers.find(s.worker);
   const auto limits = current_wire_limits();
   if (fault == member_fault::none && it != st.workers.end() &&
@@ -193,6 +195,7 @@ directory_actor::behavior_type directory(dir_pointer self,
   st.gate = std::move(gate);
   st.box = box;
   st.mesh = std::move(mesh);
+  st.worker_beats = st.mesh.subj.worker_beat_root();
   st.router = std::move(router);
   st.calls.attach(std::move(box));
   self->delayed_send(self, st.mesh.heartbeat, tick_atom::value);
@@ -201,9 +204,9 @@ directory_actor::behavior_type directory(dir_pointer self,
           const bytes& payload) {
         auto& st = self->state;
         gate_pass pass(st.gate.get(), payload.size());
-        if (subject == st.mesh.subj.worker_beat()) {
+        if (auto agent = agent_of(subject, st.worker_beats); !agent.empty()) {
           if (auto s = decode<worker_status>(payload))
-            directory_worker_beat(self, std::move(*s));
+            directory_worker_beat(self, std::move(*s), agent);
         } else if (subject == st.mesh.subj.router_beat()) {
           if (auto s = decode<router_status>(payload))
             directory_router_beat(self, std::move(*s));

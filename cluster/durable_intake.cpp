@@ -155,15 +155,7 @@ void front_durable(front_pointer self, const std::string& reply,
   auto& st = self->state;
   const auto since = took(self, intake::durable);
   // Acked unanswered: redelivered, it would be refused again.
-  if (mesh_inbox(reply)) {
-    if (const auto& m = st.meters) m->refused_mesh_inbox();
-    const uint64_t n = ++st.mesh_inbox_replies;
-    if ((n & (n - 1)) == 0)
-      KVMESH_WARN(
-          "durable request refused: its reply subject %s is one of the "
-          "mesh's own inboxes (_INBOX.kvmesh.), where a client may not have "
-          "a router publish (%llu so far; acked, not answered)",
-          reply.c_str(), static_cast<unsigned long long>(n));
+  if (refused_reply(self, reply, "a durable route request")) {
     (void)d->ack();
     return;
   }

@@ -93,9 +93,6 @@ struct router_series {
   counter* runner_ups = nullptr;
   gauge* held = nullptr;
   gauge* workers[4] = {};  // live, draining, unhealthy, gone
-  // Members' messages refused (messages/member_checks.hpp), by message and
-  // reason; only the pairs that can happen.
-  std::vector<std::tuple<member_message, member_fault, counter*>> refusals;
 };
 
 struct shard_series {
@@ -211,7 +208,27 @@ struct process_metrics::impl {
     return b.result();
   }
 
+  // Members' messages refused (messages/member_checks.hpp), by message and
+  // reason; only the pairs that can happen in this process.
+  std::vector<std::tuple<member_message, member_fault, counter*>> refusals;
+  counter* announced[2] = {};  // a node agent's: made, deferred
+  using refusal_pairs =
+      std::vector<std::pair<member_message, std::vector<member_fault>>>;
+  void add_refusals(builder& b, const refusal_pairs& pairs) {
+    auto* family = b.counters(
+        "kvmesh_member_refusals_total",
+        "Members' messages refused before they were priced or kept, by "
+        "message and reason (docs/reliability.md, \"Members' claims\").",
+        {"message", "reason"});
+    for (const auto& [msg, faults] : pairs)
+      for (member_fault f : faults)
+        refusals.emplace_back(msg, f,
+                              b.at(family, {to_string(msg), to_string(f)}));
+  }
+
   void collect_common() {
+    for (const auto& [msg, f, c] : refusals)
+      c->set(static_cast<double>(member_refusals(msg, f)));
     if (bus) {
       nats_reconnects->set(static_cast<double>(bus->reconnects()));
       nats_slow->set(static_cast<double>(bus->slow_consumers()));
@@ -394,6 +411,14 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_agent(
   for (auto& wo : opt.workers)
     wo.meters = f.add(b, wo.ledger.id, wo.engine.cache.host_blocks,
                       wo.engine.cache.disk_blocks, p->workers);
+  auto* announced = b.counters(
+      "kvmesh_agent_cache_announcements_total",
+      "Announcements of the workers' caches to the index shards (a shard "
+      "new, back, or that refused events): made, or deferred because one "
+      "was made less than mesh.announce_beats heartbeats before.",
+      {"outcome"});
+  p->announced[0] = b.at(announced, {"made"});
+  p->announced[1] = b.at(announced, {"deferred"});
   if (auto st = b.result(); !st) {
     for (auto& wo : opt.workers)
       wo.meters.reset();
@@ -424,7 +449,15 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   impl_->sys = &sys;
   impl_->bus = &bus;
   // The node's workers are in the order of the options' (agent_node).
-  impl_->collect = collect_workers(&impl_->workers, node.workers());
+  impl* p = impl_.get();
+  impl_->collect = [p, &node,
+                    workers = collect_workers(&impl_->workers, node.workers())](
+                       caf::scoped_actor& self, steady::time_point deadline) {
+    workers(self, deadline);
+    const auto a = node.announced();
+    if (p->announced[0]) p->announced[0]->set(static_cast<double>(a.made));
+    if (p->announced[1]) p->announced[1]->set(static_cast<double>(a.deferred));
+  };
 }
 
 void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
@@ -471,10 +504,10 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
     m->handbacks[i] = b.at(handbacks, {to_string(static_cast<handback>(i))});
   m->mesh_inbox_replies = b.at(b.counters(
       "kvmesh_router_mesh_inbox_replies_total",
-      "Durable route requests refused, acked and never answered, because "
-      "their reply subject was one of the mesh's own inboxes "
-      "(_INBOX.kvmesh.): a client trying to make the router publish where "
-      "only the mesh may."));
+      "Route requests (core, JSON and durable; durable ones acked) "
+      "refused and never answered because their reply subject was one of "
+      "the mesh's own inboxes (_INBOX.kvmesh.): a client trying to make the "
+      "router publish where only the mesh may."));
   m->auction_seconds = b.at(b.histograms(
       "kvmesh_router_auction_seconds",
       "From a route request's arrival at the router process's front to its "
@@ -532,24 +565,16 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
   const char* states[4] = {"live", "draining", "unhealthy", "gone"};
   for (size_t i = 0; i < 4; ++i)
     p->router.workers[i] = b.at(workers, {states[i]});
-  auto* refused = b.counters(
-      "kvmesh_member_refusals_total",
-      "Bids and heartbeats refused before they were priced or kept, by "
-      "message and reason (docs/reliability.md, \"Members' claims\").",
-      {"message", "reason"});
   using mf = member_fault;
-  const std::pair<member_message, std::vector<mf>> pairs[] = {
-      {member_message::bid,
-       {mf::not_finite, mf::negative, mf::over_request, mf::speed, mf::blocks,
-        mf::credit}},
-      {member_message::worker_beat,
-       {mf::bad_id, mf::bad_name, mf::not_finite, mf::negative, mf::speed,
-        mf::blocks, mf::owned, mf::too_many, mf::too_many_of_agent}},
-      {member_message::router_beat, {mf::bad_name, mf::too_many}}};
-  for (const auto& [msg, faults] : pairs)
-    for (mf f : faults)
-      p->router.refusals.emplace_back(
-          msg, f, b.at(refused, {to_string(msg), to_string(f)}));
+  p->add_refusals(
+      b, {{member_message::bid,
+           {mf::not_finite, mf::negative, mf::over_request, mf::speed,
+            mf::blocks, mf::credit}},
+          {member_message::worker_beat,
+           {mf::bad_id, mf::bad_name, mf::not_finite, mf::negative, mf::speed,
+            mf::blocks, mf::owned, mf::too_many, mf::too_many_of_agent,
+            mf::wrong_subject}},
+          {member_message::router_beat, {mf::bad_name, mf::too_many}}});
   if (auto st = b.result(); !st) return st.err();
   opt.meters = std::move(m);
   return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
@@ -577,8 +602,6 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
       p->router.runner_ups->set(static_cast<double>(s->runner_up_awards));
       p->router.held->set(static_cast<double>(s->held));
     }
-    for (const auto& [msg, f, c] : p->router.refusals)
-      c->set(static_cast<double>(member_refusals(msg, f)));
     if (auto ws = ask<std::vector<worker_status>>(
             self, admin, deadline, "the ADMIN (workers)", get_atom::value,
             workers_atom::value)) {
@@ -621,6 +644,11 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_shard(
   m->queries = b.at(
       b.counters("kvmesh_index_queries_total", "Prefix queries answered.", l),
       s);
+  using mf = member_fault;
+  p->add_refusals(
+      b, {{member_message::kv_batch, {mf::owned, mf::too_many}},
+          {member_message::worker_beat,
+           {mf::owned, mf::too_many, mf::wrong_subject}}});
   if (auto* g = b.at(b.gauges("kvmesh_index_shards",
                               "The shard count N the shard was started with "
                               "(--shard I/N).",

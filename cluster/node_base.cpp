@@ -27,6 +27,10 @@ caf::timespan stale_after(const mesh_options& m) {
       m.heartbeat * (std::max<uint32_t>(m.missed_beats, 1) - 0.5));
 }
 
+caf::timespan forget_after(const mesh_options& m) {
+  return m.heartbeat * std::max<uint32_t>(m.forget_beats, m.missed_beats + 1);
+}
+
 status node_base::listen(const std::string& subject, const std::string& queue,
                          caf::actor to, admission adm) {
   auto id = forward(*bus, subject, queue, std::move(to), std::move(adm));

@@ -33,6 +33,9 @@ std::shared_ptr<mailbox_gate> new_gate();
 // missed_beats heartbeats of its death even when it died right after one.
 caf::timespan stale_after(const mesh_options& m);
 
+// How long a silent member is kept (listed as gone) before it is forgotten.
+caf::timespan forget_after(const mesh_options& m);
+
 // Route requests wait for the router's own deadlines; this only bounds a
 // router that never answers (the stand-in of a remote one).
 constexpr auto route_timeout = std::chrono::seconds(60);

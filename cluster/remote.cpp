@@ -194,7 +194,8 @@ struct remote_shard_state {
   static inline const char* name = "remote_shard";
   subjects subj;
   uint32_t shard = 0;
-  // Its verbs' subjects, built once: every KV batch and query uses one.
+  // Its verbs' subjects, built once: every KV batch and query uses one
+  // (kv empty: a router's stand-in, which publishes none).
   std::string kv, query;
   caf::timespan timeout{};
   pending_calls calls;
@@ -204,11 +205,12 @@ struct remote_shard_state {
 
 remote_shard_actor::behavior_type remote_shard(
     remote_shard_actor::stateful_pointer<remote_shard_state> self,
-    std::shared_ptr<inbox> box, mesh_options mesh, uint32_t shard) {
+    std::shared_ptr<inbox> box, mesh_options mesh, uint32_t shard,
+    std::string agent) {
   auto& st = self->state;
   st.subj = mesh.subj;
   st.shard = shard;
-  st.kv = st.subj.kv(shard);
+  if (!agent.empty()) st.kv = st.subj.kv(shard, agent);
   st.query = st.subj.index_query(shard);
   st.timeout = mesh.call_timeout;
   st.calls.attach(std::move(box), true);
@@ -217,6 +219,7 @@ remote_shard_actor::behavior_type remote_shard(
       // in the order they came (kv_batch subject: see subjects).
       [=](kv_atom, uint32_t worker, std::vector<cache_event>& events) {
         auto& st = self->state;
+        if (st.kv.empty()) return;  // a router's: it has no KV events
         (void)st.calls.publish(
             self, st.kv, encode(kv_batch{worker, std::move(events)}), {}, true);
       },
@@ -245,6 +248,7 @@ remote_shard_actor::behavior_type remote_shard(
       // worker re-announcing its cache sends it first, then its blocks.
       [=](drop_atom, uint32_t worker) {
         auto& st = self->state;
+        if (st.kv.empty()) return;
         kv_batch b;
         b.worker = worker;
         b.resync = true;
@@ -328,9 +332,9 @@ remote_worker_actor spawn_remote_worker(caf::actor_system& sys, uint32_t id,
 
 remote_shard_actor spawn_remote_shard(caf::actor_system& sys,
                                       std::shared_ptr<inbox> box,
-                                      const mesh_options& mesh,
-                                      uint32_t shard) {
-  return sys.spawn(remote_shard, std::move(box), mesh, shard);
+                                      const mesh_options& mesh, uint32_t shard,
+                                      const std::string& agent) {
+  return sys.spawn(remote_shard, std::move(box), mesh, shard, agent);
 }
 
 event_publisher_actor spawn_event_publisher(caf::actor_system& sys,

@@ -45,9 +45,12 @@ remote_worker_actor spawn_remote_worker(caf::actor_system& sys, uint32_t id,
                                         agent_link_actor link,
                                         caf::timespan stale);
 
+// `agent`: the node agent whose workers' KV events it publishes (on
+// subjects::kv(shard, agent)); empty in a router process, which only asks.
 remote_shard_actor spawn_remote_shard(caf::actor_system& sys,
                                       std::shared_ptr<inbox> box,
-                                      const mesh_options& mesh, uint32_t shard);
+                                      const mesh_options& mesh, uint32_t shard,
+                                      const std::string& agent = {});
 
 // Publishes the first tokens and ends its workers report, batched per
 // mailbox drain, on subjects::events().

@@ -52,6 +52,14 @@ expected<route_request_msg> decode_route(front_state& st,
   return r;
 }
 
+bool refused_reply(front_pointer self, const std::string& reply,
+                   const char* what) {
+  auto& st = self->state;
+  if (!refuse_mesh_reply(reply, what, st.mesh_inbox_replies)) return false;
+  if (const auto& m = st.meters) m->refused_mesh_inbox();
+  return true;
+}
+
 namespace {
 
 // A route request in Cap'n Proto: its decision, or why there is none.
@@ -199,9 +207,11 @@ caf::behavior router_front(front_pointer self, nats_bus* bus, mesh_options mesh,
         auto& st = self->state;
         gate_pass pass(st.gate.get(), payload.size());
         if (subject == st.route_subject) {
-          front_route(self, reply, payload);
+          if (!refused_reply(self, reply, "a route request"))
+            front_route(self, reply, payload);
         } else if (subject == st.mesh.subj.route_json()) {
-          front_route_json(self, reply, payload);
+          if (!refused_reply(self, reply, "a JSON route request"))
+            front_route_json(self, reply, payload);
         } else if (subject == st.mesh.subj.router(st.name_, "weights.get")) {
           front_weights_get(self, reply);
         } else if (subject == st.mesh.subj.router(st.name_, "weights.set")) {

@@ -66,6 +66,11 @@ void decided(front_pointer self, const decision& d, steady::time_point since);
 void failed(front_pointer self, const caf::error& e);
 void failed(front_pointer self, route_failure f);
 
+// A route request whose reply subject is one of the mesh's own inboxes
+// (refuse_mesh_reply): true when refused, counted.
+bool refused_reply(front_pointer self, const std::string& reply,
+                   const char* what);
+
 // A route request off the wire, refused when its client hashed it with
 // another block size than this mesh: no hash of it could match a cached
 // block, and routing it would look like a cold cache, not an error.

@@ -45,7 +45,7 @@ status listen_heartbeats(node_base& p, const subjects& s, caf::actor dir,
                          const std::shared_ptr<mailbox_gate>& dir_gate) {
   for (auto [subject, queue, to] :
        std::vector<std::tuple<std::string, std::string, caf::actor>>{
-           {s.worker_beat(), "", dir},
+           {s.worker_beats(), "", dir},
            {s.router_beat(), "", dir},
            {s.shard_beat(), "", dir},
        }) {

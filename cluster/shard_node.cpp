@@ -8,7 +8,10 @@
 
 #include "cluster/bridge.hpp"
 #include "cluster/node_base.hpp"
+#include "core/owners.hpp"
 #include "messages/codec.hpp"
+#include "messages/limits.hpp"
+#include "messages/member_checks.hpp"
 
 namespace kvmesh {
 namespace detail {
@@ -24,7 +27,13 @@ struct shard_host_state {
   static inline const char* name = "shard_endpoint";
   nats_bus* bus = nullptr;
   mesh_options mesh;
-  std::string kv_subject;  // mesh.subj.kv(index), built once
+  // mesh.subj.kv_root(index) and worker_beat_root(), built once: every
+  // message names its agent in the token after them.
+  std::string kv_root, beat_root;
+  // Who may change which worker's entries: the agent heard for it (its
+  // heartbeats and KV events), while it is heard. A resync or event from
+  // another agent is refused; an agent's subjects are its credential's.
+  worker_owners owners{std::chrono::seconds(3), 0};
   index_shard_actor shard;
   uint32_t index = 0;
   uint32_t shards = 1;
@@ -73,6 +82,35 @@ void confirm_kv(shard_host_pointer self) {
             [done](caf::error&) { done(); });
 }
 
+// Whether `agent` may speak for `worker` (worker_owners); a refusal is
+// counted and logged as `what`'s.
+bool held_by(shard_host_state& st, uint32_t worker, const std::string& agent,
+             member_message what) {
+  switch (st.owners.claim(worker, agent, steady::now())) {
+    case worker_owners::verdict::held:
+      return true;
+    case worker_owners::verdict::owned:
+      refuse_member(what, member_fault::owned, agent, worker);
+      return false;
+    case worker_owners::verdict::full:
+      refuse_member(what, member_fault::too_many, agent, worker);
+      return false;
+  }
+  return false;
+}
+
+// A worker's heartbeat, on `agent`'s subject: it keeps the agent the
+// holder of the worker's entries.
+void shard_worker_beat(shard_host_state& st, const worker_status& s,
+                       const std::string& agent) {
+  if (s.agent != agent) {
+    refuse_member(member_message::worker_beat, member_fault::wrong_subject,
+                  agent, s.worker);
+    return;
+  }
+  (void)held_by(st, s.worker, agent, member_message::worker_beat);
+}
+
 caf::behavior shard_endpoint(
     shard_host_pointer self, nats_bus* bus, mesh_options mesh,
     index_shard_actor shard, uint32_t index, uint32_t shards,
@@ -87,7 +125,10 @@ caf::behavior shard_endpoint(
   st.mesh = std::move(mesh);
   st.shard = std::move(shard);
   st.index = index;
-  st.kv_subject = st.mesh.subj.kv(index);
+  st.kv_root = st.mesh.subj.kv_root(index);
+  st.beat_root = st.mesh.subj.worker_beat_root();
+  st.owners =
+      worker_owners(stale_after(st.mesh), current_wire_limits().max_workers);
   st.shards = shards;
   std::random_device rd;
   while (st.incarnation == 0)
@@ -98,10 +139,18 @@ caf::behavior shard_endpoint(
           const bytes& payload) {
         auto& st = self->state;
         gate_pass pass(st.gate.get(), payload.size());
-        if (subject == st.kv_subject) {
+        if (auto agent = agent_of(subject, st.beat_root); !agent.empty()) {
+          if (auto s = decode<worker_status>(payload))
+            shard_worker_beat(st, *s, agent);
+          return;
+        }
+        if (auto agent = agent_of(subject, st.kv_root); !agent.empty()) {
           // A malformed batch is counted by the codec and dropped: nobody
           // awaits an answer to KV events.
-          if (auto b = decode<kv_batch>(payload)) {
+          auto b = decode<kv_batch>(payload);
+          if (b && !held_by(st, b->worker, agent, member_message::kv_batch))
+            return;
+          if (b) {
             if (b->resync) self->send(st.shard, drop_atom::value, b->worker);
             if (!b->events.empty())
               self->send(st.shard, kv_atom::value, b->worker,
@@ -144,6 +193,7 @@ caf::behavior shard_endpoint(
       [=](flush_atom) { self->state.out.flush(*self->state.bus); },
       [=](beat_atom) {
         auto& st = self->state;
+        st.owners.forget(steady::now() - forget_after(st.mesh));
         self->request(st.shard, st.mesh.heartbeat, status_atom::value)
             .then(
                 [self](shard_status s) {
@@ -200,14 +250,16 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
   // A refused KV message is lost to the index (KvBatch has no reply): it
   // is counted, logged and reported in the shard's heartbeat, on which
   // the agents have their workers announce their caches again.
+  // Workers' heartbeats name the agent that holds each worker's entries.
   for (const auto& [subject, kind] :
-       {std::make_pair(s.kv(opt.shard.shard), feed_kind::kv),
-        std::make_pair(s.kv_batch(opt.shard.shard), feed_kind::kv),
+       {std::make_pair(s.kv_all(opt.shard.shard), feed_kind::kv),
+        std::make_pair(s.kv_batches(opt.shard.shard), feed_kind::kv),
+        std::make_pair(s.worker_beats(), feed_kind::heartbeat),
         std::make_pair(s.index_query(opt.shard.shard), feed_kind::query),
         std::make_pair(s.index_batch(opt.shard.shard), feed_kind::query)})
     if (auto st = p->listen(
             subject, "", ep,
-            {gate, kind, kind == feed_kind::kv ? nullptr : query_overloaded,
+            {gate, kind, kind == feed_kind::query ? query_overloaded : nullptr,
              kind == feed_kind::kv ? kv_refused : nullptr});
         !st) {
       p->stop();

@@ -18,4 +18,22 @@ status check_name(const std::string& what, const std::string& name) {
   return ok;
 }
 
+status check_agent_name(const std::string& name) {
+  if (auto st = check_name("agent name", name); !st) return st;
+  if (name == "batch")
+    return make_error(ec::invalid_argument,
+                      "agent name 'batch' is reserved (batches' subjects end "
+                      "with it)");
+  return ok;
+}
+
+std::string agent_of(const std::string& subject, const std::string& root) {
+  if (subject.size() <= root.size() + 1 ||
+      subject.compare(0, root.size(), root) != 0 || subject[root.size()] != '.')
+    return {};
+  const size_t from = root.size() + 1;
+  const size_t end = subject.find('.', from);
+  return subject.substr(from, end == std::string::npos ? end : end - from);
+}
+
 }  // namespace kvmesh

@@ -21,8 +21,16 @@ struct subjects {
   // Durable intake: a route request published on route_durable() + "." +
   // the client's reply subject, stored in a JetStream work queue.
   std::string route_durable() const { return prefix + ".route.durable"; }
-  // Pushed heartbeats: WorkerStatus, RouterStatus, ShardStatus.
-  std::string worker_beat() const { return prefix + ".heartbeat.worker"; }
+  // Pushed heartbeats: WorkerStatus, RouterStatus, ShardStatus. An agent
+  // beats for its workers on a subject of its own (worker_beat(agent)), so
+  // that NATS permissions can bind an agent's name to its credential; the
+  // receivers hear every agent's (worker_beats()) and hold each message to
+  // the name its subject carries (agent_of).
+  std::string worker_beat_root() const { return prefix + ".heartbeat.worker"; }
+  std::string worker_beat(const std::string& agent) const {
+    return worker_beat_root() + "." + agent;
+  }
+  std::string worker_beats() const { return worker_beat_root() + ".*"; }
   std::string router_beat() const { return prefix + ".heartbeat.router"; }
   std::string shard_beat() const { return prefix + ".heartbeat.shard"; }
   // A node agent's verbs: bid, award, release, withdraw, drain.
@@ -33,12 +41,24 @@ struct subjects {
   std::string router(const std::string& name, const char* verb) const {
     return prefix + ".router." + name + "." + verb;
   }
-  std::string kv(uint32_t shard) const {
+  // KV events of `agent`'s workers for index shard `shard`: the agent's
+  // name in the subject, as for its heartbeats.
+  std::string kv_root(uint32_t shard) const {
     return prefix + ".kv." + std::to_string(shard);
   }
+  std::string kv(uint32_t shard, const std::string& agent) const {
+    return kv_root(shard) + "." + agent;
+  }
   // An agent's KV events of several workers in one Batch (its items on
-  // kv(shard)): the shard's own, as kv(shard)'s parent is every shard's.
-  std::string kv_batch(uint32_t shard) const { return kv(shard) + ".batch"; }
+  // kv(shard, agent)): the agent's own.
+  std::string kv_batch(uint32_t shard, const std::string& agent) const {
+    return kv(shard, agent) + ".batch";
+  }
+  // What a shard hears: every agent's KV events, alone and batched.
+  std::string kv_all(uint32_t shard) const { return kv_root(shard) + ".*"; }
+  std::string kv_batches(uint32_t shard) const {
+    return kv_all(shard) + ".batch";
+  }
   std::string index_query(uint32_t shard) const {
     return prefix + ".index." + std::to_string(shard) + ".query";
   }
@@ -58,6 +78,14 @@ struct subjects {
 
 // A name fit for one subject token: letters, digits, '-' and '_'.
 status check_name(const std::string& what, const std::string& name);
+// An agent's name: a subject token, and not "batch" (its subjects would
+// read as a batch of another's).
+status check_agent_name(const std::string& name);
+
+// The agent a message came from: the token after `root` + "." in
+// `subject` (worker_beat_root's, kv_root's); empty when `subject` is not
+// below `root`.
+std::string agent_of(const std::string& subject, const std::string& root);
 
 struct mesh_options {
   subjects subj;
@@ -69,6 +97,10 @@ struct mesh_options {
   // Members silent for this many heartbeats are forgotten (their state
   // freed); heard again, they join anew.
   uint32_t forget_beats = 30;
+  // A node agent announces its workers' caches again (a shard is new, came
+  // back or refused events) at most once per this many heartbeats, whatever
+  // shards' heartbeats say: one due sooner waits for the next turn.
+  uint32_t announce_beats = 10;
   // How long a process waits for a reply on the wire before giving up.
   caf::timespan call_timeout = std::chrono::seconds(2);
 };

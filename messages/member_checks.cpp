@@ -52,6 +52,8 @@ const char* to_string(member_fault f) {
       return "too_many";
     case member_fault::too_many_of_agent:
       return "too_many_of_agent";
+    case member_fault::wrong_subject:
+      return "wrong_subject";
   }
   return "unknown";
 }
@@ -64,6 +66,8 @@ const char* to_string(member_message m) {
       return "worker_heartbeat";
     case member_message::router_beat:
       return "router_heartbeat";
+    case member_message::kv_batch:
+      return "kv_batch";
   }
   return "unknown";
 }

@@ -17,25 +17,27 @@ namespace kvmesh {
 // reason label).
 enum class member_fault : uint8_t {
   none,
-  not_finite,        // infinity, or NaN where a number is due
-  negative,          // a count or time below 0
-  over_request,      // more cached (or active) blocks than the request has
-  speed,             // outside [1/max, max] x, or above its own heartbeat's
-  blocks,            // more than limits.max_worker_blocks in a tier
-  credit,            // a host or disk credit above 1
-  bad_id,            // a worker id at or past max_worker_id
-  bad_name,          // not a subject token
-  owned,             // a worker id a live member of another agent holds
-  too_many,          // past limits.max_workers (or max_routers)
-  too_many_of_agent  // past limits.max_workers_per_agent
+  not_finite,         // infinity, or NaN where a number is due
+  negative,           // a count or time below 0
+  over_request,       // more cached (or active) blocks than the request has
+  speed,              // outside [1/max, max] x, or above its own heartbeat's
+  blocks,             // more than limits.max_worker_blocks in a tier
+  credit,             // a host or disk credit above 1
+  bad_id,             // a worker id at or past max_worker_id
+  bad_name,           // not a subject token
+  owned,              // a worker id a live member of another agent holds
+  too_many,           // past limits.max_workers (or max_routers)
+  too_many_of_agent,  // past limits.max_workers_per_agent
+  wrong_subject       // names another agent than the subject it came on
 };
-inline constexpr size_t member_fault_count = 12;
+inline constexpr size_t member_fault_count = 13;
 
 const char* to_string(member_fault f);
 
 // What the refused message was (kvmesh_member_refusals_total's message).
-enum class member_message : uint8_t { bid, worker_beat, router_beat };
-inline constexpr size_t member_message_count = 3;
+// kv_batch: KV events (or a resync) for an index shard.
+enum class member_message : uint8_t { bid, worker_beat, router_beat, kv_batch };
+inline constexpr size_t member_message_count = 4;
 
 const char* to_string(member_message m);
 

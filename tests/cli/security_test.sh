@@ -59,6 +59,8 @@ cp "$root/deploy/nats/auth.conf" "$tmp/auth.conf"
 # decisions bucket (as auth.conf once was), one without its inboxes.
 export KVMESH_NOBUCKET_PASSWORD=pw-nobucket-$RANDOM$RANDOM
 export KVMESH_NOINBOX_PASSWORD=pw-noinbox-$RANDOM$RANDOM
+export KVMESH_AGENT_NODE_A_PASSWORD=pw-node-a-$RANDOM$RANDOM
+export KVMESH_AGENT_NODE_B_PASSWORD=pw-node-b-$RANDOM$RANDOM
 python3 - "$tmp/auth.conf" <<'EOF'
 import re, sys
 path = sys.argv[1]
@@ -70,10 +72,17 @@ noinbox = client.replace("CLIENT", "NOINBOX").replace(
     'deny = ["_INBOX.kvmesh.>"]',
     'deny = ["_INBOX.kvmesh.>", "_INBOX.route.>", "_INBOX.load.>"]')
 assert "DECISIONS" not in nobucket and "_INBOX.route" in noinbox
+# Agents with users of their own, as the file's AGENT_NODE_A shows.
+own = re.search(r"\n  AGENT_NODE_A = \{.*?\n  \}\n", text, re.S).group(0)
+node_b = own.replace("NODE_A", "NODE_B").replace("node-a", "node-b")
 users = ("    {user: nobucket, password: $KVMESH_NOBUCKET_PASSWORD, "
          "permissions: $NOBUCKET}\n    {user: noinbox, password: "
-         "$KVMESH_NOINBOX_PASSWORD, permissions: $NOINBOX}\n")
-text = text.replace("\n  users = [\n", nobucket + noinbox + "\n  users = [\n" + users)
+         "$KVMESH_NOINBOX_PASSWORD, permissions: $NOINBOX}\n"
+         "    {user: node-b, password: $KVMESH_AGENT_NODE_B_PASSWORD, "
+         "permissions: $AGENT_NODE_B}\n")
+text = text.replace("# {user: node-a", "{user: node-a")
+text = text.replace("\n  users = [\n",
+                    nobucket + noinbox + node_b + "\n  users = [\n" + users)
 open(path, "w").write(text)
 EOF
 port=$(free_port)
@@ -193,22 +202,27 @@ expect load_durable_without_its_inbox 1 "permission denied.*_INBOX\.load\."
 
 # subscribe USER PASSWORD SUBJECT: subscribes over NATS's own protocol and
 # prints the server's verdict: "subscribed", or its -ERR line.
-subscribe() {
+# publish USER PASSWORD SUBJECT: likewise for a publish ("published").
+nats_verdict() {
   python3 - "$auth_port" "$@" <<'EOF'
 import json, socket, sys
-port, user, password, subject = sys.argv[1:]
+port, verb, user, password, subject = sys.argv[1:]
 s = socket.create_connection(("127.0.0.1", int(port)), timeout=5)
 f = s.makefile("rb")
 f.readline()  # INFO
 connect = {"user": user, "pass": password, "verbose": False, "pedantic": False}
-s.sendall(("CONNECT %s\r\nSUB %s 1\r\nPING\r\n" % (json.dumps(connect), subject)).encode())
+op = "SUB %s 1" % subject if verb == "subscribe" else "PUB %s 1\r\nx" % subject
+s.sendall(("CONNECT %s\r\n%s\r\nPING\r\n" % (json.dumps(connect), op)).encode())
 while True:
     line = f.readline().decode().strip()
     if line.startswith("-ERR") or line == "PONG":
-        print("subscribed" if line == "PONG" else line)
+        print({"subscribe": "subscribed", "publish": "published"}[verb]
+              if line == "PONG" else line)
         break
 EOF
 }
+subscribe() { nats_verdict subscribe "$@"; }
+publish() { nats_verdict publish "$@"; }
 # The mesh's own inboxes, where bids and index answers travel, are only the
 # mesh's to read; the roles that read replies have the other inboxes.
 for role in client admin monitor; do
@@ -303,6 +317,50 @@ if [ "$rc" -eq 0 ] && jtest 'assert d["weights"]["beta"] == 0.04'; then
   ok weight_out_of_range_changed_nothing
 else
   fail weight_out_of_range_changed_nothing "exit $rc: $out $err"
+fi
+
+# An agent with a user of its own (auth.conf's AGENT_NODE_A) joins the mesh;
+# another agent's user may not speak on its subjects nor hear its calls.
+KVMESH_NATS_USER=node-a KVMESH_NATS_PASSWORD=$KVMESH_AGENT_NODE_A_PASSWORD \
+  "$bin" agent "${common[@]}" --name node-a --engine sim --workers 2 \
+  --worker-id 2 --block-tokens 16 2>"$tmp/agent-node-a.err" &
+pids+=($!)
+end=$((SECONDS + 20))
+while true; do
+  as admin admin workers --json
+  if [ "$rc" -eq 0 ] && jtest 'assert sorted(w["id"] for w in d["workers"]
+    if w["state"] == "live") == [0, 1, 2, 3]'; then
+    ok own_agent_user_joins
+    break
+  fi
+  if [ "$SECONDS" -ge "$end" ]; then
+    fail own_agent_user_joins "$out $err $(cat "$tmp/agent-node-a.err")"
+    break
+  fi
+  sleep 0.2
+done
+b_pw=$KVMESH_AGENT_NODE_B_PASSWORD
+for subject in kvmesh.heartbeat.worker.node-a kvmesh.kv.0.node-a \
+  kvmesh.kv.0.node-a.batch; do
+  said=$(publish node-b "$b_pw" "$subject")
+  if grep -q "Permissions Violation for Publish" <<<"$said"; then
+    ok "agent_cannot_publish_as_another:$subject"
+  else
+    fail "agent_cannot_publish_as_another:$subject" "$said"
+  fi
+done
+for subject in "kvmesh.agent.node-a.>" "_INBOX.kvmesh.node-a.>" \
+  "_INBOX.kvmesh.>"; do
+  said=$(subscribe node-b "$b_pw" "$subject")
+  if grep -q "Permissions Violation for Subscription" <<<"$said"; then
+    ok "agent_cannot_hear_another:$subject"
+  else
+    fail "agent_cannot_hear_another:$subject" "$said"
+  fi
+done
+said=$(publish node-b "$b_pw" kvmesh.heartbeat.worker.node-b)
+if [ "$said" = published ]; then ok agent_publishes_as_itself; else
+  fail agent_publishes_as_itself "$said"
 fi
 
 # Wrong password: refused with a clear error, the password never shown.

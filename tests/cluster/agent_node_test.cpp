@@ -13,7 +13,8 @@ class agent_node_test : public mesh_test {};
 // A worker that died with a call for bids in flight never answers it: the
 // agent answers the call with the bids it has at its next heartbeat but
 // one, and goes on answering later calls.
-TEST_F(agent_node_test, an_agent_whose_worker_died_answers_with_the_bids_it_has) {
+TEST_F(agent_node_test,
+       an_agent_whose_worker_died_answers_with_the_bids_it_has) {
   start_agent("node-a", 0, 4);
   {
     caf::scoped_actor killer{*sys_};
@@ -52,7 +53,8 @@ TEST_F(agent_node_test, an_agent_whose_worker_died_answers_with_the_bids_it_has)
 // A router's stand-in for a remote worker answers a call for bids made with
 // a gather (the form an agent uses with its own workers) through the
 // worker's agent: its bid, in its slot.
-TEST_F(agent_node_test, a_remote_worker_answers_a_gathered_call_through_its_agent) {
+TEST_F(agent_node_test,
+       a_remote_worker_answers_a_gathered_call_through_its_agent) {
   start_agent("node-a", 0, 4);
   auto box = inbox::open(bus());
   ASSERT_TRUE(box) << box.err().message;
@@ -85,7 +87,8 @@ TEST_F(agent_node_test, a_remote_worker_answers_a_gathered_call_through_its_agen
 
 // A Withdraw travels to the agent's worker and back: a worker that never
 // had the award withdraws it, and the award, arriving later, is refused.
-TEST_F(agent_node_test, a_withdraw_over_nats_refuses_the_award_that_comes_later) {
+TEST_F(agent_node_test,
+       a_withdraw_over_nats_refuses_the_award_that_comes_later) {
   start_agent("node-a", 0, 1);
   auto& c = bus();
   const subjects subj;
@@ -121,11 +124,12 @@ TEST_F(agent_node_test, only_a_restarted_shard_hears_the_caches_again) {
   start_agent("node-a", 0, 2);
   auto& c = bus();
   std::atomic<int> resyncs{0};
-  // Agents send KV events batched, on kv_batch(0).
-  auto sub = c.subscribe(subjects{}.kv_batch(0), "", [&](nats_message m) {
-    for (auto& one : unbatch(std::move(m)))
-      if (auto b = decode<kv_batch>(one.payload); b && b->resync) ++resyncs;
-  });
+  // Agents send KV events batched, on kv_batch(0, agent).
+  auto sub =
+      c.subscribe(subjects{}.kv_batch(0, "node-a"), "", [&](nats_message m) {
+        for (auto& one : unbatch(std::move(m)))
+          if (auto b = decode<kv_batch>(one.payload); b && b->resync) ++resyncs;
+      });
   ASSERT_TRUE(sub);
   auto beat_of = [&](uint64_t incarnation, uint64_t events) {
     shard_status s;
@@ -151,6 +155,50 @@ TEST_F(agent_node_test, only_a_restarted_shard_hears_the_caches_again) {
   // A new incarnation: both workers announce again.
   ASSERT_TRUE(beat_of(12, 5));
   EXPECT_TRUE(eventually([&] { return resyncs.load() >= learnt + 2; }));
+}
+
+// Shard heartbeats forged at 20 Hz, each from a "new incarnation", while a
+// steady load runs: the agents announce their caches at most once per
+// announce_beats heartbeats (counted as deferred otherwise), and routing
+// goes on.
+TEST_F(agent_node_test,
+       forged_shard_heartbeats_announce_caches_at_a_bounded_rate) {
+  start_mesh();
+  std::this_thread::sleep_for(2 * beat);
+  const auto before = agents_["node-a"]->announced();
+  std::atomic<bool> stop{false};
+  auto& forger = bus();
+  const auto flood_for = 4000ms;
+  std::thread flood([&] {
+    const auto end = std::chrono::steady_clock::now() + flood_for;
+    for (uint64_t k = 1; std::chrono::steady_clock::now() < end && !stop; ++k) {
+      for (uint32_t shard = 0; shard < 2; ++shard) {
+        shard_status s;
+        s.shard = shard;
+        s.shards = 2;
+        s.incarnation = 1000000 + k;
+        (void)forger.publish(subjects{}.shard_beat(), encode(s));
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  route_client client(bus());
+  const uint64_t sent = 200;
+  for (uint64_t id = 1; id <= sent; ++id) {
+    client.send(request(id, id % 20, 8));
+    std::this_thread::sleep_for(20ms);
+  }
+  flood.join();
+  ASSERT_TRUE(
+      eventually([&] { return client.decided() >= sent * 99 / 100; }, 20000ms))
+      << client.decided() << " of " << sent;
+  const auto after = agents_["node-a"]->announced();
+  // 80 forged incarnations per shard; one announcement per turn at most.
+  const auto turn = beat * mesh_options{}.announce_beats;
+  const uint64_t turns = flood_for / turn + 2;
+  EXPECT_GE(after.made, before.made + 1);
+  EXPECT_LE(after.made, before.made + turns);
+  EXPECT_GT(after.deferred, before.deferred);
 }
 
 }  // namespace

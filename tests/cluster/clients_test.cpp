@@ -36,7 +36,8 @@ TEST_F(clients_test, a_remote_router_s_burst_gets_every_decision) {
   waiter->wait_for(*front);
 }
 
-TEST_F(clients_test, a_durable_client_reads_the_answer_it_missed_from_the_record) {
+TEST_F(clients_test,
+       a_durable_client_reads_the_answer_it_missed_from_the_record) {
   // As across a lone nats-server's restart: a router decided while the
   // client was still reconnecting, so its answer (core NATS, to the
   // client's inbox) reached no one. The record it kept first is the

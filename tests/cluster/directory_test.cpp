@@ -234,7 +234,7 @@ TEST_F(directory_test, a_heartbeat_flood_is_bounded_counted_and_forgotten) {
       s.worker = 100 + k;
       s.agent = "flood-" + std::to_string(k / 4);
       s.capacity = 512;
-      (void)flood_bus.publish(subjects{}.worker_beat(), encode(s));
+      (void)flood_bus.publish(subjects{}.worker_beat(s.agent), encode(s));
       if (k % 15 == 0) {
         router_status r;
         r.name = "fake-" + std::to_string(k);

@@ -306,7 +306,7 @@ class forged_agent {
       while (!stop_) {
         for (auto s : beat_) {
           s.agent = name_;
-          (void)bus_.publish(subjects{}.worker_beat(), encode(s));
+          (void)bus_.publish(subjects{}.worker_beat(name_), encode(s));
         }
         std::this_thread::sleep_for(beat);
       }

@@ -115,7 +115,7 @@ TEST_F(router_front_test, malformed_payloads_are_counted_and_answered) {
   ASSERT_TRUE(after);
   ASSERT_TRUE(decode<index_reply>(*after));
   // Heartbeats of garbage change nothing.
-  ASSERT_TRUE(c.publish(subjects{}.worker_beat(), garbage));
+  ASSERT_TRUE(c.publish(subjects{}.worker_beat("node-a"), garbage));
   auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
   ASSERT_TRUE(w);
   EXPECT_EQ(w->workers.size(), 8u);
@@ -201,6 +201,42 @@ TEST_F(router_front_test, a_reply_subject_outside_the_inboxes_is_refused) {
   // An inbox still gets its decision.
   auto d = route_once(c, subjects{}, request(78, 7, 4), 2000ms);
   EXPECT_TRUE(d) << d.err().message;
+}
+
+// A route request (core or JSON) or an ADMIN verb whose reply subject is
+// one of the mesh's own inboxes, where bids and index answers travel, is
+// refused unanswered and counted: a client cannot make the mesh publish
+// into another process's calls.
+TEST_F(router_front_test, a_reply_in_the_mesh_inboxes_is_refused) {
+  start_shard(0, 1);
+  process_metrics* metrics = nullptr;
+  start_router("r1", false, 10, 0, &metrics);
+  ASSERT_NE(metrics, nullptr);
+  start_agent("node-a", 0, 4);
+  auto& c = bus();
+  ASSERT_TRUE(eventually([&] {
+    auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+    return w && w->workers.size() == 4;
+  }));
+  std::atomic<int> heard{0};
+  const std::string victim = "_INBOX.kvmesh.victim.17";
+  ASSERT_TRUE(c.subscribe(victim, "", [&](nats_message) { ++heard; }));
+  ASSERT_TRUE(c.flush(2000ms));
+  ASSERT_TRUE(c.publish(subjects{}.route(), encode(request(1, 1, 8)), victim));
+  const std::string json = R"({"id": 2, "tokens": [1, 2, 3]})";
+  ASSERT_TRUE(c.publish(subjects{}.route_json(),
+                        bytes(json.begin(), json.end()), victim));
+  ASSERT_TRUE(c.publish(subjects{}.admin("workers"), {}, victim));
+  // Requests after them are answered: the router went past the three.
+  auto d = route_once(c, subjects{}, request(3, 1, 8), 2000ms);
+  ASSERT_TRUE(d) << d.err().message;
+  ASSERT_TRUE(admin_request_call(c, subjects{}, "workers", {}, 1000ms));
+  EXPECT_TRUE(eventually([&] {
+    return series_value(metrics->scrape(),
+                        "kvmesh_router_mesh_inbox_replies_total") == 2.0;
+  }));
+  ASSERT_TRUE(c.flush(2000ms));
+  EXPECT_EQ(heard.load(), 0);
 }
 
 }  // namespace

@@ -91,7 +91,8 @@ TEST_F(router_node_test, forged_bids_are_refused_and_win_nothing) {
       {mf::negative, [](bid& b, uint32_t) { b.queued = -1e300; }},
       {mf::not_finite, [](bid& b, uint32_t) { b.queued = std::nan(""); }},
       {mf::speed, [](bid& b, uint32_t) { b.speed = 1e308; }},
-      {mf::credit, [](bid& b, uint32_t) { b.gpu = 0, b.host = 1, b.c_host = 1e6; }}};
+      {mf::credit,
+       [](bid& b, uint32_t) { b.gpu = 0, b.host = 1, b.c_host = 1e6; }}};
   uint64_t before[5];
   for (size_t k = 0; k < bad.size(); ++k)
     before[k] = member_refusals(member_message::bid, bad[k].first);

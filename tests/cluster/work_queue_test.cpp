@@ -223,7 +223,8 @@ TEST_F(work_queue_test, a_killed_router_s_messages_go_to_the_other_router) {
   EXPECT_EQ(q2->acked(), 5u);
 }
 
-TEST_F(work_queue_test, a_delivery_acked_after_its_router_stopped_still_counts) {
+TEST_F(work_queue_test,
+       a_delivery_acked_after_its_router_stopped_still_counts) {
   auto bus1 = connect();
   auto bus2 = connect();
   auto q1 = open(*bus1);
