@@ -22,6 +22,14 @@ std::shared_ptr<mailbox_gate> new_gate() {
                                         l.max_mailbox_bytes);
 }
 
+std::shared_ptr<mailbox_gate> new_heartbeat_gate() {
+  const auto l = current_wire_limits();
+  const uint64_t n =
+      std::min(l.max_mailbox_messages, l.max_workers + l.max_routers + 4096);
+  return std::make_shared<mailbox_gate>(n,
+                                        std::min(l.max_mailbox_bytes, n * 384));
+}
+
 caf::timespan stale_after(const mesh_options& m) {
   return std::chrono::duration_cast<caf::timespan>(
       m.heartbeat * (std::max<uint32_t>(m.missed_beats, 1) - 0.5));

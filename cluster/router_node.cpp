@@ -147,7 +147,7 @@ expected<std::unique_ptr<router_node>> router_node::start(
   p->box = *box;
   p->router = spawn_router(sys, opt);
   p->actors.push_back(caf::actor_cast<caf::actor>(p->router));
-  auto dir_gate = new_gate();
+  auto dir_gate = new_heartbeat_gate();
   auto dir = spawn_directory(sys, p->box, opt.mesh, p->router, dir_gate);
   p->admin = caf::actor_cast<admin_actor>(dir);
   p->actors.push_back(caf::actor_cast<caf::actor>(dir));

@@ -43,6 +43,9 @@ struct shard_host_state {
   // applied it, a query until the shard answered: the shard's own mailbox
   // is where a flood would wait.
   std::shared_ptr<mailbox_gate> gate;
+  // Workers' heartbeats have their own: a flood of them cannot crowd KV
+  // events and queries out.
+  std::shared_ptr<mailbox_gate> beat_gate;
   uint64_t incarnation = 0;  // random, nonzero: tells restarts (heartbeat)
   // KV messages the gate refused, for the heartbeat (null: not counted).
   std::shared_ptr<std::atomic<uint64_t>> kv_refused;
@@ -115,10 +118,11 @@ caf::behavior shard_endpoint(
     shard_host_pointer self, nats_bus* bus, mesh_options mesh,
     index_shard_actor shard, uint32_t index, uint32_t shards,
     std::shared_ptr<const shard_meters> meters,
-    std::shared_ptr<mailbox_gate> gate,
+    std::shared_ptr<mailbox_gate> gate, std::shared_ptr<mailbox_gate> beat_gate,
     std::shared_ptr<std::atomic<uint64_t>> kv_refused) {
   auto& st = self->state;
   st.gate = std::move(gate);
+  st.beat_gate = std::move(beat_gate);
   st.kv_refused = std::move(kv_refused);
   st.meters = std::move(meters);
   st.bus = bus;
@@ -138,12 +142,13 @@ caf::behavior shard_endpoint(
       [=](nats_atom, const std::string& subject, const std::string& reply,
           const bytes& payload) {
         auto& st = self->state;
-        gate_pass pass(st.gate.get(), payload.size());
         if (auto agent = agent_of(subject, st.beat_root); !agent.empty()) {
+          gate_pass beat(st.beat_gate.get(), payload.size());
           if (auto s = decode<worker_status>(payload))
             shard_worker_beat(st, *s, agent);
           return;
         }
+        gate_pass pass(st.gate.get(), payload.size());
         if (auto agent = agent_of(subject, st.kv_root); !agent.empty()) {
           // A malformed batch is counted by the codec and dropped: nobody
           // awaits an answer to KV events.
@@ -241,8 +246,9 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
   p->actors.push_back(caf::actor_cast<caf::actor>(*shard));
   auto gate = new_gate();
   auto kv_refused = std::make_shared<std::atomic<uint64_t>>(0);
+  auto beat_gate = new_heartbeat_gate();
   auto ep = sys.spawn(shard_endpoint, &bus, opt.mesh, *shard, opt.shard.shard,
-                      opt.shards, opt.meters, gate, kv_refused);
+                      opt.shards, opt.meters, gate, beat_gate, kv_refused);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   // Queries also come batched, on the query subject's parent + ".batch";
@@ -254,7 +260,6 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
   for (const auto& [subject, kind] :
        {std::make_pair(s.kv_all(opt.shard.shard), feed_kind::kv),
         std::make_pair(s.kv_batches(opt.shard.shard), feed_kind::kv),
-        std::make_pair(s.worker_beats(), feed_kind::heartbeat),
         std::make_pair(s.index_query(opt.shard.shard), feed_kind::query),
         std::make_pair(s.index_batch(opt.shard.shard), feed_kind::query)})
     if (auto st = p->listen(
@@ -265,6 +270,12 @@ expected<std::unique_ptr<shard_node>> shard_node::start(
       p->stop();
       return st.err();
     }
+  if (auto st = p->listen(s.worker_beats(), "", ep,
+                          {beat_gate, feed_kind::heartbeat, nullptr});
+      !st) {
+    p->stop();
+    return st.err();
+  }
   return std::unique_ptr<shard_node>(new shard_node(std::move(p)));
 }
 
