@@ -460,7 +460,9 @@ std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
   out.reserve(fanout);
   // Per worker: 1 eligible, 2 eligible and taken.
   auto& mark = st.pick_mark;
-  mark.assign(st.opt.workers.size(), 0);
+  // Sized once to the id bound and cleared after use: a pick costs
+  // O(eligible), not O(highest id).
+  if (mark.size() < st.opt.workers.size()) mark.resize(st.opt.workers.size());
   for (uint32_t i : eligible)
     mark[i] = 1;
   for (const auto& h : holders) {
@@ -472,8 +474,10 @@ std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
   }
   auto& rest = st.pick_rest;
   rest.clear();
-  for (uint32_t i : eligible)
+  for (uint32_t i : eligible) {
     if (mark[i] == 1) rest.push_back(i);
+    mark[i] = 0;
+  }
   if (rest.empty()) return out;
   // Equal loads take turns rather than the lowest ids: an idle fleet, or a
   // burst whose calls all go out before a single award.
@@ -507,7 +511,7 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   a->bids.clear();
   auto& eligible = a->eligible;
   eligible.clear();
-  eligible.reserve(st.opt.workers.size());
+  eligible.reserve(st.present.size());
   // Maybe handed out before: a worker may have taken it that this router
   // has since counted out, for the outage that lost the first answer's ack
   // (a nats-server restart) silenced its heartbeats too, or that drains
@@ -518,9 +522,8 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   a->claimers.clear();
   const bool taken = may_be_taken(a->request);
   const auto now = self->clock().now();
-  for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
+  for (uint32_t i : st.present) {
     const auto& m = st.members[i];
-    if (!m.present) continue;
     if (m.live && !m.last.draining && !m.last.unhealthy &&
         st.bidder_quiet[m.bidder].until <= now)
       eligible.push_back(i);
@@ -602,8 +605,7 @@ void sweep(rpointer self) {
 // the auctions until it answers again. Then held requests get another try.
 void tick(rpointer self) {
   auto& st = self->state;
-  for (uint32_t i = 0; i < st.opt.workers.size(); ++i) {
-    if (!st.members[i].present) continue;
+  for (uint32_t i : st.present) {
     self->request(st.opt.workers[i], st.opt.heartbeat, status_atom::value)
         .then(
             [=](const worker_status& s) {
@@ -611,7 +613,8 @@ void tick(rpointer self) {
               m.heard = true;
               m.live = true;
               m.missed = 0;
-              m.last = s;
+              m.last = {s.queued,   s.reserved,  s.speed,
+                        s.draining, s.unhealthy, s.agent};
               m.since_beat = 0;
             },
             [=](caf::error&) {
@@ -643,6 +646,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
     st.bidders.emplace_back(st.opt.workers[i]);
     st.bidder_users.push_back(st.members[i].present ? 1 : 0);
     st.bidder_quiet.emplace_back();
+    if (st.members[i].present) st.present.push_back(static_cast<uint32_t>(i));
   }
   std::random_device rd;
   st.next_name = (uint64_t{rd()} << 32) ^ rd();
@@ -650,9 +654,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
   return {
       [=](route_atom, route_request_msg& r) -> caf::result<decision> {
         auto& st = self->state;
-        if (std::none_of(
-                st.members.begin(), st.members.end(),
-                [](const router_state::member& m) { return m.present; }))
+        if (st.present.empty())
           return caf::make_error(ec::not_found, "router has no workers");
         if (r.blocks.empty() || r.input_tokens == 0)
           return caf::make_error(
@@ -706,10 +708,9 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         s.rounds = st.rounds;
         s.bids = st.bids;
         s.runner_up_awards = st.runner_up_awards;
-        for (const auto& m : st.members) {
-          s.workers += m.present;
-          s.live_workers += m.present && m.live;
-        }
+        s.workers = st.present.size();
+        for (uint32_t i : st.present)
+          s.live_workers += st.members[i].live;
         if (!st.latency_us.empty()) {
           std::vector<float> v = st.latency_us;
           auto at = [&](double q) {
@@ -733,10 +734,9 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         if (id >= st.opt.workers.size()) {
           st.opt.workers.resize(id + 1);
           st.opt.speeds.resize(id + 1, 1.0);
-          st.members.resize(id + 1);
-          for (size_t i = 0; i < st.members.size(); ++i)
-            st.members[i].present = static_cast<bool>(st.opt.workers[i]);
-          st.auction->grow(id + 1);
+          router_state::member absent;
+          absent.present = false;
+          st.members.resize(id + 1, absent);
         }
         st.opt.workers[id] = std::move(w);
         st.opt.speeds[id] = speed;
@@ -762,6 +762,10 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         }
         m.bidder = static_cast<uint32_t>(it - st.bidders.begin());
         ++st.bidder_users[m.bidder];
+        if (!m.present)
+          st.present.insert(
+              std::lower_bound(st.present.begin(), st.present.end(), id), id);
+        st.auction->join(id);
         m.present = true;
         m.live = true;
         m.missed = 0;
@@ -779,6 +783,9 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         m.live = false;
         m.bidder = b;
         st.opt.workers[id] = nullptr;
+        st.present.erase(
+            std::lower_bound(st.present.begin(), st.present.end(), id));
+        st.auction->leave(id);
       },
       [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
         self->state.opt.shards = std::move(shards);

@@ -100,14 +100,25 @@ struct router_state {
     bool live = true;     // until it misses its beats or an award
     uint32_t missed = 0;
     bool heard = false;  // `last` is a heartbeat's, not the default
-    worker_status last;
+    // What the router reads of its last heartbeat. Not the whole
+    // worker_status: members are kept by id, and one high id makes a
+    // member for every id below it.
+    struct beat {
+      double queued = 0;
+      double reserved = 0;
+      double speed = 1;
+      bool draining = false;
+      bool unhealthy = false;
+      std::string agent;
+    } last;
     // Blocks this router awarded it since `last`: heartbeats lag, and
     // without this every pick in between would see the same loads.
     double since_beat = 0;
   };
   router_options opt;
   std::unique_ptr<auctioneer> auction;  // pricing and pending awards
-  std::vector<member> members;          // one per worker
+  std::vector<member> members;          // by worker id, up to the highest
+  std::vector<uint32_t> present;        // ids of present members, ascending
   std::vector<bidder_actor> bidders;    // distinct, shared by workers
   std::vector<uint32_t> bidder_users;   // present members per bidder
   // Per bidder: its silences in a row and until when its workers sit out.

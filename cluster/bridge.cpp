@@ -225,12 +225,22 @@ expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
                            const std::string& queue, caf::actor to,
                            admission adm) {
   nats_bus* b = &bus;
-  return bus.subscribe(subject, queue,
-                       [b, to, adm = std::move(adm)](nats_message m) {
-                         each_unbatched(std::move(m), [&](nats_message one) {
-                           (void)admit(*b, adm, to, std::move(one));
-                         });
-                       });
+  // Heartbeats, which liveness lets go missing, wait in libnats' own
+  // queue (before the gate) no longer than the gate would hold them: a
+  // flood of them stays within the gate's bounds twice, not 64 MiB more.
+  // Other feeds keep libnats' queue: their refusals are answered and
+  // counted at the gate, and a drop there would be silent.
+  std::pair<uint64_t, uint64_t> pending;
+  if (adm.gate && adm.kind == feed_kind::heartbeat)
+    pending = {adm.gate->max_messages(), adm.gate->max_bytes()};
+  return bus.subscribe(
+      subject, queue,
+      [b, to, adm = std::move(adm)](nats_message m) {
+        each_unbatched(std::move(m), [&](nats_message one) {
+          (void)admit(*b, adm, to, std::move(one));
+        });
+      },
+      pending);
 }
 
 expected<std::shared_ptr<inbox>> inbox::open(nats_bus& bus,

@@ -470,9 +470,9 @@ status nats_bus::publish_reply(const std::string& reply,
   return publish(reply, payload);
 }
 
-expected<uint64_t> nats_bus::subscribe(const std::string& subject,
-                                       const std::string& queue,
-                                       nats_handler h) {
+expected<uint64_t> nats_bus::subscribe(
+    const std::string& subject, const std::string& queue, nats_handler h,
+    std::pair<uint64_t, uint64_t> max_pending) {
   auto entry = std::make_shared<subscription>();
   entry->handler = std::move(h);
   auto* hold = new nats_callbacks::held(entry);
@@ -489,11 +489,17 @@ expected<uint64_t> nats_bus::subscribe(const std::string& subject,
   }
   s = natsSubscription_SetOnCompleteCB(entry->sub, nats_callbacks::on_complete,
                                        hold);
+  if (s == NATS_OK && max_pending.first > 0 && max_pending.second > 0)
+    s = natsSubscription_SetPendingLimits(
+        entry->sub,
+        static_cast<int>(std::min<uint64_t>(max_pending.first, INT32_MAX)),
+        static_cast<int>(std::min<uint64_t>(max_pending.second, INT32_MAX)));
   if (s != NATS_OK) {
     // Messages may be under way with `hold`: it is left to leak.
     (void)natsSubscription_Unsubscribe(entry->sub);
     natsSubscription_Destroy(entry->sub);
-    return fail("subscribe to " + subject + ": completion callback", s);
+    return fail("subscribe to " + subject + ": completion callback or limits",
+                s);
   }
   std::lock_guard<std::mutex> guard(mu_);
   const uint64_t id = next_++;

@@ -91,9 +91,12 @@ class nats_bus {
                  const std::string& reply = {});
   // Subscribes to `subject`; with a non-empty `queue`, the members of that
   // queue group share the messages (each goes to one of them). Returns an
-  // id for unsubscribe().
+  // id for unsubscribe(). `max_pending` bounds the messages libnats holds
+  // for the handler (messages, payload bytes; 0: libnats' default, 65,536
+  // and 64 MiB): past it they are dropped and counted as a slow consumer.
   expected<uint64_t> subscribe(const std::string& subject,
-                               const std::string& queue, nats_handler h);
+                               const std::string& queue, nats_handler h,
+                               std::pair<uint64_t, uint64_t> max_pending = {});
   status unsubscribe(uint64_t id);
   // Answers a message on its reply subject, only when that is an inbox
   // (_INBOX.>): the asker chooses the reply subject, and a process that

@@ -11,8 +11,37 @@ auctioneer::auctioneer(size_t workers, uint32_t block_tokens,
     : price_(price),
       block_tokens_(block_tokens > 0 ? block_tokens : 1),
       rng_(seed),
-      pending_(workers, 0),
-      recent_(workers * recent_per_worker) {}
+      pending_(workers, 0) {
+  for (size_t w = 0; w < workers; ++w)
+    join(static_cast<uint32_t>(w));
+}
+
+void auctioneer::join(uint32_t worker) {
+  if (worker >= pending_.size()) pending_.resize(size_t{worker} + 1, 0);
+  if (worker >= ring_of_.size()) ring_of_.resize(size_t{worker} + 1, 0);
+  if (ring_of_[worker] != 0) return;
+  if (!free_rings_.empty()) {
+    ring_of_[worker] = free_rings_.back() + 1;
+    free_rings_.pop_back();
+    return;
+  }
+  ring_of_[worker] =
+      static_cast<uint32_t>(recent_.size() / recent_per_worker) + 1;
+  recent_.resize(recent_.size() + recent_per_worker);
+}
+
+void auctioneer::leave(uint32_t worker) {
+  recent_award* r = ring(worker);
+  if (!r) return;
+  std::fill(r, r + recent_per_worker, recent_award{});
+  free_rings_.push_back(ring_of_[worker] - 1);
+  ring_of_[worker] = 0;
+}
+
+auctioneer::recent_award* auctioneer::ring(uint32_t w) {
+  if (w >= ring_of_.size() || ring_of_[w] == 0) return nullptr;
+  return &recent_[size_t{ring_of_[w] - 1} * recent_per_worker];
+}
 
 size_t auctioneer::decide(uint64_t request, uint32_t n, bid* bids, size_t count,
                           price_breakdown* prices) {
@@ -51,7 +80,8 @@ void auctioneer::confirmed(uint64_t request, uint64_t count) {
   const double read = it->second.read;
   settle(request);
   if (count == unknown_accepted || count == 0) return;
-  recent_award* ring = &recent_[size_t{w} * recent_per_worker];
+  recent_award* ring = this->ring(w);
+  if (!ring) return;
   // Overwrite the oldest (smallest count) slot.
   size_t oldest = 0;
   for (size_t i = 1; i < recent_per_worker; ++i)
@@ -60,8 +90,8 @@ void auctioneer::confirmed(uint64_t request, uint64_t count) {
 }
 
 double auctioneer::confirmed_since(uint32_t worker, uint64_t accepted) {
-  if (accepted == unknown_accepted) return 0;
-  recent_award* ring = &recent_[size_t{worker} * recent_per_worker];
+  recent_award* ring = this->ring(worker);
+  if (accepted == unknown_accepted || !ring) return 0;
   double extra = 0;
   for (size_t i = 0; i < recent_per_worker; ++i) {
     recent_award& r = ring[i];

@@ -43,13 +43,10 @@ class auctioneer {
   void finished(uint32_t output_tokens);
 
   uint32_t expected_output_blocks() const;
-  // Makes room for bidders' ids below `workers` (a worker joined).
-  void grow(size_t workers) {
-    if (workers > pending_.size()) {
-      pending_.resize(workers, 0);
-      recent_.resize(workers * recent_per_worker);
-    }
-  }
+  // Worker `worker` joined: its id may bid from now on.
+  void join(uint32_t worker);
+  // Worker `worker` left: its ring goes to the next worker to join.
+  void leave(uint32_t worker);
   double pending(uint32_t worker) const { return pending_[worker]; }
   // The queue the awardee of `request` was priced with (its bid's queue
   // plus this router's unconfirmed awards there), or -1.
@@ -74,12 +71,19 @@ class auctioneer {
   // older ones are in every bid's queue by now.
   static constexpr size_t recent_per_worker = 16;
   double confirmed_since(uint32_t worker, uint64_t accepted);
+  // Worker `w`'s ring of recent awards, or null if it never joined.
+  recent_award* ring(uint32_t w);
 
   price_config price_;
   uint32_t block_tokens_;
   uint64_t rng_;
   std::vector<double> pending_;
-  std::vector<recent_award> recent_;  // recent_per_worker per worker, a ring
+  // Ids are sparse (an agent picks its workers' ids below max_worker_id):
+  // a ring is made when its worker joins, so that one high id costs 4
+  // bytes per id below it, not a ring each.
+  std::vector<uint32_t> ring_of_;     // by worker id: 1 + ring index, 0: none
+  std::vector<recent_award> recent_;  // recent_per_worker per ring
+  std::vector<uint32_t> free_rings_;  // indexes of rings no worker has
   std::unordered_map<uint64_t, open_award> awards_;
   double mean_output_ = 0;
   uint64_t finished_ = 0;

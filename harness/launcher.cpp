@@ -13,6 +13,7 @@
 #include "actors/router.hpp"
 #include "core/log.hpp"
 #include "core/secret.hpp"
+#include "messages/limits.hpp"
 
 namespace kvmesh::harness {
 
@@ -45,6 +46,12 @@ std::vector<std::string> router_args(const launch_options& o, uint32_t r,
                              arg(cfg.price.c_disk), "--ceiling",
                              arg(cfg.price.overload_ceiling)});
   if (o.durable) argv.push_back("--durable");
+  // Simulated agents may host more workers than a GPU host has.
+  const uint64_t per_agent =
+      (uint64_t{cfg.workers} + std::max(o.agents, 1u) - 1) /
+      std::max(o.agents, 1u);
+  if (per_agent > current_wire_limits().max_workers_per_agent)
+    argv.insert(argv.end(), {"--max-workers-per-agent", arg(per_agent)});
   return argv;
 }
 

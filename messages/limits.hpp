@@ -39,9 +39,11 @@ struct wire_limits {
   // Members a router process keeps: workers in all, workers per node agent
   // (a host has a few GPUs, an engine a few data-parallel ranks each), and
   // routers. Past a bound a new member's heartbeats are refused, counted.
-  // (A simulated agent may host thousands of workers.)
+  // Each member costs a router about 2 KB: the per-agent bound is what one
+  // hostile agent's flood can make a router hold. (`kvmesh up` raises it
+  // for its own simulated agents, which may host thousands of workers.)
   uint64_t max_workers = 16384;
-  uint64_t max_workers_per_agent = 4096;
+  uint64_t max_workers_per_agent = 256;
   uint64_t max_routers = 256;
 };
 

@@ -1,0 +1,64 @@
+# scripts/flood's NATS side, in the raw NATS protocol: waits for the
+# server, and publishes forged worker heartbeats. A real heartbeat of the
+# agent "flood" is the template: its worker id (a little-endian uint32 at
+# byte 20 of the Cap'n Proto message) is rewritten for each copy.
+# usage: flood.py wait PORT SECONDS | flood.py beats PORT N
+import socket
+import struct
+import sys
+import time
+
+ID_OFFSET = 20
+
+
+def connect(port, deadline):
+    while True:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            f = s.makefile("rb")
+            f.readline()  # INFO
+            s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
+            return s, f
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def beats(port, n):
+    s, f = connect(port, time.monotonic() + 10)
+    s.settimeout(30)
+    s.sendall(b"SUB kvmesh.heartbeat.worker.flood 1\r\nPING\r\n")
+    template = None
+    while template is None:
+        line = f.readline()
+        if line.startswith(b"PING"):
+            s.sendall(b"PONG\r\n")
+        if not line.startswith(b"MSG"):
+            continue
+        body = f.read(int(line.split()[-1]) + 2)[:-2]
+        if struct.unpack_from("<I", body, ID_OFFSET)[0] == 60000:
+            template = bytearray(body)
+    s.sendall(b"UNSUB 1\r\n")
+    out = []
+    for k in range(n):
+        struct.pack_into("<I", template, ID_OFFSET, 100 + k % 59000)
+        out.append(b"PUB kvmesh.heartbeat.worker.flood %d\r\n%s\r\n"
+                   % (len(template), bytes(template)))
+        if len(out) == 500:
+            s.sendall(b"".join(out))
+            out = []
+    s.sendall(b"".join(out) + b"PING\r\n")
+    while not f.readline().startswith(b"PONG"):
+        pass
+
+
+if __name__ == "__main__":
+    mode, port = sys.argv[1], int(sys.argv[2])
+    if mode == "wait":
+        s, _ = connect(port, time.monotonic() + float(sys.argv[3]))
+        s.close()
+    elif mode == "beats":
+        beats(port, int(sys.argv[3]))
+    else:
+        sys.exit("flood.py: mode is wait or beats")
