@@ -28,6 +28,9 @@ void add_top(CLI::App& app, std::function<int()>& run);
 // A fixed-rate load generator that records every request's fate
 // (cmd_load.cpp), for scripts/chaos.
 void add_load(CLI::App& app, std::function<int()>& run);
+// Adds the `nats-auth` verb to `kvmesh config` (it needs the mesh's names,
+// which the config library does not link).
+void add_nats_auth(CLI::App& config, std::function<int()>& run);
 
 // The fleet and load flags that `sim` and `up` share, bound to `cfg`:
 // --workers, --routers, --gpu-blocks, --host-blocks, --disk-blocks,

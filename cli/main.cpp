@@ -58,6 +58,7 @@ void add_commands(CLI::App& app, std::function<int()>& run) {
   kvmesh::cli::add_top(app, run);
   kvmesh::cli::add_load(app, run);
   kvmesh::cli::add_config(app, run);
+  kvmesh::cli::add_nats_auth(*app.get_subcommand("config"), run);
 }
 
 }  // namespace

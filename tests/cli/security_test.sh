@@ -54,7 +54,22 @@ prompt=$(seq -s, 1 64)
 for role in CLIENT AGENT ROUTER INDEX ADMIN MONITOR; do
   export "KVMESH_${role}_PASSWORD=pw-$role-$RANDOM$RANDOM"
 done
-cp "$root/deploy/nats/auth.conf" "$tmp/auth.conf"
+# The shipped file is the generator's output, word for word.
+if "$bin" config nats-auth | cmp -s - "$root/deploy/nats/auth.conf"; then
+  ok auth_conf_generated
+else
+  fail auth_conf_generated "deploy/nats/auth.conf differs from kvmesh config nats-auth"
+fi
+# A name that cannot be a subject token is a usage error, named.
+rc=0
+err=$("$bin" config nats-auth --agent "node a" 2>&1 >/dev/null) || rc=$?
+case "$rc:$err" in
+  "2:"*"node a"*) ok auth_conf_bad_agent_name ;;
+  *) fail auth_conf_bad_agent_name "exit $rc: $err" ;;
+esac
+# Agents node-a and node-b get users of their own, the others the shared one.
+"$bin" config nats-auth --agent node-a --agent node-b --shared-agent \
+  >"$tmp/auth.conf"
 # Two clients that cannot read their durable answers: one without the
 # decisions bucket (as auth.conf once was), one without its inboxes.
 export KVMESH_NOBUCKET_PASSWORD=pw-nobucket-$RANDOM$RANDOM
@@ -72,17 +87,12 @@ noinbox = client.replace("CLIENT", "NOINBOX").replace(
     'deny = ["_INBOX.kvmesh.>"]',
     'deny = ["_INBOX.kvmesh.>", "_INBOX.route.>", "_INBOX.load.>"]')
 assert "DECISIONS" not in nobucket and "_INBOX.route" in noinbox
-# Agents with users of their own, as the file's AGENT_NODE_A shows.
-own = re.search(r"\n  AGENT_NODE_A = \{.*?\n  \}\n", text, re.S).group(0)
-node_b = own.replace("NODE_A", "NODE_B").replace("node-a", "node-b")
+assert "AGENT_NODE_A = {" in text and "AGENT_NODE_B = {" in text
 users = ("    {user: nobucket, password: $KVMESH_NOBUCKET_PASSWORD, "
          "permissions: $NOBUCKET}\n    {user: noinbox, password: "
-         "$KVMESH_NOINBOX_PASSWORD, permissions: $NOINBOX}\n"
-         "    {user: node-b, password: $KVMESH_AGENT_NODE_B_PASSWORD, "
-         "permissions: $AGENT_NODE_B}\n")
-text = text.replace("# {user: node-a", "{user: node-a")
+         "$KVMESH_NOINBOX_PASSWORD, permissions: $NOINBOX}\n")
 text = text.replace("\n  users = [\n",
-                    nobucket + noinbox + node_b + "\n  users = [\n" + users)
+                    nobucket + noinbox + "\n  users = [\n" + users)
 open(path, "w").write(text)
 EOF
 port=$(free_port)
