@@ -1,8 +1,10 @@
 # scripts/flood's NATS side, in the raw NATS protocol: waits for the
 # server, and publishes forged worker heartbeats. A real heartbeat of the
 # agent "flood" is the template: its worker id (a little-endian uint32 at
-# byte 20 of the Cap'n Proto message) is rewritten for each copy.
-# usage: flood.py wait PORT SECONDS | flood.py beats PORT N
+# byte 20 of the Cap'n Proto message) is rewritten for each copy, and with
+# AGENTS > 1 its agent name too (same length: fl000, fl001, ...), on that
+# name's subject, as a user allowed to publish for any agent could.
+# usage: flood.py wait PORT SECONDS | flood.py beats PORT N [AGENTS]
 import socket
 import struct
 import sys
@@ -25,7 +27,7 @@ def connect(port, deadline):
             time.sleep(0.1)
 
 
-def beats(port, n):
+def beats(port, n, agents):
     s, f = connect(port, time.monotonic() + 10)
     s.settimeout(30)
     s.sendall(b"SUB kvmesh.heartbeat.worker.flood 1\r\nPING\r\n")
@@ -40,11 +42,15 @@ def beats(port, n):
         if struct.unpack_from("<I", body, ID_OFFSET)[0] == 60000:
             template = bytearray(body)
     s.sendall(b"UNSUB 1\r\n")
+    at = bytes(template).find(b"flood")
+    assert at > 0, "no agent name in the heartbeat"
     out = []
     for k in range(n):
+        name = b"flood" if agents == 1 else b"fl%03d" % (k % agents)
+        template[at:at + 5] = name
         struct.pack_into("<I", template, ID_OFFSET, 100 + k % 59000)
-        out.append(b"PUB kvmesh.heartbeat.worker.flood %d\r\n%s\r\n"
-                   % (len(template), bytes(template)))
+        out.append(b"PUB kvmesh.heartbeat.worker.%s %d\r\n%s\r\n"
+                   % (name, len(template), bytes(template)))
         if len(out) == 500:
             s.sendall(b"".join(out))
             out = []
@@ -59,6 +65,7 @@ if __name__ == "__main__":
         s, _ = connect(port, time.monotonic() + float(sys.argv[3]))
         s.close()
     elif mode == "beats":
-        beats(port, int(sys.argv[3]))
+        beats(port, int(sys.argv[3]),
+              int(sys.argv[4]) if len(sys.argv) > 4 else 1)
     else:
         sys.exit("flood.py: mode is wait or beats")
