@@ -18,12 +18,7 @@ namespace kvmesh {
 
 work_queue_options durable_queue(const subjects& subj) {
   work_queue_options o;
-  std::string name = subj.prefix;
-  for (char& c : name)
-    c = std::isalnum(static_cast<unsigned char>(c))
-            ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-            : '_';
-  o.stream = name + "_ROUTE";
+  o.stream = upper_token(subj.prefix) + "_ROUTE";
   // The client's reply subject follows the prefix: JetStream keeps the
   // subject, not a reply.
   o.subject = subj.route_durable() + ".>";

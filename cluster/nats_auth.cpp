@@ -1,7 +1,6 @@
 // nats-server's authorization block for kvmesh's roles.
 #include "cluster/nats_auth.hpp"
 
-#include <cctype>
 #include <set>
 
 #include "cluster/durable_intake.hpp"
@@ -182,16 +181,6 @@ void replace_all(std::string& s, const std::string& from,
     s.replace(at, from.size(), to);
 }
 
-// An agent's name as a variable's: upper case, '_' for anything else.
-std::string token_of(const std::string& name) {
-  std::string t = name;
-  for (char& c : t)
-    c = std::isalnum(static_cast<unsigned char>(c))
-            ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-            : '_';
-  return t;
-}
-
 }  // namespace
 
 expected<std::string> nats_auth_conf(const nats_auth_options& o) {
@@ -206,7 +195,7 @@ expected<std::string> nats_auth_conf(const nats_auth_options& o) {
   std::set<std::string> tokens;
   for (const auto& name : o.agents) {
     if (auto st = check_agent_name(name); !st) return st.err();
-    const std::string token = token_of(name);
+    const std::string token = upper_token(name);
     if (!tokens.insert(token).second)
       return make_error(ec::invalid_argument,
                         "agent names clash: '" + name +

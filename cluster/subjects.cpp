@@ -36,4 +36,13 @@ std::string agent_of(const std::string& subject, const std::string& root) {
   return subject.substr(from, end == std::string::npos ? end : end - from);
 }
 
+std::string upper_token(const std::string& name) {
+  std::string t = name;
+  for (char& c : t)
+    c = std::isalnum(static_cast<unsigned char>(c))
+            ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+            : '_';
+  return t;
+}
+
 }  // namespace kvmesh

@@ -82,6 +82,10 @@ status check_name(const std::string& what, const std::string& name);
 // read as a batch of another's).
 status check_agent_name(const std::string& name);
 
+// `name` as an upper-case token ('_' for anything not a letter or digit):
+// JetStream's stream names and environment variables derived from names.
+std::string upper_token(const std::string& name);
+
 // The agent a message came from: the token after `root` + "." in
 // `subject` (worker_beat_root's, kv_root's); empty when `subject` is not
 // below `root`.
