@@ -305,11 +305,11 @@ using router_actor = caf::typed_actor<
     caf::reacts_to<put_atom, weights_atom, price_config>,
     // Reports auctions, the overload queue and membership.
     caf::replies_to<status_atom>::with<router_status>,
-    // Worker `id` joined (or came back with new handles), with its speed:
-    // the worker (status, drain) and the bidder its auctions go through
-    // (the worker itself in process; its node agent's stand-in over NATS).
-    caf::reacts_to<put_atom, workers_atom, uint32_t, worker_actor, bidder_actor,
-                   double>,
+    // A heartbeat of worker `status.worker`, which joins (or comes back)
+    // with the bidder its auctions go through: its node agent's stand-in
+    // over NATS. A worker heard this way is not pinged: silence alone
+    // counts it out.
+    caf::reacts_to<put_atom, workers_atom, worker_status, bidder_actor>,
     // Worker `id` is gone for good (forgotten): its entry is freed.
     caf::reacts_to<drop_atom, workers_atom, uint32_t>,
     // Asks these index shards who holds a prefix from now on.

@@ -10,6 +10,9 @@
 
 namespace kvmesh {
 
+static_assert(sizeof(router_state::member) <= 64,
+              "a member is made for every id below the highest");
+
 namespace {
 
 using rpointer = router_actor::stateful_pointer<router_state>;
@@ -415,6 +418,7 @@ void send_bids(rpointer self, auction_ptr a,
               if (a->wait != w) return;  // past the deadline
               auto& st = self->state;
               st.bidder_quiet[g].strikes = 0;
+              st.bidder_quiet[g].answered = true;
               ended_call(*a, g);
               // Only workers asked of this bidder, each once: a bidder
               // cannot bid for others.
@@ -430,8 +434,8 @@ void send_bids(rpointer self, auction_ptr a,
                 const auto fault =
                     check_bid(b, n, m.heard ? m.last.speed : 0.0);
                 if (fault != member_fault::none) {
-                  refuse_member(member_message::bid, fault, m.last.agent,
-                                b.worker);
+                  refuse_member(member_message::bid, fault,
+                                st.bidder_agent[m.bidder], b.worker);
                   continue;
                 }
                 a->bids.push_back(b);
@@ -448,6 +452,20 @@ void send_bids(rpointer self, auction_ptr a,
               if (a->unanswered.empty() && end_wait(a, w)) decide(self, a);
             });
   }
+}
+
+// Appends the `n` least loaded of `load` (pairs of load and index into
+// `rest`) to `out`, least loaded first.
+void take_least(std::vector<std::pair<double, uint32_t>>& load, size_t n,
+                const std::vector<uint32_t>& rest, std::vector<uint32_t>& out) {
+  n = std::min(n, load.size());
+  // (The index makes every pair distinct: the same few, in the same order,
+  // as a partial sort, which costs a heap operation per candidate.)
+  if (n < load.size())
+    std::nth_element(load.begin(), load.begin() + n, load.end());
+  std::sort(load.begin(), load.begin() + n);
+  for (size_t k = 0; k < n; ++k)
+    out.push_back(rest[load[k].second]);
 }
 
 // Up to `fanout` candidates: first the holders (deepest first) that are
@@ -485,23 +503,30 @@ std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
               rest.end());
   // Each load once (the last heartbeat plus what this router awarded
   // since), then only the few least loaded in order; equal loads keep the
-  // rotated order.
+  // rotated order. Workers of bidders that never answered a call (a new
+  // agent, or forged heartbeats, which claim to be idle) get one place of
+  // a call (two or more left), and any the others leave empty.
   auto& load = st.pick_load;
+  auto& unproven = st.pick_unproven;
   load.clear();
+  unproven.clear();
   for (uint32_t k = 0; k < rest.size(); ++k) {
     const auto& m = st.members[rest[k]];
-    load.emplace_back(m.last.queued + m.last.reserved + m.since_beat +
+    const bool proven = !st.opt.quiet_silent_bidders ||
+                        st.bidder_quiet[m.bidder].answered;
+    (proven ? load : unproven)
+        .emplace_back(m.last.queued + m.last.reserved + m.since_beat +
                           st.auction->pending(rest[k]),
                       k);
   }
-  const size_t want = std::min(load.size(), fanout - out.size());
-  // (k makes every pair distinct: the same few, in the same order, as a
-  // partial sort, which costs a heap operation per candidate.)
-  if (want < load.size())
-    std::nth_element(load.begin(), load.begin() + want, load.end());
-  std::sort(load.begin(), load.begin() + want);
-  for (size_t k = 0; k < want; ++k)
-    out.push_back(rest[load[k].second]);
+  const size_t want = std::min(rest.size(), fanout - out.size());
+  size_t new_ones = 0;
+  if (!unproven.empty())
+    new_ones = std::min(unproven.size(), load.size() >= want
+                                             ? size_t{want >= 2}
+                                             : want - load.size());
+  take_least(load, want - new_ones, rest, out);
+  take_least(unproven, new_ones, rest, out);
   return out;
 }
 
@@ -522,13 +547,36 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   a->claimers.clear();
   const bool taken = may_be_taken(a->request);
   const auto now = self->clock().now();
+  // Bidders that answered before but sit out now (late under load, say):
+  // asked again when no bidder that ever answered is left, for forged
+  // heartbeats alone would make the auction all silent.
+  auto& sitting_out = st.sitting_out;
+  sitting_out.clear();
+  bool proven = !st.opt.quiet_silent_bidders;
   for (uint32_t i : st.present) {
     const auto& m = st.members[i];
-    if (m.live && !m.last.draining && !m.last.unhealthy &&
-        st.bidder_quiet[m.bidder].until <= now)
+    const auto& q = st.bidder_quiet[m.bidder];
+    const bool able = m.live && !m.last.draining && !m.last.unhealthy;
+    if (able && q.until <= now) {
       eligible.push_back(i);
-    else if (taken)
-      a->claimers.push_back(i);
+      proven = proven || q.answered;
+    } else {
+      if (able && q.answered) sitting_out.push_back(i);
+      if (taken) a->claimers.push_back(i);
+    }
+  }
+  if (!proven && !sitting_out.empty()) {
+    const auto mid = eligible.insert(eligible.end(), sitting_out.begin(),
+                                     sitting_out.end());
+    std::inplace_merge(eligible.begin(), mid, eligible.end());
+    // Not also claimers: each worker is asked once.
+    auto& c = a->claimers;
+    c.erase(std::remove_if(c.begin(), c.end(),
+                           [&](uint32_t i) {
+                             return std::binary_search(sitting_out.begin(),
+                                                       sitting_out.end(), i);
+                           }),
+            c.end());
   }
   if (!eligible.empty() && a->request.redelivered) {
     // Surely handed out before, and rare: skip the index and ask everyone,
@@ -601,21 +649,76 @@ void sweep(rpointer self) {
     self->delayed_send(self, st.opt.deadline_sweep, sweep_atom::value);
 }
 
-// Heartbeats, pulled: a worker that misses missed_beats in a row leaves
-// the auctions until it answers again. Then held requests get another try.
+// Member `id` joins, or comes back with new handles. Workers of one agent
+// share its stand-in: find it, or take the slot of a stand-in no worker
+// uses any more, or add it.
+void admit(router_state& st, uint32_t id, worker_actor w, bidder_actor b) {
+  auto& m = st.members[id];
+  st.opt.workers[id] = std::move(w);
+  if (m.present && m.bidder < st.bidder_users.size())
+    --st.bidder_users[m.bidder];
+  auto it = std::find(st.bidders.begin(), st.bidders.end(), b);
+  if (it == st.bidders.end()) {
+    auto unused = std::find(st.bidder_users.begin(), st.bidder_users.end(),
+                            uint32_t{0});
+    it = st.bidders.begin() + (unused - st.bidder_users.begin());
+    if (it == st.bidders.end()) {
+      st.bidders.push_back(std::move(b));
+      st.bidder_users.push_back(0);
+      st.bidder_quiet.emplace_back();
+      st.bidder_agent.emplace_back();
+      it = st.bidders.end() - 1;
+    } else {
+      *it = std::move(b);
+      st.bidder_quiet[it - st.bidders.begin()] = {};
+    }
+  }
+  m.bidder = static_cast<uint32_t>(it - st.bidders.begin());
+  ++st.bidder_users[m.bidder];
+  if (!m.present)
+    st.present.insert(
+        std::lower_bound(st.present.begin(), st.present.end(), id), id);
+  st.auction->join(id);
+  m.present = true;
+}
+
+// Member `i` was heard: its heartbeat, pushed or answered.
+void heard(router_state& st, uint32_t i, const worker_status& s) {
+  auto& m = st.members[i];
+  m.heard = true;
+  m.live = true;
+  m.missed = 0;
+  m.last = {s.queued, s.reserved, s.speed, s.draining, s.unhealthy};
+  m.since_beat = 0;
+  // Names the sender of what its bidder refuses.
+  auto& agent = st.bidder_agent[m.bidder];
+  if (agent != s.agent) agent = s.agent;
+}
+
+// Liveness. A member whose heartbeats come to the router is out once its
+// last is older than stale_after; one the router holds in process is
+// pinged, and out after missed_beats unanswered pings. Either is back
+// with its next beat or answer. Then held requests get another try.
 void tick(rpointer self) {
   auto& st = self->state;
+  const auto now = self->clock().now();
+  // One line for all: a node that dies takes its workers along.
+  std::string silenced;
+  uint32_t n_silenced = 0;
   for (uint32_t i : st.present) {
+    auto& m = st.members[i];
+    if (m.pushed) {
+      if (m.live && now - m.beat_at > st.opt.stale_after) {
+        m.live = false;
+        if (++n_silenced <= 8)
+          silenced += (n_silenced > 1 ? ", " : "") + std::to_string(i);
+      }
+      continue;
+    }
     self->request(st.opt.workers[i], st.opt.heartbeat, status_atom::value)
         .then(
             [=](const worker_status& s) {
-              auto& m = self->state.members[i];
-              m.heard = true;
-              m.live = true;
-              m.missed = 0;
-              m.last = {s.queued,   s.reserved,  s.speed,
-                        s.draining, s.unhealthy, s.agent};
-              m.since_beat = 0;
+              heard(self->state, i, s);
             },
             [=](caf::error&) {
               auto& m = self->state.members[i];
@@ -623,6 +726,12 @@ void tick(rpointer self) {
                 count_out(self, i, "no heartbeat");
             });
   }
+  if (n_silenced > 8)
+    silenced += " and " + std::to_string(n_silenced - 8) + " more";
+  if (n_silenced > 0)
+    KVMESH_INFO("worker%s %s out of the auctions of router %s (no heartbeat)",
+                n_silenced > 1 ? "s" : "", silenced.c_str(),
+                st.opt.name.c_str());
   auto held = std::move(st.held);
   st.held.clear();
   for (auto& a : held)
@@ -646,6 +755,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
     st.bidders.emplace_back(st.opt.workers[i]);
     st.bidder_users.push_back(st.members[i].present ? 1 : 0);
     st.bidder_quiet.emplace_back();
+    st.bidder_agent.emplace_back();
     if (st.members[i].present) st.present.push_back(static_cast<uint32_t>(i));
   }
   std::random_device rd;
@@ -723,11 +833,11 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         }
         return s;
       },
-      [=](put_atom, workers_atom, uint32_t id, worker_actor w, bidder_actor b,
-          double speed) {
+      [=](put_atom, workers_atom, const worker_status& s, bidder_actor b) {
         auto& st = self->state;
+        const uint32_t id = s.worker;
         // Ids index dense tables: a bound keeps a bad id from growing them.
-        if (id >= max_worker_id || !w || !b || !(speed > 0)) {
+        if (id >= max_worker_id || !b || !(s.speed > 0)) {
           CAF_LOG_WARNING("router ignores worker" << id);
           return;
         }
@@ -738,37 +848,15 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
           absent.present = false;
           st.members.resize(id + 1, absent);
         }
-        st.opt.workers[id] = std::move(w);
-        st.opt.speeds[id] = speed;
         auto& m = st.members[id];
-        // Workers of one agent share its stand-in: find it, or take the
-        // slot of a stand-in no worker uses any more, or add it.
-        if (m.present && m.bidder < st.bidder_users.size())
-          --st.bidder_users[m.bidder];
-        auto it = std::find(st.bidders.begin(), st.bidders.end(), b);
-        if (it == st.bidders.end()) {
-          auto unused = std::find(st.bidder_users.begin(),
-                                  st.bidder_users.end(), uint32_t{0});
-          it = st.bidders.begin() + (unused - st.bidder_users.begin());
-          if (it == st.bidders.end()) {
-            st.bidders.push_back(std::move(b));
-            st.bidder_users.push_back(0);
-            st.bidder_quiet.emplace_back();
-            it = st.bidders.end() - 1;
-          } else {
-            *it = std::move(b);
-            st.bidder_quiet[it - st.bidders.begin()] = {};
-          }
-        }
-        m.bidder = static_cast<uint32_t>(it - st.bidders.begin());
-        ++st.bidder_users[m.bidder];
-        if (!m.present)
-          st.present.insert(
-              std::lower_bound(st.present.begin(), st.present.end(), id), id);
-        st.auction->join(id);
-        m.present = true;
-        m.live = true;
-        m.missed = 0;
+        // Most beats are of a member with the same bidder: nothing to look
+        // up. (No worker handle: it is never pinged.)
+        if (!m.present || st.opt.workers[id] || st.bidders[m.bidder] != b)
+          admit(st, id, worker_actor{}, std::move(b));
+        st.opt.speeds[id] = s.speed;
+        m.pushed = true;
+        m.beat_at = self->clock().now();
+        heard(st, id, s);
       },
       [=](drop_atom, workers_atom, uint32_t id) {
         auto& st = self->state;

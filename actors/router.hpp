@@ -16,8 +16,8 @@ struct router_options {
   // Unique per router (heartbeats, admin); "" in process.
   std::string name;
   // Indexed by worker id; a null handle is an id nobody has (yet). Each is
-  // its own bidder. More join at run time: (put_atom, workers_atom, id,
-  // worker, bidder, speed).
+  // its own bidder. More join at run time with their heartbeats, through
+  // their agents' bidders: (put_atom, workers_atom, status, bidder).
   std::vector<worker_actor> workers;
   std::vector<double> speeds;  // per worker; empty: all 1
   price_config price;
@@ -32,6 +32,9 @@ struct router_options {
   // the auctions until it answers again.
   caf::timespan heartbeat = std::chrono::seconds(1);
   uint32_t missed_beats = 3;
+  // A worker whose heartbeats come to the router (put_atom, workers_atom)
+  // is not pinged: it is out once its last heartbeat is older than this.
+  caf::timespan stale_after = std::chrono::milliseconds(2500);
   // Requests held while the fleet is saturated (price_config::
   // overload_ceiling); past this many, "overloaded".
   size_t max_held = 1024;
@@ -94,26 +97,30 @@ struct auction {
 
 struct router_state {
   static inline const char* name = "router";
+  // Kept by id, and one high id makes a member for every id below it: 64
+  // bytes, the fields ordered so that none pads.
   struct member {
-    bool present = true;  // false: no worker has this id
-    uint32_t bidder = 0;  // index into bidders
-    bool live = true;     // until it misses its beats or an award
-    uint32_t missed = 0;
-    bool heard = false;  // `last` is a heartbeat's, not the default
-    // What the router reads of its last heartbeat. Not the whole
-    // worker_status: members are kept by id, and one high id makes a
-    // member for every id below it.
+    // What the router reads of its last heartbeat, not the whole
+    // worker_status.
     struct beat {
       double queued = 0;
       double reserved = 0;
       double speed = 1;
       bool draining = false;
       bool unhealthy = false;
-      std::string agent;
     } last;
     // Blocks this router awarded it since `last`: heartbeats lag, and
     // without this every pick in between would see the same loads.
     double since_beat = 0;
+    caf::actor_clock::time_point beat_at{};  // its last pushed heartbeat
+    uint32_t bidder = 0;                     // index into bidders
+    uint32_t missed = 0;  // pings unanswered in a row
+    bool present = true;  // false: no worker has this id
+    bool live = true;     // until it misses its beats or an award
+    bool heard = false;   // `last` is a heartbeat's, not the default
+    // Its heartbeats come to the router (put_atom, workers_atom): it is
+    // not pinged, and out once the last is older than stale_after.
+    bool pushed = false;
   };
   router_options opt;
   std::unique_ptr<auctioneer> auction;  // pricing and pending awards
@@ -122,11 +129,15 @@ struct router_state {
   std::vector<bidder_actor> bidders;    // distinct, shared by workers
   std::vector<uint32_t> bidder_users;   // present members per bidder
   // Per bidder: its silences in a row and until when its workers sit out.
+  // And whether it ever answered one: heartbeats alone, which anyone may
+  // forge, do not make a bidder worth a place in every call.
   struct quiet_spell {
     uint32_t strikes = 0;
     caf::actor_clock::time_point until{};
+    bool answered = false;
   };
   std::vector<quiet_spell> bidder_quiet;
+  std::vector<std::string> bidder_agent;  // its agent's name, for logs
   std::deque<std::shared_ptr<kvmesh::auction>> held;     // the overload queue
   std::deque<std::shared_ptr<kvmesh::auction>> waiting;  // for max_inflight
   size_t inflight = 0;
@@ -155,6 +166,8 @@ struct router_state {
   std::vector<uint8_t> pick_mark;                      // per worker
   std::vector<uint32_t> pick_rest;                     // not holders
   std::vector<std::pair<double, uint32_t>> pick_load;  // (load, rest index)
+  std::vector<std::pair<double, uint32_t>> pick_unproven;  // the same
+  std::vector<uint32_t> sitting_out;  // call_for_bids_'s scratch
   // The last decisions' latencies (a ring), for status percentiles.
   static constexpr size_t latency_window = 4096;
   std::vector<float> latency_us;

@@ -226,13 +226,14 @@ expected<uint64_t> forward(nats_bus& bus, const std::string& subject,
                            admission adm) {
   nats_bus* b = &bus;
   // Heartbeats, which liveness lets go missing, wait in libnats' own
-  // queue (before the gate) no longer than the gate would hold them: a
-  // flood of them stays within the gate's bounds twice, not 64 MiB more.
+  // queue (before the gate) for at most a quarter of what the gate holds:
+  // the gate takes them as fast as they come, and a flood of them costs
+  // the gate's bounds and a quarter more, not 64 MiB more.
   // Other feeds keep libnats' queue: their refusals are answered and
   // counted at the gate, and a drop there would be silent.
   std::pair<uint64_t, uint64_t> pending;
   if (adm.gate && adm.kind == feed_kind::heartbeat)
-    pending = {adm.gate->max_messages(), adm.gate->max_bytes()};
+    pending = {adm.gate->max_messages() / 4, adm.gate->max_bytes() / 4};
   return bus.subscribe(
       subject, queue,
       [b, to, adm = std::move(adm)](nats_message m) {

@@ -1,6 +1,7 @@
 // The directory: workers, routers and shards from their heartbeats (each
-// worker and shard a stand-in the ROUTER calls), and the distributed
-// ADMIN's answers: listings, weights set on every router, drains.
+// worker's beats handed to the ROUTER with its agent's stand-in, each shard
+// a stand-in the ROUTER calls), and the distributed ADMIN's answers:
+// listings, weights set on every router, drains.
 #include "cluster/directory.hpp"
 
 #include <algorithm>
@@ -25,7 +26,6 @@ struct directory_state {
   struct worker_entry {
     worker_status last;
     steady::time_point seen;
-    remote_worker_actor proxy;
   };
   struct router_entry {
     router_status last;
@@ -98,32 +98,24 @@ void directory_worker_beat(dir_pointer self, worker_status s,
   if (it == st.workers.end()) {
     it = st.workers.emplace(s.worker, directory_state::worker_entry{}).first;
     ++st.agent_workers[s.agent];
+  } else if (it->second.last.agent != s.agent) {
+    // Moved to another agent (a node restarted under another name, after
+    // its old one fell silent).
+    KVMESH_INFO("worker %u moved from agent '%s' to agent '%s'", s.worker,
+                it->second.last.agent.c_str(), s.agent.c_str());
+    left_agent(st, it->second.last.agent);
+    ++st.agent_workers[s.agent];
   }
+  auto& link = st.links[s.agent];
+  if (!link) link = spawn_agent_link(self->system(), st.box, st.mesh, s.agent);
   auto& e = it->second;
-  if (!e.proxy || e.last.agent != s.agent) {
-    // New, or moved to another agent (a node restarted under another
-    // name, after its old one fell silent): a new stand-in.
-    if (e.proxy) {
-      KVMESH_INFO("worker %u moved from agent '%s' to agent '%s'", s.worker,
-                  e.last.agent.c_str(), s.agent.c_str());
-      self->send_exit(e.proxy, caf::exit_reason::user_shutdown);
-      left_agent(st, e.last.agent);
-      ++st.agent_workers[s.agent];
-    }
-    auto& link = st.links[s.agent];
-    if (!link)
-      link = spawn_agent_link(self->system(), st.box, st.mesh, s.agent);
-    e.proxy = spawn_remote_worker(self->system(), s.worker, link,
-                                  stale_after(st.mesh));
-  }
-  e.last = s;
   e.seen = steady::now();
-  self->send(e.proxy, put_atom::value, s);
-  // Every beat re-announces the worker: a router that counted it out
-  // (silence) takes it back as soon as it is heard again.
-  self->send(st.router, put_atom::value, workers_atom::value, s.worker,
-             caf::actor_cast<worker_actor>(e.proxy),
-             caf::actor_cast<bidder_actor>(st.links[s.agent]), s.speed);
+  e.last = s;
+  // Every beat goes to the ROUTER as it comes: liveness costs one message
+  // a beat, never a ping per member, and a router that counted the worker
+  // out (silence) takes it back as soon as it is heard again.
+  self->send(st.router, put_atom::value, workers_atom::value, std::move(s),
+             caf::actor_cast<bidder_actor>(link));
 }
 
 void directory_router_beat(dir_pointer self, router_status s) {
@@ -144,28 +136,35 @@ void directory_router_beat(dir_pointer self, router_status s) {
 }
 
 // Members silent for forget_after are dropped with all they hold: the
-// ROUTER's entry, the stand-in, the agent's link once it has no worker
-// left. Heard again, a member joins as new.
+// ROUTER's entry, the agent's link once it has no worker left. Heard
+// again, a member joins as new.
 void forget_silent(dir_pointer self) {
   auto& st = self->state;
   const auto before = steady::now() - forget_after(st.mesh);
+  uint32_t gone = 0;
+  std::string first;
   for (auto it = st.workers.begin(); it != st.workers.end();) {
     if (it->second.seen >= before) {
       ++it;
       continue;
     }
-    KVMESH_INFO(
-        "worker %u of agent '%s' forgotten after %lld s of silence", it->first,
-        it->second.last.agent.c_str(),
-        static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
-                                   forget_after(st.mesh))
-                                   .count()));
+    // One line for all: a node that dies takes many workers along.
+    if (gone++ == 0)
+      first = "worker " + std::to_string(it->first) + " of agent '" +
+              it->second.last.agent + "'";
     self->send(st.router, drop_atom::value, workers_atom::value, it->first);
-    if (it->second.proxy)
-      self->send_exit(it->second.proxy, caf::exit_reason::user_shutdown);
     left_agent(st, it->second.last.agent);
     it = st.workers.erase(it);
   }
+  if (gone > 0)
+    KVMESH_INFO("%s%s forgotten after %lld s of silence", first.c_str(),
+                gone == 1 ? ""
+                          : (" and " + std::to_string(gone - 1) + " more")
+                                .c_str(),
+                static_cast<long long>(
+                    std::chrono::duration_cast<std::chrono::seconds>(
+                        forget_after(st.mesh))
+                        .count()));
   for (auto it = st.routers.begin(); it != st.routers.end();)
     it = it->second.seen < before ? st.routers.erase(it) : std::next(it);
 }

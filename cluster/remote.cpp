@@ -108,86 +108,6 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
   };
 }
 
-// -- remote worker ------------------------------------------------------------
-
-struct remote_worker_state {
-  static inline const char* name = "remote_worker";
-  uint32_t id = 0;
-  agent_link_actor link;
-  caf::timespan stale{};
-  worker_status last;
-  steady::time_point seen;
-  bool heard = false;
-};
-
-remote_worker_actor::behavior_type remote_worker(
-    remote_worker_actor::stateful_pointer<remote_worker_state> self,
-    uint32_t id, agent_link_actor link, caf::timespan stale) {
-  self->state.id = id;
-  self->state.link = std::move(link);
-  self->state.stale = stale;
-  return {
-      // Auctions go to the agent's link directly (the router knows it as
-      // this worker's bidder); these serve anyone holding the worker only.
-      [=](bid_atom, call_for_bids& cfb) -> caf::result<bid_list> {
-        cfb.workers.assign(1, self->state.id);
-        return self->delegate(self->state.link, bid_atom::value,
-                              std::move(cfb));
-      },
-      [=](bid_atom, call_for_bids& cfb, const bid_gather_ptr& g) {
-        const size_t place = place_in_call(cfb, self->state.id);
-        cfb.workers.assign(1, self->state.id);
-        self->request(self->state.link, caf::infinite, bid_atom::value,
-                      std::move(cfb))
-            .then(
-                [g, place](const bid_list& l) {
-                  g->put(place, l.bids.empty() ? nullptr : &l.bids[0]);
-                },
-                [g, place](caf::error&) { g->put(place, nullptr); });
-      },
-      [=](award_atom, award_msg& a) -> caf::result<award_reply> {
-        a.worker = self->state.id;
-        return self->delegate(self->state.link, award_atom::value,
-                              std::move(a));
-      },
-      [=](release_atom, release_msg& r) {
-        r.workers.assign(1, self->state.id);
-        self->send(self->state.link, release_atom::value, std::move(r));
-      },
-      [=](withdraw_atom, withdraw_msg& w) -> caf::result<withdraw_reply> {
-        w.worker = self->state.id;
-        return self->delegate(self->state.link, withdraw_atom::value,
-                              std::move(w));
-      },
-      [=](status_atom) -> caf::result<worker_status> {
-        auto& st = self->state;
-        const auto age = steady::now() - st.seen;
-        if (!st.heard || age > st.stale)
-          return caf::make_error(
-              ec::timeout,
-              "no heartbeat from worker " + std::to_string(st.id) + " for " +
-                  std::to_string(
-                      std::chrono::duration_cast<std::chrono::milliseconds>(age)
-                          .count()) +
-                  " ms");
-        return st.last;
-      },
-      [=](put_atom, drain_atom, bool on) {
-        self->send(self->state.link, put_atom::value, drain_atom::value,
-                   self->state.id, on);
-      },
-      // The agent learns the shards itself; steps run at the agent.
-      [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
-      [=](step_atom) {},
-      [=](put_atom, worker_status& s) {
-        auto& st = self->state;
-        st.last = std::move(s);
-        st.seen = steady::now();
-        st.heard = true;
-      },
-  };
-}
-
 // -- remote index shard -------------------------------------------------------
 
 struct remote_shard_state {
@@ -322,12 +242,6 @@ agent_link_actor spawn_agent_link(caf::actor_system& sys,
                                   const mesh_options& mesh,
                                   const std::string& agent) {
   return sys.spawn(agent_link, std::move(box), mesh, agent);
-}
-
-remote_worker_actor spawn_remote_worker(caf::actor_system& sys, uint32_t id,
-                                        agent_link_actor link,
-                                        caf::timespan stale) {
-  return sys.spawn(remote_worker, id, std::move(link), stale);
 }
 
 remote_shard_actor spawn_remote_shard(caf::actor_system& sys,

@@ -24,12 +24,6 @@ using agent_link_actor =
                          caf::reacts_to<sweep_atom>,
                          caf::reacts_to<flush_atom>>;
 
-// A remote WORKER: bids and awards go through its agent's link; its status
-// is its last pushed heartbeat, or an error once that is older than the
-// staleness bound (the router then counts it out).
-using remote_worker_actor =
-    worker_actor::extend<caf::reacts_to<put_atom, worker_status>>;
-
 // A remote INDEX SHARD: KV batches are published, queries are calls; its
 // status is its last heartbeat.
 using remote_shard_actor = index_shard_actor::extend<
@@ -40,10 +34,6 @@ agent_link_actor spawn_agent_link(caf::actor_system& sys,
                                   std::shared_ptr<inbox> box,
                                   const mesh_options& mesh,
                                   const std::string& agent);
-
-remote_worker_actor spawn_remote_worker(caf::actor_system& sys, uint32_t id,
-                                        agent_link_actor link,
-                                        caf::timespan stale);
 
 // `agent`: the node agent whose workers' KV events it publishes (on
 // subjects::kv(shard, agent)); empty in a router process, which only asks.

@@ -30,12 +30,13 @@ router_actor spawn_router(caf::actor_system& sys,
   ro.workers.clear();
   ro.speeds.clear();
   ro.shards.clear();
-  // Liveness comes from the stand-ins (stale heartbeats answer with an
-  // error): one miss is enough, and a tick four times per heartbeat
-  // notices it soon.
+  // Liveness comes from the heartbeats the directory hands on: a worker
+  // is out once its last is stale, which a tick four times per heartbeat
+  // notices soon.
   ro.heartbeat = std::max<caf::timespan>(opt.mesh.heartbeat / 4,
                                          std::chrono::milliseconds(5));
   ro.missed_beats = 1;
+  ro.stale_after = stale_after(opt.mesh);
   ro.quiet_silent_bidders = true;
   return sys.spawn(kvmesh::router, ro);
 }

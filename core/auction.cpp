@@ -19,27 +19,35 @@ auctioneer::auctioneer(size_t workers, uint32_t block_tokens,
 void auctioneer::join(uint32_t worker) {
   if (worker >= pending_.size()) pending_.resize(size_t{worker} + 1, 0);
   if (worker >= ring_of_.size()) ring_of_.resize(size_t{worker} + 1, 0);
-  if (ring_of_[worker] != 0) return;
-  if (!free_rings_.empty()) {
-    ring_of_[worker] = free_rings_.back() + 1;
-    free_rings_.pop_back();
-    return;
-  }
-  ring_of_[worker] =
-      static_cast<uint32_t>(recent_.size() / recent_per_worker) + 1;
-  recent_.resize(recent_.size() + recent_per_worker);
+  if (ring_of_[worker] == 0) ring_of_[worker] = no_ring_yet;
 }
 
 void auctioneer::leave(uint32_t worker) {
-  recent_award* r = ring(worker);
-  if (!r) return;
-  std::fill(r, r + recent_per_worker, recent_award{});
-  free_rings_.push_back(ring_of_[worker] - 1);
+  if (worker >= ring_of_.size()) return;
+  if (recent_award* r = ring(worker)) {
+    std::fill(r, r + recent_per_worker, recent_award{});
+    free_rings_.push_back(ring_of_[worker] - 1);
+  }
   ring_of_[worker] = 0;
 }
 
+auctioneer::recent_award* auctioneer::make_ring(uint32_t w) {
+  if (w >= ring_of_.size() || ring_of_[w] == 0) return nullptr;  // left
+  if (ring_of_[w] == no_ring_yet) {
+    if (!free_rings_.empty()) {
+      ring_of_[w] = free_rings_.back() + 1;
+      free_rings_.pop_back();
+    } else {
+      ring_of_[w] = static_cast<uint32_t>(rings()) + 1;
+      recent_.resize(recent_.size() + recent_per_worker);
+    }
+  }
+  return ring(w);
+}
+
 auctioneer::recent_award* auctioneer::ring(uint32_t w) {
-  if (w >= ring_of_.size() || ring_of_[w] == 0) return nullptr;
+  if (w >= ring_of_.size() || ring_of_[w] == 0 || ring_of_[w] == no_ring_yet)
+    return nullptr;
   return &recent_[size_t{ring_of_[w] - 1} * recent_per_worker];
 }
 
@@ -80,7 +88,7 @@ void auctioneer::confirmed(uint64_t request, uint64_t count) {
   const double read = it->second.read;
   settle(request);
   if (count == unknown_accepted || count == 0) return;
-  recent_award* ring = this->ring(w);
+  recent_award* ring = make_ring(w);
   if (!ring) return;
   // Overwrite the oldest (smallest count) slot.
   size_t oldest = 0;

@@ -45,8 +45,11 @@ class auctioneer {
   uint32_t expected_output_blocks() const;
   // Worker `worker` joined: its id may bid from now on.
   void join(uint32_t worker);
-  // Worker `worker` left: its ring goes to the next worker to join.
+  // Worker `worker` left: its ring goes to the next worker that wins.
   void leave(uint32_t worker);
+  // Rings of recent awards made so far: one per worker that won (and is
+  // still here, or whose ring a later winner took).
+  size_t rings() const { return recent_.size() / recent_per_worker; }
   double pending(uint32_t worker) const { return pending_[worker]; }
   // The queue the awardee of `request` was priced with (its bid's queue
   // plus this router's unconfirmed awards there), or -1.
@@ -71,17 +74,21 @@ class auctioneer {
   // older ones are in every bid's queue by now.
   static constexpr size_t recent_per_worker = 16;
   double confirmed_since(uint32_t worker, uint64_t accepted);
-  // Worker `w`'s ring of recent awards, or null if it never joined.
+  // Worker `w`'s ring of recent awards, or null if it has none.
   recent_award* ring(uint32_t w);
+  // Its ring, made at its first confirmed award; null if it left.
+  recent_award* make_ring(uint32_t w);
 
   price_config price_;
   uint32_t block_tokens_;
   uint64_t rng_;
   std::vector<double> pending_;
   // Ids are sparse (an agent picks its workers' ids below max_worker_id):
-  // a ring is made when its worker joins, so that one high id costs 4
-  // bytes per id below it, not a ring each.
-  std::vector<uint32_t> ring_of_;     // by worker id: 1 + ring index, 0: none
+  // a ring is made when its worker first wins, so that one high id costs 4
+  // bytes per id below it, and a worker that never wins (a forged one)
+  // none.
+  static constexpr uint32_t no_ring_yet = UINT32_MAX;  // joined, never won
+  std::vector<uint32_t> ring_of_;  // by worker id: 1 + ring index, 0: gone
   std::vector<recent_award> recent_;  // recent_per_worker per ring
   std::vector<uint32_t> free_rings_;  // indexes of rings no worker has
   std::unordered_map<uint64_t, open_award> awards_;

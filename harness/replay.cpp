@@ -49,8 +49,7 @@ router_actor::behavior_type tally_router(
       [=](status_atom) -> caf::result<router_status> {
         return self->delegate(self->state.next, status_atom::value);
       },
-      [=](put_atom, workers_atom, uint32_t, worker_actor, bidder_actor,
-          double) {},
+      [=](put_atom, workers_atom, const worker_status&, bidder_actor) {},
       [=](drop_atom, workers_atom, uint32_t) {},
       [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
       [=](tick_atom) {},

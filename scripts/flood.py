@@ -2,7 +2,7 @@
 # server, and publishes forged worker heartbeats. A real heartbeat of the
 # agent "flood" is the template: its worker id (a little-endian uint32 at
 # byte 20 of the Cap'n Proto message) is rewritten for each copy, and with
-# AGENTS > 1 its agent name too (same length: fl000, fl001, ...), on that
+# AGENTS > 1 its agent name too (same length: f0000, f0001, ...), on that
 # name's subject, as a user allowed to publish for any agent could.
 # usage: flood.py wait PORT SECONDS | flood.py beats PORT N [AGENTS]
 import socket
@@ -27,6 +27,15 @@ def connect(port, deadline):
             time.sleep(0.1)
 
 
+def base36(n, width):
+    digits = b"0123456789abcdefghijklmnopqrstuvwxyz"
+    out = b""
+    for _ in range(width):
+        out = digits[n % 36:n % 36 + 1] + out
+        n //= 36
+    return out
+
+
 def beats(port, n, agents):
     s, f = connect(port, time.monotonic() + 10)
     s.settimeout(30)
@@ -46,7 +55,7 @@ def beats(port, n, agents):
     assert at > 0, "no agent name in the heartbeat"
     out = []
     for k in range(n):
-        name = b"flood" if agents == 1 else b"fl%03d" % (k % agents)
+        name = b"flood" if agents == 1 else b"f" + base36(k % agents, 4)
         template[at:at + 5] = name
         struct.pack_into("<I", template, ID_OFFSET, 100 + k % 59000)
         out.append(b"PUB kvmesh.heartbeat.worker.%s %d\r\n%s\r\n"

@@ -50,41 +50,6 @@ TEST_F(agent_node_test,
   EXPECT_EQ(l->bids.size(), 2u);
 }
 
-// A router's stand-in for a remote worker answers a call for bids made with
-// a gather (the form an agent uses with its own workers) through the
-// worker's agent: its bid, in its slot.
-TEST_F(agent_node_test,
-       a_remote_worker_answers_a_gathered_call_through_its_agent) {
-  start_agent("node-a", 0, 4);
-  auto box = inbox::open(bus());
-  ASSERT_TRUE(box) << box.err().message;
-  auto link = spawn_agent_link(*sys_, *box, mesh(), "node-a");
-  auto w = spawn_remote_worker(*sys_, 2, link, std::chrono::seconds(10));
-  auto got = std::make_shared<std::atomic<int>>(0);
-  auto worker = std::make_shared<std::atomic<uint32_t>>(99);
-  auto helper = sys_->spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    auto g = std::make_shared<bid_gather>(
-        1, caf::actor_cast<caf::actor_addr>(self), 41);
-    self->send(caf::actor_cast<caf::actor>(w), bid_atom::value,
-               call_for_bids{request(1, 1, 8), 4.0, {}}, g);
-    return {[=](bid_atom, uint64_t tag) {
-      std::vector<bid> bids;
-      g->collect(bids);
-      if (tag == 41 && bids.size() == 1) *worker = bids[0].worker;
-      ++*got;
-    }};
-  });
-  EXPECT_TRUE(eventually([&] { return got->load() > 0; }, 5000ms));
-  EXPECT_EQ(got->load(), 1);
-  EXPECT_EQ(worker->load(), 2u);
-  caf::scoped_actor waiter{*sys_};
-  for (const caf::actor& a : {caf::actor_cast<caf::actor>(w),
-                              caf::actor_cast<caf::actor>(link), helper}) {
-    waiter->send_exit(a, caf::exit_reason::user_shutdown);
-    waiter->wait_for(a);
-  }
-}
-
 // A Withdraw travels to the agent's worker and back: a worker that never
 // had the award withdraws it, and the award, arriving later, is refused.
 TEST_F(agent_node_test,

@@ -202,11 +202,55 @@ TEST_F(directory_test, a_heartbeat_reusing_a_live_worker_id_is_refused) {
     }
 }
 
-// 30,000 heartbeats of new worker ids (and 2,000 router names) while a
-// steady load runs: past the bounds they are refused and counted, the
-// directory keeps at most limits.max_workers, every request is decided by
-// a real worker, memory stays bounded, and the silent members are
-// forgotten.
+// Publishes 30,000 heartbeats of new worker ids (ids 100 and up, agent
+// names flood-<k % agents>; and every 15th a new router name) while 400
+// requests are routed, the first 40 before the flood begins (a mesh at
+// work is attacked); the requests must be decided by real workers. Each
+// test checks the rest.
+void flood_during_load(nats_bus& flood_bus, nats_bus& client_bus,
+                       uint32_t agents) {
+  route_client client(client_bus);
+  const uint64_t sent = 400, before = 40;
+  for (uint64_t id = 1; id <= before; ++id) {
+    client.send(request(id, id % 20, 8));
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(eventually([&] { return client.decided() == before; }, 30000ms));
+  std::thread flood([&] {
+    for (uint32_t k = 0; k < 30000; ++k) {
+      worker_status s;
+      s.worker = 100 + k;
+      s.agent = "flood-" + std::to_string(k % agents);
+      s.capacity = 512;
+      (void)flood_bus.publish(subjects{}.worker_beat(s.agent), encode(s));
+      if (k % 15 == 0) {
+        router_status r;
+        r.name = "fake-" + std::to_string(k);
+        (void)flood_bus.publish(subjects{}.router_beat(), encode(r));
+      }
+    }
+  });
+  for (uint64_t id = before + 1; id <= sent; ++id) {
+    client.send(request(id, id % 20, 8));
+    std::this_thread::sleep_for(5ms);
+  }
+  flood.join();
+  ASSERT_TRUE(
+      eventually([&] { return client.decided() >= sent * 99 / 100; }, 30000ms))
+      << client.decided() << " of " << sent;
+  for (auto& [w, n] : client.by_worker())
+    EXPECT_LT(w, 8u) << n << " requests went to forged worker " << w;
+}
+
+uint64_t too_many_workers() {
+  return member_refusals(member_message::worker_beat, member_fault::too_many) +
+         member_refusals(member_message::worker_beat,
+                         member_fault::too_many_of_agent);
+}
+
+// The flood under tight bounds: past them heartbeats are refused and
+// counted, the directory keeps at most limits.max_workers, memory stays
+// bounded, and the silent members are forgotten.
 TEST_F(directory_test, a_heartbeat_flood_is_bounded_counted_and_forgotten) {
   wire_limits l;
   l.max_workers = 64;
@@ -217,44 +261,11 @@ TEST_F(directory_test, a_heartbeat_flood_is_bounded_counted_and_forgotten) {
   start_mesh();
   auto& c = bus();
   const size_t idle = rss_bytes();
-  const auto too_many = [] {
-    return member_refusals(member_message::worker_beat,
-                           member_fault::too_many) +
-           member_refusals(member_message::worker_beat,
-                           member_fault::too_many_of_agent);
-  };
-  const auto refused_before = too_many();
+  const auto refused_before = too_many_workers();
   const auto routers_before =
       member_refusals(member_message::router_beat, member_fault::too_many);
-  std::atomic<bool> stop{false};
-  auto& flood_bus = bus();
-  std::thread flood([&] {
-    for (uint32_t k = 0; k < 30000 && !stop; ++k) {
-      worker_status s;
-      s.worker = 100 + k;
-      s.agent = "flood-" + std::to_string(k / 4);
-      s.capacity = 512;
-      (void)flood_bus.publish(subjects{}.worker_beat(s.agent), encode(s));
-      if (k % 15 == 0) {
-        router_status r;
-        r.name = "fake-" + std::to_string(k);
-        (void)flood_bus.publish(subjects{}.router_beat(), encode(r));
-      }
-    }
-  });
-  route_client client(bus());
-  const uint64_t sent = 400;
-  for (uint64_t id = 1; id <= sent; ++id) {
-    client.send(request(id, id % 20, 8));
-    std::this_thread::sleep_for(5ms);
-  }
-  flood.join();
-  ASSERT_TRUE(
-      eventually([&] { return client.decided() >= sent * 99 / 100; }, 30000ms))
-      << client.decided() << " of " << sent;
-  for (auto& [w, n] : client.by_worker())
-    EXPECT_LT(w, 8u) << n << " requests went to forged worker " << w;
-  EXPECT_GT(too_many(), refused_before + 29000);
+  flood_during_load(bus(), bus(), 7500);
+  EXPECT_GT(too_many_workers(), refused_before + 29000);
   EXPECT_GT(
       member_refusals(member_message::router_beat, member_fault::too_many),
       routers_before);
@@ -272,6 +283,18 @@ TEST_F(directory_test, a_heartbeat_flood_is_bounded_counted_and_forgotten) {
       },
       15000ms));
   set_wire_limits(wire_limits{});
+}
+
+// The flood at the default bounds of workers, under 4,096 agent names (a
+// credential that may speak for any agent): 16,384 forged workers are
+// admitted, claim to be idle and never bid, and still take no award and
+// no request's place: the routers prefer bidders that answered before.
+TEST_F(directory_test, forged_workers_that_never_bid_take_no_auctions) {
+  start_mesh();
+  flood_during_load(bus(), bus(), 4096);
+  auto w = admin_request_call(bus(), subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w);
+  EXPECT_GT(w->workers.size(), 1000u);  // the flood reached membership
 }
 
 }  // namespace

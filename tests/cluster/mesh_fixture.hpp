@@ -226,22 +226,31 @@ inline double series_value(const std::string& text, const std::string& series) {
 class route_client {
  public:
   explicit route_client(nats_bus& bus) : bus_(bus) {
-    auto sub = bus_.subscribe("_INBOX.mesh_test.>", "", [this](nats_message m) {
+    // The answers' tally outlives the client: libnats may run the handler
+    // once more after the unsubscribe.
+    auto t = t_;
+    auto sub = bus_.subscribe("_INBOX.mesh_test.>", "", [t](nats_message m) {
       auto d = decode<decision>(m.payload);
-      std::lock_guard<std::mutex> g(mu_);
+      std::lock_guard<std::mutex> g(t->mu);
       if (!d) {
-        ++undecodable_;
+        ++t->undecodable;
         return;
       }
       if (!d->error.empty()) {
-        errors_.push_back(d->error);
+        t->errors.push_back(d->error);
         return;
       }
-      ++decisions_[d->request];
-      ++by_worker_[d->worker];
+      ++t->decisions[d->request];
+      ++t->by_worker[d->worker];
     });
     EXPECT_TRUE(sub);
+    if (sub) sub_ = *sub;
   }
+  ~route_client() {
+    if (sub_) (void)bus_.unsubscribe(sub_);
+  }
+  route_client(const route_client&) = delete;
+  route_client& operator=(const route_client&) = delete;
   void send(const route_request_msg& r) {
     EXPECT_TRUE(bus_.publish(subjects{}.route(), encode(r),
                              "_INBOX.mesh_test." + std::to_string(r.id)));
@@ -257,29 +266,33 @@ class route_client {
     return st ? *st : 0;
   }
   size_t decided() {
-    std::lock_guard<std::mutex> g(mu_);
-    return decisions_.size();
+    std::lock_guard<std::mutex> g(t_->mu);
+    return t_->decisions.size();
   }
   std::map<uint64_t, int> decisions() {
-    std::lock_guard<std::mutex> g(mu_);
-    return decisions_;
+    std::lock_guard<std::mutex> g(t_->mu);
+    return t_->decisions;
   }
   std::map<uint32_t, int> by_worker() {
-    std::lock_guard<std::mutex> g(mu_);
-    return by_worker_;
+    std::lock_guard<std::mutex> g(t_->mu);
+    return t_->by_worker;
   }
   std::vector<std::string> errors() {
-    std::lock_guard<std::mutex> g(mu_);
-    return errors_;
+    std::lock_guard<std::mutex> g(t_->mu);
+    return t_->errors;
   }
 
  private:
+  struct tally {
+    std::mutex mu;
+    std::map<uint64_t, int> decisions;
+    std::map<uint32_t, int> by_worker;
+    std::vector<std::string> errors;
+    int undecodable = 0;
+  };
   nats_bus& bus_;
-  std::mutex mu_;
-  std::map<uint64_t, int> decisions_;
-  std::map<uint32_t, int> by_worker_;
-  std::vector<std::string> errors_;
-  int undecodable_ = 0;
+  std::shared_ptr<tally> t_ = std::make_shared<tally>();
+  uint64_t sub_ = 0;
 };
 
 // A node agent as an attacker (or a broken member) runs one: it beats for

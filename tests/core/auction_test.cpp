@@ -48,16 +48,19 @@ TEST(auction, a_worker_that_left_passes_on_an_empty_ring) {
   auctioneer a(0, 512, price_config{}, 1);
   std::vector<price_breakdown> prices(1);
   a.join(60000);  // a high id alone: no ring for the ids below it
+  a.join(7);
+  EXPECT_EQ(a.rings(), 0u);  // none before a win
   std::vector<bid> one{idle(60000, 0, 5)};
   ASSERT_EQ(a.decide(1, 10, one.data(), 1, prices.data()), 0u);
   a.confirmed(1, 6);
+  EXPECT_EQ(a.rings(), 1u);
   a.leave(60000);
-  // The next worker to join takes the ring, emptied.
-  a.join(7);
+  // The next worker to win takes the ring, emptied.
   std::vector<bid> fresh{idle(7, 0, 5)};
   a.decide(2, 10, fresh.data(), 1, prices.data());
   EXPECT_DOUBLE_EQ(fresh[0].queued, 0.0);
-  a.settle(2);
+  a.confirmed(2, 6);
+  EXPECT_EQ(a.rings(), 1u);
   // A worker that never joined, or left, has no confirmations to add.
   std::vector<bid> gone{idle(60000, 0, 5)};
   a.decide(3, 10, gone.data(), 1, prices.data());
