@@ -649,31 +649,51 @@ void sweep(rpointer self) {
     self->delayed_send(self, st.opt.deadline_sweep, sweep_atom::value);
 }
 
-// Member `id` joins, or comes back with new handles. Workers of one agent
-// share its stand-in: find it, or take the slot of a stand-in no worker
-// uses any more, or add it.
-void admit(router_state& st, uint32_t id, worker_actor w, bidder_actor b) {
-  auto& m = st.members[id];
-  st.opt.workers[id] = std::move(w);
-  if (m.present && m.bidder < st.bidder_users.size())
-    --st.bidder_users[m.bidder];
-  auto it = std::find(st.bidders.begin(), st.bidders.end(), b);
-  if (it == st.bidders.end()) {
-    auto unused = std::find(st.bidder_users.begin(), st.bidder_users.end(),
-                            uint32_t{0});
-    it = st.bidders.begin() + (unused - st.bidder_users.begin());
-    if (it == st.bidders.end()) {
-      st.bidders.push_back(std::move(b));
-      st.bidder_users.push_back(0);
-      st.bidder_quiet.emplace_back();
-      st.bidder_agent.emplace_back();
-      it = st.bidders.end() - 1;
-    } else {
-      *it = std::move(b);
-      st.bidder_quiet[it - st.bidders.begin()] = {};
-    }
+// A present member stops using bidder `g`.
+void unuse(router_state& st, uint32_t g) {
+  if (g < st.bidder_users.size() && --st.bidder_users[g] == 0)
+    ++st.bidders_unused;
+}
+
+// The bidder of `agent`'s workers through `b` (an agent's workers share
+// one, which one call for bids asks for all of them): its slot, or the
+// slot of a bidder no worker uses any more, or a new one.
+uint32_t bidder_slot(router_state& st, bidder_actor b,
+                     const std::string& agent) {
+  if (auto it = st.agent_bidder.find(agent);
+      it != st.agent_bidder.end() && st.bidders[it->second] == b)
+    return it->second;
+  uint32_t g = static_cast<uint32_t>(st.bidders.size());
+  if (st.bidders_unused > 0)
+    g = static_cast<uint32_t>(std::find(st.bidder_users.begin(),
+                                        st.bidder_users.end(), uint32_t{0}) -
+                              st.bidder_users.begin());
+  if (g == st.bidders.size()) {
+    st.bidders.emplace_back();
+    st.bidder_users.push_back(0);
+    st.bidder_quiet.emplace_back();
+    st.bidder_agent.emplace_back();
+  } else {
+    --st.bidders_unused;
+    auto was = st.agent_bidder.find(st.bidder_agent[g]);
+    if (was != st.agent_bidder.end() && was->second == g)
+      st.agent_bidder.erase(was);
+    st.bidder_quiet[g] = {};
   }
-  m.bidder = static_cast<uint32_t>(it - st.bidders.begin());
+  st.bidders[g] = std::move(b);
+  st.bidder_agent[g] = agent;
+  st.agent_bidder[agent] = g;
+  return g;
+}
+
+// Member `id` joins, or comes back with another bidder: `agent`'s through
+// `b`.
+void admit(router_state& st, uint32_t id, bidder_actor b,
+           const std::string& agent) {
+  auto& m = st.members[id];
+  st.opt.workers[id] = nullptr;  // pushed: never pinged
+  if (m.present) unuse(st, m.bidder);
+  m.bidder = bidder_slot(st, std::move(b), agent);
   ++st.bidder_users[m.bidder];
   if (!m.present)
     st.present.insert(
@@ -690,9 +710,10 @@ void heard(router_state& st, uint32_t i, const worker_status& s) {
   m.missed = 0;
   m.last = {s.queued, s.reserved, s.speed, s.draining, s.unhealthy};
   m.since_beat = 0;
-  // Names the sender of what its bidder refuses.
+  // Names the sender of what its bidder refuses (a pushed member's bidder
+  // is its agent's already).
   auto& agent = st.bidder_agent[m.bidder];
-  if (agent != s.agent) agent = s.agent;
+  if (!m.pushed && agent != s.agent) agent = s.agent;
 }
 
 // Liveness. A member whose heartbeats come to the router is out once its
@@ -754,6 +775,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
     st.members[i].bidder = static_cast<uint32_t>(st.bidders.size());
     st.bidders.emplace_back(st.opt.workers[i]);
     st.bidder_users.push_back(st.members[i].present ? 1 : 0);
+    st.bidders_unused += !st.members[i].present;
     st.bidder_quiet.emplace_back();
     st.bidder_agent.emplace_back();
     if (st.members[i].present) st.present.push_back(static_cast<uint32_t>(i));
@@ -850,9 +872,10 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         }
         auto& m = st.members[id];
         // Most beats are of a member with the same bidder: nothing to look
-        // up. (No worker handle: it is never pinged.)
-        if (!m.present || st.opt.workers[id] || st.bidders[m.bidder] != b)
-          admit(st, id, worker_actor{}, std::move(b));
+        // up.
+        if (!m.present || st.opt.workers[id] || st.bidders[m.bidder] != b ||
+            st.bidder_agent[m.bidder] != s.agent)
+          admit(st, id, std::move(b), s.agent);
         st.opt.speeds[id] = s.speed;
         m.pushed = true;
         m.beat_at = self->clock().now();
@@ -864,7 +887,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         // Auctions in flight that asked it end as with a silent bidder
         // (its bidder slot stays until another stand-in takes it).
         auto& m = st.members[id];
-        --st.bidder_users[m.bidder];
+        unuse(st, m.bidder);
         const uint32_t b = m.bidder;
         m = router_state::member{};
         m.present = false;

@@ -3,6 +3,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -126,7 +127,7 @@ struct router_state {
   std::unique_ptr<auctioneer> auction;  // pricing and pending awards
   std::vector<member> members;          // by worker id, up to the highest
   std::vector<uint32_t> present;        // ids of present members, ascending
-  std::vector<bidder_actor> bidders;    // distinct, shared by workers
+  std::vector<bidder_actor> bidders;    // shared by workers
   std::vector<uint32_t> bidder_users;   // present members per bidder
   // Per bidder: its silences in a row and until when its workers sit out.
   // And whether it ever answered one: heartbeats alone, which anyone may
@@ -137,7 +138,11 @@ struct router_state {
     bool answered = false;
   };
   std::vector<quiet_spell> bidder_quiet;
-  std::vector<std::string> bidder_agent;  // its agent's name, for logs
+  std::vector<std::string> bidder_agent;  // its agent's name
+  // The bidder of each agent whose workers' beats are pushed: one slot per
+  // agent, though every agent's bidder is the same links actor.
+  std::unordered_map<std::string, uint32_t> agent_bidder;
+  uint32_t bidders_unused = 0;  // slots of bidder_users 0
   std::deque<std::shared_ptr<kvmesh::auction>> held;     // the overload queue
   std::deque<std::shared_ptr<kvmesh::auction>> waiting;  // for max_inflight
   size_t inflight = 0;

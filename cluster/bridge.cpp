@@ -76,6 +76,13 @@ void batcher::send(nats_bus& bus, receiver& r) {
 
 size_t batcher::flush(nats_bus& bus) {
   sent_ = 0;
+  // A receiver with nothing since the last flush goes: an actor that calls
+  // many (a router's agent links) keeps only those it calls now.
+  receivers_.erase(std::remove_if(receivers_.begin(), receivers_.end(),
+                                  [](const receiver& r) {
+                                    return r.items.empty();
+                                  }),
+                   receivers_.end());
   for (auto& r : receivers_) {
     if (r.bytes <= max_batch_bytes || r.items.size() < 2) {
       send(bus, r);

@@ -1,6 +1,6 @@
 // The directory: workers, routers and shards from their heartbeats (each
-// worker's beats handed to the ROUTER with its agent's stand-in, each shard
-// a stand-in the ROUTER calls), and the distributed ADMIN's answers:
+// worker's beats handed to the ROUTER with the agents' links, each shard a
+// stand-in the ROUTER calls), and the distributed ADMIN's answers:
 // listings, weights set on every router, drains.
 #include "cluster/directory.hpp"
 
@@ -40,7 +40,7 @@ struct directory_state {
   router_actor router;
   pending_calls calls;
   std::map<uint32_t, worker_entry> workers;
-  std::unordered_map<std::string, agent_link_actor> links;
+  agent_links_actor links;  // the bidder of every agent's workers
   std::unordered_map<std::string, uint32_t> agent_workers;  // per agent
   std::map<std::string, router_entry> routers;
   std::map<uint32_t, shard_entry> shards;
@@ -55,16 +55,12 @@ bool fresh(const directory_state& st, steady::time_point seen) {
   return steady::now() - seen <= stale_after(st.mesh);
 }
 
-// A worker of `agent` left the directory; the agent's link goes with its
+// A worker of `agent` left the directory; the agent's count goes with its
 // last worker.
 void left_agent(directory_state& st, const std::string& agent) {
   auto n = st.agent_workers.find(agent);
   if (n == st.agent_workers.end() || --n->second > 0) return;
   st.agent_workers.erase(n);
-  if (auto l = st.links.find(agent); l != st.links.end()) {
-    caf::anon_send_exit(l->second, caf::exit_reason::user_shutdown);
-    st.links.erase(l);
-  }
 }
 
 // A worker's heartbeat, which came on `sender`'s subject (worker_beat):
@@ -95,7 +91,8 @@ void directory_worker_beat(dir_pointer self, worker_status s,
     refuse_member(member_message::worker_beat, fault, s.agent, s.worker);
     return;
   }
-  if (it == st.workers.end()) {
+  const bool joins = it == st.workers.end();
+  if (joins) {
     it = st.workers.emplace(s.worker, directory_state::worker_entry{}).first;
     ++st.agent_workers[s.agent];
   } else if (it->second.last.agent != s.agent) {
@@ -106,8 +103,10 @@ void directory_worker_beat(dir_pointer self, worker_status s,
     left_agent(st, it->second.last.agent);
     ++st.agent_workers[s.agent];
   }
-  auto& link = st.links[s.agent];
-  if (!link) link = spawn_agent_link(self->system(), st.box, st.mesh, s.agent);
+  // The links learn the worker's agent before the ROUTER can call it.
+  if (joins || it->second.last.agent != s.agent)
+    self->send(st.links, put_atom::value, workers_atom::value, s.worker,
+               s.agent);
   auto& e = it->second;
   e.seen = steady::now();
   e.last = s;
@@ -115,7 +114,7 @@ void directory_worker_beat(dir_pointer self, worker_status s,
   // a beat, never a ping per member, and a router that counted the worker
   // out (silence) takes it back as soon as it is heard again.
   self->send(st.router, put_atom::value, workers_atom::value, std::move(s),
-             caf::actor_cast<bidder_actor>(link));
+             caf::actor_cast<bidder_actor>(st.links));
 }
 
 void directory_router_beat(dir_pointer self, router_status s) {
@@ -153,6 +152,7 @@ void forget_silent(dir_pointer self) {
       first = "worker " + std::to_string(it->first) + " of agent '" +
               it->second.last.agent + "'";
     self->send(st.router, drop_atom::value, workers_atom::value, it->first);
+    self->send(st.links, drop_atom::value, workers_atom::value, it->first);
     left_agent(st, it->second.last.agent);
     it = st.workers.erase(it);
   }
@@ -196,6 +196,7 @@ directory_actor::behavior_type directory(dir_pointer self,
   st.mesh = std::move(mesh);
   st.worker_beats = st.mesh.subj.worker_beat_root();
   st.router = std::move(router);
+  st.links = spawn_agent_links(self->system(), box, st.mesh);
   st.calls.attach(std::move(box));
   self->delayed_send(self, st.mesh.heartbeat, tick_atom::value);
   return {

@@ -24,8 +24,8 @@ std::shared_ptr<mailbox_gate> new_gate() {
 
 std::shared_ptr<mailbox_gate> new_heartbeat_gate() {
   const auto l = current_wire_limits();
-  const uint64_t n =
-      std::min(l.max_mailbox_messages, l.max_workers + l.max_routers + 4096);
+  const uint64_t n = std::min(
+      l.max_mailbox_messages, (l.max_workers + l.max_routers) / 4 + 1024);
   return std::make_shared<mailbox_gate>(n,
                                         std::min(l.max_mailbox_bytes, n * 384));
 }

@@ -27,10 +27,12 @@ void answer(nats_bus& bus, const std::string& reply, const bytes& payload);
 
 // A gate for one actor's NATS feeds, by the [limits] in force.
 std::shared_ptr<mailbox_gate> new_gate();
-// A gate for heartbeats: one round of every member the limits admit
-// (workers and routers, and shards), at most 384 bytes each, so that a
-// flood holds megabytes in a mailbox rather than max_mailbox_bytes; a
-// heartbeat refused is a beat missed, which liveness tolerates.
+// A gate for heartbeats: a quarter of a round of every member the limits
+// admit (workers and routers) and 1,024 more (shards, bursts), at most 384
+// bytes each. Beats come spread over a heartbeat, so an honest fleet
+// queues far fewer; a flood holds a few megabytes in a mailbox rather than
+// max_mailbox_bytes, and beats wait a fraction of a heartbeat, not a
+// second. A heartbeat refused is a beat missed, which liveness tolerates.
 std::shared_ptr<mailbox_gate> new_heartbeat_gate();
 
 // A worker is gone once its heartbeat is older than this: half a beat

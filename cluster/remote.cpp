@@ -12,38 +12,68 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-// -- agent link ---------------------------------------------------------------
+// -- agent links --------------------------------------------------------------
 
-struct link_state {
-  static inline const char* name = "agent_link";
+struct links_state {
+  static inline const char* name = "agent_links";
   subjects subj;
-  std::string agent;
-  // The agent's verbs' subjects, built once: every auction uses three.
-  std::string bid, award, release, withdraw;
+  std::unordered_map<uint32_t, std::string> agent_of;  // worker -> agent
+  std::string to;  // the subject of the call at hand, its buffer kept
   caf::timespan timeout{};
   pending_calls calls;
 };
 
-using link_pointer = agent_link_actor::stateful_pointer<link_state>;
+using links_pointer = agent_links_actor::stateful_pointer<links_state>;
 
-agent_link_actor::behavior_type agent_link(link_pointer self,
-                                           std::shared_ptr<inbox> box,
-                                           mesh_options mesh,
-                                           std::string agent) {
+// The subject of `verb` of the agent that holds `worker`; null when no
+// agent does (it left between the ROUTER's call and this).
+const std::string* verb_of(links_state& st, uint32_t worker,
+                           const char* verb) {
+  auto it = st.agent_of.find(worker);
+  if (it == st.agent_of.end()) return nullptr;
+  st.subj.agent_into(st.to, it->second, verb);
+  return &st.to;
+}
+
+caf::error no_agent(uint32_t worker) {
+  return caf::make_error(ec::not_found, "no agent holds worker " +
+                                            std::to_string(worker));
+}
+
+// `payload` to `subject` as a call whose reply decodes as R; errors (none
+// in time, undecodable, the agent's own) go to `rp`.
+template <class R>
+void call_agent(links_pointer self, const std::string& subject, bytes payload,
+                caf::typed_response_promise<R> rp) {
+  auto& st = self->state;
+  st.calls.call(self, subject, std::move(payload), st.timeout,
+                [rp](expected<bytes> reply) mutable {
+                  auto r = reply ? decode<R>(*reply) : expected<R>(reply.err());
+                  if (!r)
+                    rp.deliver(to_caf(r.err()));
+                  else
+                    rp.deliver(std::move(*r));
+                });
+}
+
+agent_links_actor::behavior_type agent_links(links_pointer self,
+                                             std::shared_ptr<inbox> box,
+                                             mesh_options mesh) {
   auto& st = self->state;
   st.subj = mesh.subj;
-  st.agent = std::move(agent);
-  st.bid = st.subj.agent(st.agent, "bid");
-  st.award = st.subj.agent(st.agent, "award");
-  st.release = st.subj.agent(st.agent, "release");
-  st.withdraw = st.subj.agent(st.agent, "withdraw");
   st.timeout = mesh.call_timeout;
   st.calls.attach(std::move(box), true);
   return {
       [=](bid_atom, const call_for_bids& cfb) -> caf::result<bid_list> {
         auto& st = self->state;
+        // The ROUTER asks one agent's workers per call.
+        const auto* to = cfb.workers.empty()
+                             ? nullptr
+                             : verb_of(st, cfb.workers.front(), "bid");
+        if (!to)
+          return no_agent(cfb.workers.empty() ? 0 : cfb.workers.front());
         auto rp = self->make_response_promise<bid_list>();
-        st.calls.call(self, st.bid, encode(cfb), st.timeout,
+        st.calls.call(self, *to, encode(cfb), st.timeout,
                       [rp](expected<bytes> r) mutable {
                         auto bids = r ? decode<bid_list>(*r)
                                       : expected<bid_list>(r.err());
@@ -58,47 +88,30 @@ agent_link_actor::behavior_type agent_link(link_pointer self,
         return rp;
       },
       [=](award_atom, const award_msg& a) -> caf::result<award_reply> {
-        auto& st = self->state;
+        const auto* to = verb_of(self->state, a.worker, "award");
+        if (!to) return no_agent(a.worker);
         auto rp = self->make_response_promise<award_reply>();
-        st.calls.call(self, st.award, encode(a), st.timeout,
-                      [rp](expected<bytes> reply) mutable {
-                        if (!reply) {
-                          rp.deliver(to_caf(reply.err()));
-                          return;
-                        }
-                        auto a = decode<award_reply>(*reply);
-                        if (!a)
-                          rp.deliver(to_caf(a.err()));
-                        else
-                          rp.deliver(std::move(*a));
-                      });
+        call_agent(self, *to, encode(a), rp);
         return rp;
       },
       [=](release_atom, const release_msg& r) {
-        auto& st = self->state;
-        (void)st.calls.publish(self, st.release, encode(r));
+        if (r.workers.empty()) return;
+        if (const auto* to = verb_of(self->state, r.workers.front(), "release"))
+          (void)self->state.calls.publish(self, *to, encode(r));
       },
       [=](withdraw_atom, const withdraw_msg& w) -> caf::result<withdraw_reply> {
-        auto& st = self->state;
+        const auto* to = verb_of(self->state, w.worker, "withdraw");
+        if (!to) return no_agent(w.worker);
         auto rp = self->make_response_promise<withdraw_reply>();
-        st.calls.call(self, st.withdraw, encode(w), st.timeout,
-                      [rp](expected<bytes> reply) mutable {
-                        auto r = reply ? decode<withdraw_reply>(*reply)
-                                       : expected<withdraw_reply>(reply.err());
-                        if (!r)
-                          rp.deliver(to_caf(r.err()));
-                        else
-                          rp.deliver(std::move(*r));
-                      });
+        call_agent(self, *to, encode(w), rp);
         return rp;
       },
-      [=](put_atom, drain_atom, uint32_t w, bool on) {
-        auto& st = self->state;
-        admin_request req;
-        req.worker = w;
-        req.on = on;
-        (void)st.calls.box().bus().publish(st.subj.agent(st.agent, "drain"),
-                                           encode(req));
+      [=](put_atom, workers_atom, uint32_t id, std::string& agent) {
+        auto& held = self->state.agent_of[id];
+        if (held != agent) held = std::move(agent);
+      },
+      [=](drop_atom, workers_atom, uint32_t id) {
+        self->state.agent_of.erase(id);
       },
       [=](reply_atom, uint64_t seq, bytes& payload) {
         self->state.calls.complete(seq, std::move(payload));
@@ -237,11 +250,10 @@ event_publisher_actor::behavior_type event_publisher(
 
 }  // namespace
 
-agent_link_actor spawn_agent_link(caf::actor_system& sys,
-                                  std::shared_ptr<inbox> box,
-                                  const mesh_options& mesh,
-                                  const std::string& agent) {
-  return sys.spawn(agent_link, std::move(box), mesh, agent);
+agent_links_actor spawn_agent_links(caf::actor_system& sys,
+                                    std::shared_ptr<inbox> box,
+                                    const mesh_options& mesh) {
+  return sys.spawn(agent_links, std::move(box), mesh);
 }
 
 remote_shard_actor spawn_remote_shard(caf::actor_system& sys,

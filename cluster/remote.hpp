@@ -16,13 +16,19 @@
 
 namespace kvmesh {
 
-// A node agent as a router process sees it: the bidder for all of the
-// agent's workers, each call one NATS message.
-using agent_link_actor =
-    bidder_actor::extend<caf::reacts_to<put_atom, drain_atom, uint32_t, bool>,
-                         caf::reacts_to<reply_atom, uint64_t, bytes>,
-                         caf::reacts_to<sweep_atom>,
-                         caf::reacts_to<flush_atom>>;
+// Every node agent as a router process sees them: one actor is the bidder
+// for all their workers, each call one NATS message to the agent that holds
+// the call's workers. The directory tells it which agent holds which
+// worker; the ROUTER keeps a bidder of its own per (this actor, agent). One
+// actor, not one per agent: a name costs a map entry, not an actor, so
+// heartbeats under many forged names cannot grow a router by kilobytes each.
+using agent_links_actor = bidder_actor::extend<
+    // Worker `id` is now `agent`'s.
+    caf::reacts_to<put_atom, workers_atom, uint32_t, std::string>,
+    // Worker `id` is gone.
+    caf::reacts_to<drop_atom, workers_atom, uint32_t>,
+    caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>,
+    caf::reacts_to<flush_atom>>;
 
 // A remote INDEX SHARD: KV batches are published, queries are calls; its
 // status is its last heartbeat.
@@ -30,10 +36,9 @@ using remote_shard_actor = index_shard_actor::extend<
     caf::reacts_to<reply_atom, uint64_t, bytes>, caf::reacts_to<sweep_atom>,
     caf::reacts_to<flush_atom>, caf::reacts_to<put_atom, shard_status>>;
 
-agent_link_actor spawn_agent_link(caf::actor_system& sys,
-                                  std::shared_ptr<inbox> box,
-                                  const mesh_options& mesh,
-                                  const std::string& agent);
+agent_links_actor spawn_agent_links(caf::actor_system& sys,
+                                    std::shared_ptr<inbox> box,
+                                    const mesh_options& mesh);
 
 // `agent`: the node agent whose workers' KV events it publishes (on
 // subjects::kv(shard, agent)); empty in a router process, which only asks.

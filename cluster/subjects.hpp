@@ -35,7 +35,15 @@ struct subjects {
   std::string shard_beat() const { return prefix + ".heartbeat.shard"; }
   // A node agent's verbs: bid, award, release, withdraw, drain.
   std::string agent(const std::string& name, const char* verb) const {
-    return prefix + ".agent." + name + "." + verb;
+    std::string out;
+    agent_into(out, name, verb);
+    return out;
+  }
+  // The same into `out`, whose buffer is reused: a router's agent links
+  // build one per call.
+  void agent_into(std::string& out, const std::string& name,
+                  const char* verb) const {
+    out.assign(prefix).append(".agent.").append(name).append(".").append(verb);
   }
   // A router's verbs: weights.get, weights.set.
   std::string router(const std::string& name, const char* verb) const {
