@@ -46,6 +46,7 @@ using query_atom = caf::atom_constant<caf::atom("query")>;
 using drop_atom = caf::atom_constant<caf::atom("drop")>;
 using shards_atom = caf::atom_constant<caf::atom("shards")>;
 using persist_atom = caf::atom_constant<caf::atom("persist")>;
+using answered_atom = caf::atom_constant<caf::atom("answered")>;
 // Expires waits past their deadline (an actor sends it to itself).
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 
@@ -312,6 +313,10 @@ using router_actor = caf::typed_actor<
     caf::reacts_to<put_atom, workers_atom, worker_status, bidder_actor>,
     // Worker `id` is gone for good (forgotten): its entry is freed.
     caf::reacts_to<drop_atom, workers_atom, uint32_t>,
+    // Agent `agent`, whose workers bid through `bidder`, answered a call
+    // over the network (a probe): its workers have earned places in calls
+    // for bids, as if it had answered one.
+    caf::reacts_to<put_atom, answered_atom, bidder_actor, std::string>,
     // Asks these index shards who holds a prefix from now on.
     caf::reacts_to<put_atom, shards_atom, std::vector<index_shard_actor>>,
     // Checks workers' liveness and retries held requests (sent to itself).

@@ -898,6 +898,13 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
             std::lower_bound(st.present.begin(), st.present.end(), id));
         st.auction->leave(id);
       },
+      [=](put_atom, answered_atom, const bidder_actor& b,
+          const std::string& agent) {
+        auto& st = self->state;
+        auto it = st.agent_bidder.find(agent);
+        if (it != st.agent_bidder.end() && st.bidders[it->second] == b)
+          st.bidder_quiet[it->second].answered = true;
+      },
       [=](put_atom, shards_atom, std::vector<index_shard_actor>& shards) {
         self->state.opt.shards = std::move(shards);
       },

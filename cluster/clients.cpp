@@ -76,6 +76,7 @@ remote_router_actor::behavior_type remote_router(
       [=](tick_atom) {},
       [=](put_atom, workers_atom, const worker_status&, bidder_actor) {},
       [=](drop_atom, workers_atom, uint32_t) {},
+      [=](put_atom, answered_atom, const bidder_actor&, const std::string&) {},
       [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
       [=](nats_atom, const std::string&, const std::string&,
           const bytes& payload) {

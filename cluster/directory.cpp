@@ -196,7 +196,7 @@ directory_actor::behavior_type directory(dir_pointer self,
   st.mesh = std::move(mesh);
   st.worker_beats = st.mesh.subj.worker_beat_root();
   st.router = std::move(router);
-  st.links = spawn_agent_links(self->system(), box, st.mesh);
+  st.links = spawn_agent_links(self->system(), box, st.mesh, st.router);
   st.calls.attach(std::move(box));
   self->delayed_send(self, st.mesh.heartbeat, tick_atom::value);
   return {

@@ -17,9 +17,14 @@ using steady = std::chrono::steady_clock;
 struct links_state {
   static inline const char* name = "agent_links";
   subjects subj;
-  std::unordered_map<uint32_t, std::string> agent_of;  // worker -> agent
+  std::unordered_map<uint32_t, std::string> agent_of;    // worker -> agent
+  std::unordered_map<std::string, uint32_t> workers_of;  // agent -> count
   std::string to;  // the subject of the call at hand, its buffer kept
   caf::timespan timeout{};
+  // A probe waits a quarter of a heartbeat: a real agent answers within
+  // a bid deadline, and a flood's unanswered probes are dropped soon.
+  caf::timespan probe_timeout{};
+  router_actor router;  // told which agents answered a probe
   pending_calls calls;
 };
 
@@ -33,6 +38,43 @@ const std::string* verb_of(links_state& st, uint32_t worker,
   if (it == st.agent_of.end()) return nullptr;
   st.subj.agent_into(st.to, it->second, verb);
   return &st.to;
+}
+
+// A call for bids that asks no worker, which a node agent answers at once
+// ("hosts none of them"): whoever answers on the agent's subject is there,
+// which heartbeats, anyone's to forge, do not show. The answer's content
+// does not matter, only that it decodes.
+void probe(links_pointer self, const std::string& agent) {
+  auto& st = self->state;
+  st.subj.agent_into(st.to, agent, "bid");
+  st.calls.call(self, st.to, encode(call_for_bids{}), st.probe_timeout,
+                [self, agent](expected<bytes> r) {
+                  if (r && decode<bid_list>(*r))
+                    self->send(self->state.router, put_atom::value,
+                               answered_atom::value,
+                               caf::actor_cast<bidder_actor>(self), agent);
+                });
+}
+
+// Worker `id` is `agent`'s from now on (empty: no agent's).
+void place(links_pointer self, uint32_t id, std::string agent) {
+  auto& st = self->state;
+  auto it = st.agent_of.find(id);
+  if (it != st.agent_of.end()) {
+    if (it->second == agent) return;
+    auto n = st.workers_of.find(it->second);
+    if (n != st.workers_of.end() && --n->second == 0) st.workers_of.erase(n);
+    if (agent.empty()) {
+      st.agent_of.erase(it);
+      return;
+    }
+    it->second = agent;
+  } else if (agent.empty()) {
+    return;
+  } else {
+    st.agent_of.emplace(id, agent);
+  }
+  if (st.workers_of[agent]++ == 0) probe(self, agent);
 }
 
 caf::error no_agent(uint32_t worker) {
@@ -58,10 +100,13 @@ void call_agent(links_pointer self, const std::string& subject, bytes payload,
 
 agent_links_actor::behavior_type agent_links(links_pointer self,
                                              std::shared_ptr<inbox> box,
-                                             mesh_options mesh) {
+                                             mesh_options mesh,
+                                             router_actor router) {
   auto& st = self->state;
   st.subj = mesh.subj;
   st.timeout = mesh.call_timeout;
+  st.probe_timeout = mesh.heartbeat / 4;
+  st.router = std::move(router);
   st.calls.attach(std::move(box), true);
   return {
       [=](bid_atom, const call_for_bids& cfb) -> caf::result<bid_list> {
@@ -107,12 +152,9 @@ agent_links_actor::behavior_type agent_links(links_pointer self,
         return rp;
       },
       [=](put_atom, workers_atom, uint32_t id, std::string& agent) {
-        auto& held = self->state.agent_of[id];
-        if (held != agent) held = std::move(agent);
+        place(self, id, std::move(agent));
       },
-      [=](drop_atom, workers_atom, uint32_t id) {
-        self->state.agent_of.erase(id);
-      },
+      [=](drop_atom, workers_atom, uint32_t id) { place(self, id, {}); },
       [=](reply_atom, uint64_t seq, bytes& payload) {
         self->state.calls.complete(seq, std::move(payload));
       },
@@ -252,8 +294,9 @@ event_publisher_actor::behavior_type event_publisher(
 
 agent_links_actor spawn_agent_links(caf::actor_system& sys,
                                     std::shared_ptr<inbox> box,
-                                    const mesh_options& mesh) {
-  return sys.spawn(agent_links, std::move(box), mesh);
+                                    const mesh_options& mesh,
+                                    router_actor router) {
+  return sys.spawn(agent_links, std::move(box), mesh, std::move(router));
 }
 
 remote_shard_actor spawn_remote_shard(caf::actor_system& sys,

@@ -22,6 +22,9 @@ namespace kvmesh {
 // worker; the ROUTER keeps a bidder of its own per (this actor, agent). One
 // actor, not one per agent: a name costs a map entry, not an actor, so
 // heartbeats under many forged names cannot grow a router by kilobytes each.
+// An agent's first worker sends the agent a probe, and the ROUTER hears of
+// an answer (put_atom, answered_atom): a router that starts amid forged
+// heartbeats knows the real agents before any auction asks them.
 using agent_links_actor = bidder_actor::extend<
     // Worker `id` is now `agent`'s.
     caf::reacts_to<put_atom, workers_atom, uint32_t, std::string>,
@@ -38,7 +41,8 @@ using remote_shard_actor = index_shard_actor::extend<
 
 agent_links_actor spawn_agent_links(caf::actor_system& sys,
                                     std::shared_ptr<inbox> box,
-                                    const mesh_options& mesh);
+                                    const mesh_options& mesh,
+                                    router_actor router);
 
 // `agent`: the node agent whose workers' KV events it publishes (on
 // subjects::kv(shard, agent)); empty in a router process, which only asks.

@@ -51,6 +51,7 @@ router_actor::behavior_type tally_router(
       },
       [=](put_atom, workers_atom, const worker_status&, bidder_actor) {},
       [=](drop_atom, workers_atom, uint32_t) {},
+      [=](put_atom, answered_atom, const bidder_actor&, const std::string&) {},
       [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
       [=](tick_atom) {},
       [=](sweep_atom) {},

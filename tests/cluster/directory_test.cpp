@@ -297,5 +297,86 @@ TEST_F(directory_test, forged_workers_that_never_bid_take_no_auctions) {
   EXPECT_GT(w->workers.size(), 1000u);  // the flood reached membership
 }
 
+// A router that hears 12,288 forged idle workers (ids below the real
+// agent's, which equal loads take turns in first) has seen no agent answer
+// a call: it probes each agent as it hears of it, so the real
+// agent, which answers, takes the places of its calls from the first
+// request on, before the forged ones at the front of the turn order. The
+// requests' prefixes are new, so the index names no holder to lead it to
+// the real workers.
+TEST_F(directory_test, a_router_that_hears_a_flood_first_finds_the_real_agent) {
+  start_shard(0, 2);
+  start_shard(1, 2);
+  // Under the cap on workers in all (limits.max_workers), which would
+  // refuse the real ones.
+  const uint32_t forged = 12288;
+  // The forged agents listen for calls and never answer, so that each
+  // call to one waits out the bid deadline (an unheard subject would fail
+  // it at once: NATS reports no responders).
+  auto& flood_bus = bus();
+  std::vector<uint64_t> silent;
+  for (uint32_t a = 0; a < 3072; ++a) {
+    auto sub = flood_bus.subscribe(
+        subjects{}.agent("flood-" + std::to_string(a), "bid"), "",
+        [](nats_message) {});
+    ASSERT_TRUE(sub);
+    silent.push_back(*sub);
+  }
+  std::atomic<bool> stop{false};
+  std::thread flood([&] {
+    while (!stop) {
+      for (uint32_t k = 0; k < forged && !stop; ++k) {
+        worker_status s;
+        s.worker = k;
+        s.agent = "flood-" + std::to_string(k % 3072);
+        s.capacity = 512;
+        (void)flood_bus.publish(subjects{}.worker_beat(s.agent), encode(s));
+      }
+      std::this_thread::sleep_for(beat / 2);
+    }
+  });
+  struct stopper {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~stopper() {
+      stop = true;
+      t.join();
+    }
+  } stops{stop, flood};
+  start_router("late");
+  caf::scoped_actor self{*sys_};
+  auto live = [&] {
+    uint64_t n = 0;
+    self->request(routers_.back()->router(), 1s, status_atom::value)
+        .receive([&](const router_status& s) { n = s.live_workers; },
+                 [](caf::error&) {});
+    return n;
+  };
+  ASSERT_TRUE(eventually([&] { return live() >= forged; }, 30000ms));
+  // Above the forged ids, which equal loads take turns in first.
+  start_agent("node-a", 20000, 4);
+  ASSERT_TRUE(eventually([&] { return live() >= forged + 4; }, 30000ms));
+  route_client client(bus());
+  const uint64_t sent = 100;
+  for (uint64_t id = 1; id <= sent; ++id) {
+    client.send(request(id, 1000 + id, 8));
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(
+      eventually([&] { return client.decided() >= sent * 99 / 100; }, 30000ms))
+      << client.decided() << " of " << sent;
+  for (auto& [w, n] : client.by_worker())
+    EXPECT_GE(w, 20000u) << n << " requests went to forged worker " << w;
+  // The real agent had its places from the first call: no call went to
+  // forged agents alone, to be run again for want of bids.
+  router_status rs;
+  self->request(routers_.back()->router(), 1s, status_atom::value)
+      .receive([&](const router_status& s) { rs = s; },
+               [](caf::error& e) { ADD_FAILURE() << to_string(e); });
+  EXPECT_LE(rs.reauctions_no_bids, sent / 100)
+      << rs.reauctions << " auctions run again";
+  for (uint64_t sub : silent) (void)flood_bus.unsubscribe(sub);
+}
+
 }  // namespace
 }  // namespace kvmesh::test
