@@ -3,8 +3,10 @@
 # agent "flood" is the template: its worker id (a little-endian uint32 at
 # byte 20 of the Cap'n Proto message) is rewritten for each copy, and with
 # AGENTS > 1 its agent name too (same length: f0000, f0001, ...), on that
-# name's subject, as a user allowed to publish for any agent could.
-# usage: flood.py wait PORT SECONDS | flood.py beats PORT N [AGENTS]
+# name's subject, as a user allowed to publish for any agent could. With
+# SECONDS, the same N beats go again every second for that long, so that
+# the forged workers stay as live as real ones.
+# usage: flood.py wait PORT SECONDS | flood.py beats PORT N [AGENTS [SECONDS]]
 import socket
 import struct
 import sys
@@ -36,7 +38,7 @@ def base36(n, width):
     return out
 
 
-def beats(port, n, agents):
+def beats(port, n, agents, seconds=0):
     s, f = connect(port, time.monotonic() + 10)
     s.settimeout(30)
     s.sendall(b"SUB kvmesh.heartbeat.worker.flood 1\r\nPING\r\n")
@@ -53,19 +55,30 @@ def beats(port, n, agents):
     s.sendall(b"UNSUB 1\r\n")
     at = bytes(template).find(b"flood")
     assert at > 0, "no agent name in the heartbeat"
-    out = []
+    msgs = []
     for k in range(n):
         name = b"flood" if agents == 1 else b"f" + base36(k % agents, 4)
         template[at:at + 5] = name
         struct.pack_into("<I", template, ID_OFFSET, 100 + k % 59000)
-        out.append(b"PUB kvmesh.heartbeat.worker.%s %d\r\n%s\r\n"
-                   % (name, len(template), bytes(template)))
-        if len(out) == 500:
-            s.sendall(b"".join(out))
-            out = []
-    s.sendall(b"".join(out) + b"PING\r\n")
-    while not f.readline().startswith(b"PONG"):
-        pass
+        msgs.append(b"PUB kvmesh.heartbeat.worker.%s %d\r\n%s\r\n"
+                    % (name, len(template), bytes(template)))
+    chunks = [b"".join(msgs[i:i + 500]) for i in range(0, n, 500)]
+    start = time.monotonic()
+    rounds = 0
+    while True:
+        for c in chunks:
+            s.sendall(c)
+        s.sendall(b"PING\r\n")
+        while True:
+            line = f.readline()
+            if line.startswith(b"PING"):
+                s.sendall(b"PONG\r\n")
+            if line.startswith(b"PONG"):
+                break
+        rounds += 1
+        if rounds >= seconds:
+            break
+        time.sleep(max(0.0, start + rounds - time.monotonic()))
 
 
 if __name__ == "__main__":
@@ -75,6 +88,7 @@ if __name__ == "__main__":
         s.close()
     elif mode == "beats":
         beats(port, int(sys.argv[3]),
-              int(sys.argv[4]) if len(sys.argv) > 4 else 1)
+              int(sys.argv[4]) if len(sys.argv) > 4 else 1,
+              float(sys.argv[5]) if len(sys.argv) > 5 else 0)
     else:
         sys.exit("flood.py: mode is wait or beats")
