@@ -63,8 +63,8 @@ void publish_changes(epointer self) {
       size_t stored = 0;
       for (const cache_event& e : st.kv_out[i])
         stored += e.kind == cache_event::stored;
-      m->kv_events[0]->inc(static_cast<double>(stored));
-      m->kv_events[1]->inc(static_cast<double>(st.kv_out[i].size() - stored));
+      m->kv_events[0]->Increment(static_cast<double>(stored));
+      m->kv_events[1]->Increment(static_cast<double>(st.kv_out[i].size() - stored));
     }
     // A copy of exactly its size travels; the buffer keeps its capacity,
     // so that the next batch does not grow it again from nothing.
@@ -151,12 +151,12 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
                          : r.reason == "withdrawn"
                              ? worker_meters::withdrawn
                              : worker_meters::engine_refused;
-          m->awards[x]->inc();
+          m->awards[x]->Increment();
           if (r.accepted) {
-            m->prompt_blocks->inc(static_cast<double>(a.request.blocks.size()));
-            m->hit_blocks[0]->inc(held.gpu);
-            m->hit_blocks[1]->inc(held.host);
-            m->hit_blocks[2]->inc(held.disk);
+            m->prompt_blocks->Increment(static_cast<double>(a.request.blocks.size()));
+            m->hit_blocks[0]->Increment(held.gpu);
+            m->hit_blocks[1]->Increment(held.host);
+            m->hit_blocks[2]->Increment(held.disk);
           }
         }
         return r;

@@ -600,6 +600,11 @@ void call_for_bids_(rpointer self, auction_ptr a) {
     send_bids(self, a, eligible);
     return;
   }
+  if (a->request.blocks.empty()) {
+    // A prompt shorter than one block: no holder to ask about.
+    send_bids(self, a, pick(self, eligible, {}));
+    return;
+  }
   // Too many to ask them all: ask the shard of the chain's first block who
   // holds the prefix. Without its answer by the deadline, the least loaded
   // alone (the sweep).
@@ -788,10 +793,12 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         auto& st = self->state;
         if (st.present.empty())
           return caf::make_error(ec::not_found, "router has no workers");
-        if (r.blocks.empty() || r.input_tokens == 0)
+        // No blocks is a prompt shorter than one: no reuse to price, but
+        // queue and occupancy still decide.
+        if (r.input_tokens == 0)
           return caf::make_error(
               ec::empty_input,
-              "request " + std::to_string(r.id) + " has no prompt blocks");
+              "request " + std::to_string(r.id) + " has no prompt tokens");
         // Turned away before a promise exists: once one does, it owns the
         // response and an error returned here would not reach the client.
         const bool wait = st.inflight >= st.opt.max_inflight;

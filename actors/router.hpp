@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/block_hash.hpp"
 #include "actors/actors.hpp"
 #include "core/auction.hpp"
 #include "messages/limits.hpp"
@@ -27,7 +28,7 @@ struct router_options {
   // wait each time, up to a heartbeat) before the request goes elsewhere.
   caf::timespan award_deadline = std::chrono::milliseconds(50);
   uint32_t max_auctions = 8;    // auctions per request, refusals included
-  uint32_t block_tokens = 512;  // for the output-length estimate
+  uint32_t block_tokens = default_block_tokens;  // for the output-length estimate
   uint64_t seed = 1;
   // Liveness: a worker that misses this many heartbeats in a row is out of
   // the auctions until it answers again.

@@ -161,8 +161,8 @@ void finish_step(wpointer self) {
       size_t stored = 0;
       for (const cache_event& e : st.kv_out[i])
         stored += e.kind == cache_event::stored;
-      st.meters->kv_events[0]->inc(static_cast<double>(stored));
-      st.meters->kv_events[1]->inc(
+      st.meters->kv_events[0]->Increment(static_cast<double>(stored));
+      st.meters->kv_events[1]->Increment(
           static_cast<double>(st.kv_out[i].size() - stored));
     }
     // A copy of exactly its size travels; the buffer keeps its capacity,
@@ -278,7 +278,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         const double expected = a.expected_queued;
         const worker_meters* m = st.meters.get();
         auto count = [m](worker_meters::award_result x) {
-          if (m) m->awards[x]->inc();
+          if (m) m->awards[x]->Increment();
         };
         // Withdrawn before it came (its router gave up on this worker
         // and the request went elsewhere): taking it would run it twice.
@@ -318,10 +318,10 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         st.last_price = a.price;
         if (m) {
           count(worker_meters::accepted);
-          m->prompt_blocks->inc(n);
-          m->hit_blocks[0]->inc(held.gpu);
-          m->hit_blocks[1]->inc(held.host);
-          m->hit_blocks[2]->inc(held.disk);
+          m->prompt_blocks->Increment(n);
+          m->hit_blocks[0]->Increment(held.gpu);
+          m->hit_blocks[1]->Increment(held.host);
+          m->hit_blocks[2]->Increment(held.disk);
         }
         remember_taken(st, r, st.ledger->accepted());
         kick(self);

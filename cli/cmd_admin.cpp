@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/mesh_flags.hpp"
+#include "core/block_hash.hpp"
 #include "cli/report.hpp"
 #include "core/pricing.hpp"
 
@@ -21,66 +22,19 @@ struct admin_flags {
   uint32_t timeout_ms = default_timeout_ms;
   std::string verb;  // the subject's verb (subjects::admin)
   uint32_t worker = 0;
-  uint32_t block_tokens = 0;
+  uint32_t block_tokens = default_block_tokens;
   std::string tokens;
   price_config weights;  // weights set: the values given
   std::vector<std::pair<CLI::Option*, double price_config::*>> weight_opts;
 };
 
-// A price for JSON: null when there is none (NaN, which JSON lacks).
-json price_json(double price) {
-  return std::isnan(price) ? json(nullptr) : json(price);
-}
-
-const char* state_of(const worker_status& w) {
-  return w.gone        ? "gone"
-         : w.draining  ? "draining"
-         : w.unhealthy ? "unhealthy"
-                       : "live";
-}
-
 // The answer to verb `v` as `--json` prints it.
 json admin_json(const std::string& v, const admin_reply& r) {
   json out;
   if (v == "workers") {
-    json list = json::array();
-    for (const auto& w : r.workers)
-      list.push_back({{"id", w.worker},
-                      {"state", state_of(w)},
-                      {"gpu_blocks", w.gpu_blocks},
-                      {"host_blocks", w.host_blocks},
-                      {"disk_blocks", w.disk_blocks},
-                      {"queued_blocks", w.queued},
-                      {"active_blocks", w.active},
-                      {"capacity_blocks", w.capacity},
-                      {"speed", w.speed},
-                      {"endpoint", w.endpoint},
-                      {"host_capacity_blocks", w.host_capacity},
-                      {"disk_capacity_blocks", w.disk_capacity},
-                      {"awards", w.awards},
-                      {"last_price", price_json(w.last_price)}});
-    out = {{"workers", list}};
+    out = {{"workers", workers_json(r.workers)}};
   } else if (v == "routers") {
-    json list = json::array();
-    for (const auto& x : r.routers)
-      list.push_back({{"name", x.name},
-                      {"decisions", x.decisions},
-                      {"reauctions", x.reauctions},
-                      {"held", x.held},
-                      {"overloaded", x.overloaded},
-                      {"live_workers", x.live_workers},
-                      {"workers", x.workers},
-                      {"auction_p50_us", x.auction_p50_us},
-                      {"auction_p99_us", x.auction_p99_us},
-                      {"nats_in", x.nats_in},
-                      {"nats_out", x.nats_out},
-                      {"text_requests", x.text_requests},
-                      {"block_mismatches", x.block_mismatches},
-                      {"reauctions_by_cause", reauctions_by_cause(x)},
-                      {"rounds", x.rounds},
-                      {"bids", x.bids},
-                      {"runner_up_awards", x.runner_up_awards}});
-    out = {{"routers", list}};
+    out = {{"routers", routers_json(r.routers)}};
   } else if (v == "shards") {
     json list = json::array();
     for (const auto& s : r.shards)
@@ -130,7 +84,7 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                     "reserved", "active", "capacity", "waiting", "running",
                     "completed", "awards", "last_price", "speed", "endpoint"});
     for (const auto& w : r.workers)
-      rows.push_back({std::to_string(w.worker), state_of(w), w.agent,
+      rows.push_back({std::to_string(w.worker), worker_state(w), w.agent,
                       std::to_string(w.gpu_blocks),
                       std::to_string(w.host_blocks),
                       std::to_string(w.disk_blocks), fixed(w.queued, 1),
@@ -208,6 +162,11 @@ int run_admin(const admin_flags& f) {
     if (!tokens) return usage_error(cmd, tokens.err().message);
     auto chain = token_chain(*tokens, f.block_tokens, "");
     if (!chain) return usage_error(cmd, chain.err().message);
+    if (chain->empty())
+      return usage_error(cmd, "--tokens: " + std::to_string(tokens->size()) +
+                                  " tokens make no full block of " +
+                                  std::to_string(f.block_tokens) +
+                                  " (--block-tokens): no prefix to look up");
     req.chain = std::move(*chain);
   } else if (f.verb == "drain" || f.verb == "undrain") {
     req.worker = f.worker;
@@ -283,8 +242,8 @@ void add_admin(CLI::App& app, std::function<int()>& run) {
   prefix
       ->add_option("--block-tokens", f->block_tokens,
                    "tokens per block, as the mesh's workers have it")
-      ->required()
-      ->check(positive);
+      ->check(positive)
+      ->capture_default_str();
   prefix->add_option("--tokens", f->tokens, "the prompt's token ids: 1,2,3")
       ->required();
   auto* weights =

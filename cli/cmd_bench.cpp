@@ -22,6 +22,7 @@
 
 #include "cli/bench_view.hpp"
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/config.hpp"
 #include "cli/html_report.hpp"
 #include "cli/report.hpp"
@@ -592,20 +593,20 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
       cmd->add_option("--fanout", o->fanout,
                       "above this many workers, bids come from the index's "
                       "holders plus the least loaded (throughput default 16)")
-          ->check(CLI::PositiveNumber)
+          ->check(positive)
           ->capture_default_str();
   cmd->add_option("--shards", o->shards, "index shard processes")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--agents", o->agents,
                   "node agent processes; the workers are split evenly")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   o->time_scale_opt =
       cmd->add_option("--time-scale", o->time_scale,
                       "run arrivals and engines X times faster than real "
                       "time (throughput default 1000)")
-          ->check(CLI::PositiveNumber)
+          ->check(positive)
           ->capture_default_str();
   cmd->add_option("--nats", o->nats,
                   "use this NATS server; default: start nats-server on a "
@@ -623,7 +624,7 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
                   "removed at exit)");
   cmd->add_option("--heartbeat-ms", o->heartbeat_ms,
                   "heartbeat period of agents, routers and shards")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--threads", o->threads,
                   "threads running each started process's actors, and the "
@@ -634,17 +635,17 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--timeout", o->timeout_s,
                   "give up the run after X s (default: the trace's length "
                   "at this speed x 1.5 + 120 s; throughput 600 s)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive);
   cmd->add_option("--json", o->json_path, "also write the results as JSON");
   cmd->add_option("--baseline-samples", o->baseline_samples,
                   "round trips of each raw NATS baseline (those paced at "
                   "the run's rate: at most 15 s of them, at least 100)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   o->trace_only = {
       cmd->add_option("--trace", o->trace, "JSONL trace (Mooncake format)"),
       cmd->add_option("--limit", o->limit, "replay only the first N requests")
-          ->check(CLI::PositiveNumber),
+          ->check(positive),
       cmd->add_option("--report", o->report_path,
                       "also write an HTML page of charts here "
                       "(self-contained); its queued-work chart has a sample "
@@ -652,13 +653,13 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
   o->throughput_only = {
       cmd->add_option("--rate", o->rate,
                       "at most R requests per second (default: no cap)")
-          ->check(CLI::PositiveNumber),
+          ->check(positive),
       cmd->add_option("--requests", o->requests, "requests to send")
-          ->check(CLI::PositiveNumber)
+          ->check(positive)
           ->capture_default_str(),
       cmd->add_option("--outstanding", o->outstanding,
                       "requests in flight at most")
-          ->check(CLI::PositiveNumber)
+          ->check(positive)
           ->capture_default_str()};
   cmd->footer(
       "Exit status: 0 measured, 1 the mesh failed or lost requests, 2 bad "

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "core/block_hash.hpp"
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "core/engine.hpp"
 #include "core/sim.hpp"
 #include "core/trace.hpp"
@@ -79,7 +81,7 @@ int run_engine(engine_options opt) {
 
 void add_engine(CLI::App& app, std::function<int()>& run) {
   auto opt = std::make_shared<engine_options>();
-  opt->engine.block_tokens = 512;
+  opt->engine.block_tokens = default_block_tokens;
   // An 80 GB GPU serving an 8B-class model keeps about 500k tokens of KV:
   // ~1000 blocks of 512 tokens; host memory and disk hold 4x and 16x that.
   opt->engine.cache = {1024, 4096, 16384};
@@ -90,15 +92,15 @@ void add_engine(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--requests", opt->requests, "replay the first N (0: all)")
       ->capture_default_str();
   cmd->add_option("--speedup", opt->speedup, "divide arrival times by X")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--block-tokens", opt->engine.block_tokens,
                   "tokens per KV block")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--gpu-blocks", opt->engine.cache.gpu_blocks,
                   "GPU KV capacity in blocks")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--host-blocks", opt->engine.cache.host_blocks,
                   "host-memory tier in blocks (0: none)")
@@ -107,11 +109,11 @@ void add_engine(CLI::App& app, std::function<int()>& run) {
                   "disk tier in blocks (0: none)")
       ->capture_default_str();
   cmd->add_option("--speed", opt->engine.speed, "GPU speed factor")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--model-factor", opt->engine.model_factor,
                   "scales every step time")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->callback([opt, &run] { run = [opt] { return run_engine(*opt); }; });
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "core/block_hash.hpp"
 
 namespace kvmesh::cli {
@@ -12,7 +13,7 @@ namespace kvmesh::cli {
 namespace {
 
 struct hash_options {
-  uint32_t block_tokens = 0;
+  uint32_t block_tokens = default_block_tokens;
   std::string tokens;
   std::string salt;
 };
@@ -44,8 +45,8 @@ void add_hash(CLI::App& app, std::function<int()>& run) {
   auto* cmd = app.add_subcommand(
       "hash", "print each full block's local and sequence hash (Dynamo's)");
   cmd->add_option("--block-tokens", opt->block_tokens, "tokens per block")
-      ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(positive)
+      ->capture_default_str();
   cmd->add_option("--tokens", opt->tokens, "token ids, comma-separated")
       ->required();
   cmd->add_option("--salt", opt->salt, "salt or LoRA name (changes the seed)");

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "cluster/mesh.hpp"
 #include "cluster/nats.hpp"
 #include "core/log.hpp"

@@ -21,7 +21,7 @@ struct route_flags {
   uint64_t request_id = 0;
   CLI::Option* request_id_opt = nullptr;
   uint32_t timeout_ms = default_timeout_ms;
-  uint32_t block_tokens = 0;
+  uint32_t block_tokens = default_block_tokens;
   std::string tokens;
   std::string text;
   CLI::Option* tokens_opt = nullptr;
@@ -117,14 +117,8 @@ int run_route(const route_flags& f) {
   if (f.text_opt->count() > 0) {
     // No tokenizer here: the text's bytes in chunks stand for its blocks.
     auto chain = hash_text_blocks(f.text, f.block_tokens);
+    if (f.text.empty()) return usage_error(cmd, "--text is empty");
     if (!chain) return usage_error(cmd, "--text: " + chain.err().message);
-    if (chain->empty())
-      return usage_error(
-          cmd, "--text: " + std::to_string(f.text.size()) +
-                   " bytes make no full block of " +
-                   std::to_string(f.block_tokens * text_bytes_per_token) +
-                   " bytes (--block-tokens x " +
-                   std::to_string(text_bytes_per_token) + ")");
     KVMESH_WARN(
         "--text is hashed in chunks of %u bytes, not tokens: the blocks are "
         "approximate and match no engine's cache",
@@ -178,8 +172,8 @@ void add_route(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   cmd->add_option("--block-tokens", f->block_tokens,
                   "tokens per block, as the mesh's workers have it")
-      ->required()
-      ->check(positive);
+      ->check(positive)
+      ->capture_default_str();
   f->tokens_opt =
       cmd->add_option("--tokens", f->tokens, "the prompt's token ids: 1,2,3");
   f->text_opt = cmd->add_option(

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/html_report.hpp"
 #include "cli/report.hpp"
 #include "core/sim.hpp"
@@ -199,13 +200,13 @@ int run_sim(sim_options o) {
 
 void add_fleet_options(CLI::App& cmd, sim_config& cfg) {
   cmd.add_option("--workers", cfg.workers, "simulated GPUs (WORKERs)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd.add_option("--routers", cfg.routers, "router replicas")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd.add_option("--gpu-blocks", cfg.gpu_blocks, "GPU KV blocks per worker")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd.add_option("--host-blocks", cfg.host_blocks,
                  "host-memory blocks per worker (0: no tier)")
@@ -215,11 +216,11 @@ void add_fleet_options(CLI::App& cmd, sim_config& cfg) {
       ->capture_default_str();
   cmd.add_option("--block-tokens", cfg.block_tokens,
                  "tokens per block (512 for Mooncake traces)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd.add_option("--speedup", cfg.speedup,
                  "compress arrivals: divide arrival times by X")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd.add_option("--seed", cfg.seed, "random seed")->capture_default_str();
 }
@@ -235,38 +236,38 @@ void add_sim(CLI::App& app, std::function<int()>& run) {
                   "speed factor per worker, comma-separated (default all 1)");
   cmd->add_option("--model-factor", o->cfg.model_factor,
                   "scale every engine step time by X")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--state-delay-ms", o->cfg.state_delay_ms,
                   "delay of KV events and load reports to routers")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str();
   cmd->add_option("--auction-ms", o->cfg.auction_ms,
                   "kvmesh: time from call for bids to award")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str();
   cmd->add_option("--refuse-growth", o->cfg.refuse_growth,
                   "kvmesh: a worker refuses an award when its queue grew by "
                   "more than X request sizes beyond what the router priced "
                   "(0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str();
   cmd->add_option("--max-auctions", o->cfg.max_auctions,
                   "kvmesh: auctions per request at most (refusals re-auction)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--policy", o->policies, "comma-separated policies, or all")
       ->capture_default_str();
   auto& price = o->cfg.price;
   cmd->add_option("--beta", price.beta, "kvmesh: weight of occupancy")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str();
   cmd->add_option("--k", price.k, "kvmesh: GPU credit decay with excess queue")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str();
   cmd->add_option("--overflow", price.overflow,
                   "kvmesh: price per block beyond capacity")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str();
   cmd->add_option("--json", o->json_path, "also write results as JSON here");
   cmd->add_option("--report", o->report_path,

@@ -20,6 +20,7 @@
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/config.hpp"
 #include "cli/report.hpp"
 #include "core/log.hpp"
@@ -366,7 +367,7 @@ void add_up(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--fanout", o->fanout,
                   "above this many workers, bids come from the index's "
                   "holders plus the least loaded")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--shards", o->shards, "INDEX SHARD actors (processes)")
       ->capture_default_str();
@@ -379,13 +380,13 @@ void add_up(CLI::App& app, std::function<int()>& run) {
                       "replay this JSONL trace, then exit (--embedded)"),
       cmd->add_option("--timeout", o->timeout_s,
                       "give up a replay after X s (--embedded)")
-          ->check(CLI::PositiveNumber)
+          ->check(positive)
           ->capture_default_str(),
       cmd->add_option("--json", o->json_path,
                       "also write the result as JSON (--embedded)")};
   cmd->add_option("--time-scale", o->time_scale,
                   "run arrivals and engines X times faster than real time")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str();
   o->mesh_only = {
       cmd->add_option("--nats", o->nats,
@@ -402,7 +403,7 @@ void add_up(CLI::App& app, std::function<int()>& run) {
           ->capture_default_str(),
       cmd->add_option("--heartbeat-ms", o->heartbeat_ms,
                       "heartbeat period of agents, routers and shards")
-          ->check(CLI::PositiveNumber)
+          ->check(positive)
           ->capture_default_str(),
       cmd->add_option("--threads", o->threads,
                       "threads running each started process's actors, and "

@@ -17,32 +17,14 @@ namespace kvmesh::cli {
 
 namespace {
 
-// A validator of numbers that `good` accepts, `want` in its message.
-CLI::Validator number_check(const char* want, const char* desc,
-                            bool (*good)(double)) {
-  return CLI::Validator(
-      [want, good](std::string& text) -> std::string {
-        size_t used = 0;
-        double v = 0;
-        try {
-          v = std::stod(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != text.size() || !std::isfinite(v) || !good(v))
-          return std::string("must be ") + want + ", got '" + text + "'";
-        return {};
-      },
-      desc);
-}
 
 // The process's metrics endpoint, when --metrics-port asks for one: bound
 // before the node joins the mesh, so that a port in use stops the process
 // before anybody counts on it. Scrapes ask the node once watch() is called.
-expected<std::unique_ptr<metrics::http_server>> start_metrics(
+expected<std::unique_ptr<metrics::endpoint>> start_metrics(
     const metrics_flags& m, process_metrics* pm) {
-  if (!pm) return std::unique_ptr<metrics::http_server>();
-  metrics::http_server_options o;
+  if (!pm) return std::unique_ptr<metrics::endpoint>();
+  metrics::endpoint_options o;
   o.address = m.address;
   o.port = static_cast<uint16_t>(m.port);
   auto server = serve_metrics(*pm, o);
@@ -64,13 +46,6 @@ bool numeric(const std::string& s) {
 
 }  // namespace
 
-const CLI::Validator positive = number_check("a positive number", "POSITIVE",
-                                             [](double v) { return v > 0; });
-const CLI::Validator non_negative = number_check(
-    "a number >= 0", "NONNEGATIVE", [](double v) { return v >= 0; });
-const CLI::Validator credit =
-    number_check("a number from 0 to 1", "[0 - 1]",
-                 [](double v) { return v >= 0 && v <= 1; });
 
 void add_bus_flags(CLI::App& cmd, bus_flags& b) {
   cmd.add_option("--nats", b.nats,

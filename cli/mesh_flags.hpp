@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/number_flags.hpp"
 #include "cluster/mesh.hpp"
 #include "cluster/mesh_metrics.hpp"
 #include "core/args.hpp"
@@ -24,12 +25,6 @@ namespace kvmesh::cli {
 // Long enough for an auction that waits in a router's overload queue, short
 // enough that a dead mesh is noticed by a person at a terminal.
 constexpr uint32_t default_timeout_ms = 5000;
-
-// Validators whose messages say what is wanted (CLI11's print the range of
-// a double); CLI11 prefixes the flag's name.
-extern const CLI::Validator positive;
-extern const CLI::Validator non_negative;
-extern const CLI::Validator credit;  // from 0 to 1
 
 // -- the flags every command on the mesh has ---------------------------------
 
@@ -91,7 +86,7 @@ struct process_base {
   std::unique_ptr<caf::actor_system_config> sys_cfg;  // outlives sys
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<nats_bus> bus;
-  std::unique_ptr<metrics::http_server> server;
+  std::unique_ptr<metrics::endpoint> server;
   std::string url;  // --nats for the log, passwords redacted
 
   // From now on scrapes ask the node.

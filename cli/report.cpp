@@ -1,7 +1,8 @@
-// Reports shared by the commands that replay traces: the comparison table
-// and the JSON form of a result.
+// Reports shared by the commands: the comparison table and the JSON form of
+// a result, and the fleet's JSON of admin and top.
 #include "cli/report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 
@@ -9,6 +10,65 @@ namespace kvmesh::cli {
 
 json to_json(const summary& s) {
   return json{{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}};
+}
+
+const char* worker_state(const worker_status& w) {
+  return w.gone        ? "gone"
+         : w.draining  ? "draining"
+         : w.unhealthy ? "unhealthy"
+                       : "live";
+}
+
+namespace {
+
+// A price for JSON: null when there is none (NaN, which JSON lacks).
+json price_json(double price) {
+  return std::isnan(price) ? json(nullptr) : json(price);
+}
+
+}  // namespace
+
+json workers_json(const std::vector<worker_status>& ws) {
+  json list = json::array();
+  for (const auto& w : ws)
+    list.push_back({{"id", w.worker},
+                    {"state", worker_state(w)},
+                    {"gpu_blocks", w.gpu_blocks},
+                    {"host_blocks", w.host_blocks},
+                    {"disk_blocks", w.disk_blocks},
+                    {"queued_blocks", w.queued},
+                    {"active_blocks", w.active},
+                    {"capacity_blocks", w.capacity},
+                    {"speed", w.speed},
+                    {"endpoint", w.endpoint},
+                    {"host_capacity_blocks", w.host_capacity},
+                    {"disk_capacity_blocks", w.disk_capacity},
+                    {"awards", w.awards},
+                    {"last_price", price_json(w.last_price)}});
+  return list;
+}
+
+json routers_json(const std::vector<router_status>& rs) {
+  json list = json::array();
+  for (const auto& x : rs)
+    list.push_back({{"name", x.name},
+                    {"decisions", x.decisions},
+                    {"reauctions", x.reauctions},
+                    {"held", x.held},
+                    {"overloaded", x.overloaded},
+                    {"live_workers", x.live_workers},
+                    {"workers", x.workers},
+                    {"auction_p50_us", x.auction_p50_us},
+                    {"auction_p99_us", x.auction_p99_us},
+                    {"nats_in", x.nats_in},
+                    {"nats_out", x.nats_out},
+                    {"text_requests", x.text_requests},
+                    {"block_mismatches", x.block_mismatches},
+                    {"reauctions_by_cause", reauctions_by_cause(x)},
+                    {"rounds", x.rounds},
+                    {"bids", x.bids},
+                    {"runner_up_awards", x.runner_up_awards}});
+  return list;
 }
 
 json reauctions_by_cause(const router_status& s) {

@@ -1,4 +1,5 @@
-// Reports shared by the commands that replay traces (sim, up, bench).
+// Reports shared by the commands: of trace replays (sim, up, bench), and
+// the fleet as admin and top print it.
 #pragma once
 
 #include <string>
@@ -15,6 +16,13 @@ using json = nlohmann::ordered_json;
 
 json to_json(const summary& s);
 json result_json(const sim_result& r);
+// A worker's state as every view names it: live, draining, unhealthy or
+// gone.
+const char* worker_state(const worker_status& w);
+// The fleet as `kvmesh admin workers|routers --json` and `kvmesh top
+// --json` print it: one object per worker, per router.
+json workers_json(const std::vector<worker_status>& ws);
+json routers_json(const std::vector<router_status>& rs);
 // A router's re-auctions by cause ({"refused": .., "unanswered": .., ...}),
 // as `kvmesh admin routers --json` and `kvmesh bench --json` give them.
 json reauctions_by_cause(const router_status& s);

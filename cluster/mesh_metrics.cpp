@@ -14,6 +14,7 @@
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
 #include "messages/member_checks.hpp"
+#include "metrics/process_sample.hpp"
 
 namespace kvmesh {
 
@@ -138,6 +139,13 @@ struct process_metrics::impl {
   counter* nats_in = nullptr;
   counter* nats_out = nullptr;
   counter* decode[msg_kind_count + 1] = {};  // the last: json
+  // Prometheus' process collector's series.
+  counter* cpu_seconds = nullptr;
+  gauge* resident_bytes = nullptr;
+  gauge* virtual_bytes = nullptr;
+  gauge* start_time = nullptr;
+  gauge* open_fds = nullptr;
+  gauge* max_fds = nullptr;
   family<counter>* http_answers = nullptr;
   // Role series, set by for_*.
   std::vector<worker_series> workers;
@@ -149,6 +157,17 @@ struct process_metrics::impl {
   caf::actor_system* sys = nullptr;
   nats_bus* bus = nullptr;
   std::function<void(caf::scoped_actor&, steady::time_point)> collect;
+  readiness ready;
+  // Collects, one scrape at a time; the lock also keeps watch() from
+  // changing what it asks.
+  void collect_all(std::chrono::milliseconds timeout) {
+    std::lock_guard<std::mutex> lock(mu);
+    collect_common();
+    if (collect && sys) {
+      caf::scoped_actor self{*sys};
+      collect(self, steady::now() + timeout);
+    }
+  }
 
   // The series of every process.
   status add_common(const std::string& r) {
@@ -157,7 +176,7 @@ struct process_metrics::impl {
     auto* info = b.gauges("kvmesh_build_info",
                           "Always 1: the version and role of this process.",
                           {"version", "role"});
-    if (auto* g = b.at(info, {kvmesh_version, role})) g->set(1);
+    if (auto* g = b.at(info, {kvmesh_version, role})) g->Set(1);
     nats_reconnects =
         b.at(b.counters("kvmesh_nats_reconnects_total",
                         "Times the NATS connection was re-established after a "
@@ -200,6 +219,20 @@ struct process_metrics::impl {
     for (size_t i = 0; i < msg_kind_count; ++i)
       decode[i] = b.at(dec, {to_string(static_cast<msg_kind>(i))});
     decode[msg_kind_count] = b.at(dec, {"json"});
+    cpu_seconds = b.at(b.counters("process_cpu_seconds_total",
+                                  "User and system CPU time spent in "
+                                  "seconds."));
+    resident_bytes = b.at(b.gauges("process_resident_memory_bytes",
+                                   "Resident memory size in bytes."));
+    virtual_bytes = b.at(b.gauges("process_virtual_memory_bytes",
+                                  "Virtual memory size in bytes."));
+    start_time = b.at(
+        b.gauges("process_start_time_seconds",
+                 "Start time of the process since unix epoch in seconds."));
+    open_fds = b.at(
+        b.gauges("process_open_fds", "Number of open file descriptors."));
+    max_fds = b.at(b.gauges("process_max_fds",
+                            "Maximum number of open file descriptors."));
     http_answers = b.counters("kvmesh_metrics_requests_total",
                               "Requests to this metrics endpoint, by HTTP "
                               "status of the answer.",
@@ -227,25 +260,34 @@ struct process_metrics::impl {
   }
 
   void collect_common() {
+    // Unreadable /proc (not Linux): the series keep their last values.
+    if (auto ps = metrics::read_process_sample()) {
+      metrics::mirror(*cpu_seconds, ps->cpu_seconds);
+      resident_bytes->Set(ps->resident_bytes);
+      virtual_bytes->Set(ps->virtual_bytes);
+      start_time->Set(ps->start_time_seconds);
+      open_fds->Set(ps->open_fds);
+      max_fds->Set(ps->max_fds);
+    }
     for (const auto& [msg, f, c] : refusals)
-      c->set(static_cast<double>(member_refusals(msg, f)));
+      metrics::mirror(*c, static_cast<double>(member_refusals(msg, f)));
     if (bus) {
-      nats_reconnects->set(static_cast<double>(bus->reconnects()));
-      nats_slow->set(static_cast<double>(bus->slow_consumers()));
-      nats_errors->set(static_cast<double>(bus->errors()));
-      nats_denied->set(static_cast<double>(bus->permission_denials()));
-      nats_refused_replies->set(static_cast<double>(bus->refused_replies()));
+      metrics::mirror(*nats_reconnects, static_cast<double>(bus->reconnects()));
+      metrics::mirror(*nats_slow, static_cast<double>(bus->slow_consumers()));
+      metrics::mirror(*nats_errors, static_cast<double>(bus->errors()));
+      metrics::mirror(*nats_denied, static_cast<double>(bus->permission_denials()));
+      metrics::mirror(*nats_refused_replies, static_cast<double>(bus->refused_replies()));
       const auto t = bus->stats();
-      nats_in->set(static_cast<double>(t.in_msgs));
-      nats_out->set(static_cast<double>(t.out_msgs));
+      metrics::mirror(*nats_in, static_cast<double>(t.in_msgs));
+      metrics::mirror(*nats_out, static_cast<double>(t.out_msgs));
     }
     for (size_t i = 0; i < feed_kind_count; ++i)
-      nats_refused[i]->set(
+      metrics::mirror(*nats_refused[i], 
           static_cast<double>(nats_refusals(static_cast<feed_kind>(i))));
     for (size_t i = 0; i < msg_kind_count; ++i)
-      decode[i]->set(
+      metrics::mirror(*decode[i], 
           static_cast<double>(decode_errors(static_cast<msg_kind>(i))));
-    decode[msg_kind_count]->set(static_cast<double>(json_decode_errors()));
+    metrics::mirror(*decode[msg_kind_count], static_cast<double>(json_decode_errors()));
   }
 };
 
@@ -343,9 +385,9 @@ struct worker_families {
     s.capacity = b.at(capacity, {i});
     s.gpu_capacity = b.at(tier_capacity, {i, tier_names[0]});
     if (auto* g = b.at(tier_capacity, {i, tier_names[1]}))
-      g->set(static_cast<double>(host_blocks));
+      g->Set(static_cast<double>(host_blocks));
     if (auto* g = b.at(tier_capacity, {i, tier_names[2]}))
-      g->set(static_cast<double>(disk_blocks));
+      g->Set(static_cast<double>(disk_blocks));
     auto m = std::make_shared<worker_meters>();
     for (size_t t = 0; t < 3; ++t) {
       s.cached[t] = b.at(cached, {i, tier_names[t]});
@@ -357,7 +399,7 @@ struct worker_families {
     s.draining = b.at(draining, {i});
     s.speed = b.at(speed, {i});
     s.last_price = b.at(last_price, {i});
-    if (s.last_price) s.last_price->set(std::nan(""));
+    if (s.last_price) s.last_price->Set(std::nan(""));
     const char* results[5] = {"accepted", "draining", "queue_grew",
                               "engine_refused", "withdrawn"};
     for (size_t r = 0; r < 5; ++r)
@@ -382,20 +424,20 @@ std::function<void(caf::scoped_actor&, steady::time_point)> collect_workers(
                                       "worker " + std::to_string(w.id),
                                       status_atom::value);
           if (!s) continue;
-          w.queued->set(s->queued);
-          w.reserved->set(s->reserved);
-          w.active->set(static_cast<double>(s->active));
-          w.capacity->set(static_cast<double>(s->capacity));
-          w.gpu_capacity->set(static_cast<double>(s->capacity));
-          w.cached[0]->set(static_cast<double>(s->gpu_blocks));
-          w.cached[1]->set(static_cast<double>(s->host_blocks));
-          w.cached[2]->set(static_cast<double>(s->disk_blocks));
-          w.waiting->set(static_cast<double>(s->waiting));
-          w.running->set(static_cast<double>(s->running));
-          w.completed->set(static_cast<double>(s->completed));
-          w.draining->set(s->draining ? 1 : 0);
-          w.speed->set(s->speed);
-          w.last_price->set(s->last_price);
+          w.queued->Set(s->queued);
+          w.reserved->Set(s->reserved);
+          w.active->Set(static_cast<double>(s->active));
+          w.capacity->Set(static_cast<double>(s->capacity));
+          w.gpu_capacity->Set(static_cast<double>(s->capacity));
+          w.cached[0]->Set(static_cast<double>(s->gpu_blocks));
+          w.cached[1]->Set(static_cast<double>(s->host_blocks));
+          w.cached[2]->Set(static_cast<double>(s->disk_blocks));
+          w.waiting->Set(static_cast<double>(s->waiting));
+          w.running->Set(static_cast<double>(s->running));
+          metrics::mirror(*w.completed, static_cast<double>(s->completed));
+          w.draining->Set(s->draining ? 1 : 0);
+          w.speed->Set(s->speed);
+          w.last_price->Set(s->last_price);
         }
       };
 }
@@ -448,6 +490,7 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->sys = &sys;
   impl_->bus = &bus;
+  impl_->ready = readiness_of(bus, node);
   // The node's workers are in the order of the options' (agent_node).
   impl* p = impl_.get();
   impl_->collect = [p, &node,
@@ -455,8 +498,8 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
                        caf::scoped_actor& self, steady::time_point deadline) {
     workers(self, deadline);
     const auto a = node.announced();
-    if (p->announced[0]) p->announced[0]->set(static_cast<double>(a.made));
-    if (p->announced[1]) p->announced[1]->set(static_cast<double>(a.deferred));
+    if (p->announced[0]) metrics::mirror(*p->announced[0], static_cast<double>(a.made));
+    if (p->announced[1]) metrics::mirror(*p->announced[1], static_cast<double>(a.deferred));
   };
 }
 
@@ -465,6 +508,7 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->sys = &sys;
   impl_->bus = &bus;
+  impl_->ready = readiness_of(bus, node);
   std::vector<worker_actor> handles;
   for (const auto& w : node.workers())  // by rank
     handles.push_back(caf::actor_cast<worker_actor>(w));
@@ -585,22 +629,23 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->sys = &sys;
   impl_->bus = &bus;
+  impl_->ready = readiness_of(bus, node);
   impl* p = impl_.get();
   impl_->collect = [p, router = node.router(), admin = node.admin()](
                        caf::scoped_actor& self, steady::time_point deadline) {
     if (auto s = ask<router_status>(self, router, deadline, "the ROUTER",
                                     status_atom::value)) {
-      p->router.decisions->set(static_cast<double>(s->decisions));
+      metrics::mirror(*p->router.decisions, static_cast<double>(s->decisions));
       const uint64_t by_cause[5] = {
           s->reauctions_refused, s->reauctions_unanswered,
           s->reauctions_no_bids, s->reauctions_saturated,
           s->reauctions_no_live_worker};
       for (size_t i = 0; i < 5; ++i)
-        p->router.reauctions[i]->set(static_cast<double>(by_cause[i]));
-      p->router.rounds->set(static_cast<double>(s->rounds));
-      p->router.bids->set(static_cast<double>(s->bids));
-      p->router.runner_ups->set(static_cast<double>(s->runner_up_awards));
-      p->router.held->set(static_cast<double>(s->held));
+        metrics::mirror(*p->router.reauctions[i], static_cast<double>(by_cause[i]));
+      metrics::mirror(*p->router.rounds, static_cast<double>(s->rounds));
+      metrics::mirror(*p->router.bids, static_cast<double>(s->bids));
+      metrics::mirror(*p->router.runner_ups, static_cast<double>(s->runner_up_awards));
+      p->router.held->Set(static_cast<double>(s->held));
     }
     if (auto ws = ask<std::vector<worker_status>>(
             self, admin, deadline, "the ADMIN (workers)", get_atom::value,
@@ -610,7 +655,7 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
       for (const auto& w : *ws)
         n[w.gone ? 3 : w.draining ? 1 : w.unhealthy ? 2 : 0] += 1;
       for (size_t i = 0; i < 4; ++i)
-        p->router.workers[i]->set(n[i]);
+        p->router.workers[i]->Set(n[i]);
     }
   };
 }
@@ -654,7 +699,7 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_shard(
                               "(--shard I/N).",
                               l),
                      s))
-    g->set(opt.shards);
+    g->Set(opt.shards);
   if (auto st = b.result(); !st) return st.err();
   opt.meters = std::move(m);
   return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
@@ -665,44 +710,72 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->sys = &sys;
   impl_->bus = &bus;
+  impl_->ready = readiness_of(bus, node);
   impl* p = impl_.get();
   impl_->collect = [p, shard = node.shard()](caf::scoped_actor& self,
                                              steady::time_point deadline) {
     auto s = ask<shard_status>(self, shard, deadline, "the INDEX SHARD",
                                status_atom::value);
     if (!s) return;
-    p->shard.blocks->set(static_cast<double>(s->blocks));
-    p->shard.entries->set(static_cast<double>(s->entries));
-    p->shard.bytes->set(static_cast<double>(s->disk_bytes));
-    p->shard.events->set(static_cast<double>(s->events));
-    p->shard.errors->set(static_cast<double>(s->errors));
+    p->shard.blocks->Set(static_cast<double>(s->blocks));
+    p->shard.entries->Set(static_cast<double>(s->entries));
+    p->shard.bytes->Set(static_cast<double>(s->disk_bytes));
+    metrics::mirror(*p->shard.events, static_cast<double>(s->events));
+    metrics::mirror(*p->shard.errors, static_cast<double>(s->errors));
   };
 }
 
 // -- scrapes ------------------------------------------------------------------
 
 std::string process_metrics::scrape() {
-  {
-    // One scrape at a time collects (the server serves one at a time
-    // anyway); the lock also keeps watch() from changing what it asks.
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->collect_common();
-    if (impl_->collect && impl_->sys) {
-      caf::scoped_actor self{*impl_->sys};
-      impl_->collect(self, steady::now() + collect_timeout);
-    }
-  }
+  impl_->collect_all(collect_timeout);
   return impl_->reg.render();
 }
 
-void process_metrics::answered(int status) {
-  if (auto c = impl_->http_answers->with({std::to_string(status)})) (*c)->inc();
+namespace {
+
+// The registry's series, collected at each scrape of the endpoint.
+class scrape_source final : public prometheus::Collectable {
+ public:
+  explicit scrape_source(process_metrics& pm) : pm_(pm) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    pm_.collect();
+    return pm_.registry().shared()->Collect();
+  }
+
+ private:
+  process_metrics& pm_;
+};
+
+}  // namespace
+
+void process_metrics::collect() { impl_->collect_all(collect_timeout); }
+
+std::shared_ptr<prometheus::Collectable> process_metrics::collectable() {
+  return std::make_shared<scrape_source>(*this);
 }
 
-expected<std::unique_ptr<metrics::http_server>> serve_metrics(
-    process_metrics& pm, const metrics::http_server_options& opt) {
-  return metrics::http_server::start(
-      opt, [&pm] { return pm.scrape(); },
+std::vector<std::string> process_metrics::not_ready() {
+  readiness ready;
+  caf::actor_system* sys = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    ready = impl_->ready;
+    sys = impl_->sys;
+  }
+  if (!ready || !sys) return {"starting"};
+  caf::scoped_actor self{*sys};
+  return ready(self, std::chrono::steady_clock::now() + collect_timeout);
+}
+
+void process_metrics::answered(int status) {
+  if (auto c = impl_->http_answers->with({std::to_string(status)})) (*c)->Increment();
+}
+
+expected<std::unique_ptr<metrics::endpoint>> serve_metrics(
+    process_metrics& pm, const metrics::endpoint_options& opt) {
+  return metrics::endpoint::start(
+      opt, pm.collectable(), [&pm] { return pm.not_ready(); },
       [&pm](int status) { pm.answered(status); });
 }
 

@@ -1,5 +1,6 @@
 // The Prometheus series of a mesh process (docs/metrics.md): what each role
-// registers, the meters its actors count with, and what a scrape asks them.
+// registers, the meters its actors count with, and what a scrape asks them;
+// with its probes, what the process's HTTP endpoint serves.
 #pragma once
 
 #include <caf/all.hpp>
@@ -11,8 +12,9 @@
 #include "cluster/engine_agent.hpp"
 #include "cluster/router_node.hpp"
 #include "cluster/shard_node.hpp"
+#include "cluster/probes.hpp"
 #include "core/error.hpp"
-#include "metrics/http_server.hpp"
+#include "metrics/endpoint.hpp"
 #include "metrics/registry.hpp"
 
 namespace kvmesh {
@@ -48,9 +50,15 @@ class process_metrics {
   void watch(caf::actor_system& sys, nats_bus& bus, const router_node& node);
   void watch(caf::actor_system& sys, nats_bus& bus, const shard_node& node);
 
-  // Collects, then renders every series (text format 0.0.4). Called on the
-  // HTTP server's thread.
+  // Asks the node's actors and reads the bus: the series' values now.
+  void collect();
+  // Collects, then renders every series (text format 0.0.4).
   std::string scrape();
+  // What a scrape of the endpoint collects (the series, collected first).
+  std::shared_ptr<prometheus::Collectable> collectable();
+  // What keeps the process from being ready (probes.hpp): "starting"
+  // until watch(). Called on the endpoint's threads.
+  std::vector<std::string> not_ready();
   // Counts an answer of the endpoint (kvmesh_metrics_requests_total).
   void answered(int status);
 
@@ -65,8 +73,9 @@ class process_metrics {
   std::unique_ptr<impl> impl_;
 };
 
-// Serves `pm` on opt.address:opt.port (GET /metrics) until destroyed.
-expected<std::unique_ptr<metrics::http_server>> serve_metrics(
-    process_metrics& pm, const metrics::http_server_options& opt);
+// Serves `pm` on opt.address:opt.port (/metrics, /healthz, /readyz) until
+// destroyed.
+expected<std::unique_ptr<metrics::endpoint>> serve_metrics(
+    process_metrics& pm, const metrics::endpoint_options& opt);
 
 }  // namespace kvmesh

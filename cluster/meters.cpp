@@ -47,17 +47,17 @@ route_failure classify_route_error(ec code, const std::string& message) {
 }
 
 void router_meters::decided(const decision& d, double seconds) const {
-  auction_seconds->observe(seconds);
+  metrics::observe(*auction_seconds, seconds);
   // The decision carries the priced bids of the auction that decided it.
-  bids_per_auction->observe(static_cast<double>(d.prices.size()));
+  metrics::observe(*bids_per_auction, static_cast<double>(d.prices.size()));
   for (const price_breakdown& p : d.prices) {
     if (p.worker != d.worker) continue;
-    winner_price->observe(p.price);
+    metrics::observe(*winner_price, p.price);
     const double terms[7] = {p.read,        p.credit_gpu, p.credit_host,
                              p.credit_disk, p.space,      p.overflow,
                              p.wait};
     for (size_t i = 0; i < 7; ++i)
-      winner_terms[i]->inc(terms[i]);
+      winner_terms[i]->Increment(terms[i]);
     break;
   }
 }

@@ -59,16 +59,16 @@ struct router_meters {
   // read, credit_gpu, credit_host, credit_disk, space, overflow, wait
   metrics::counter* winner_terms[7] = {};
 
-  void took(intake i) const { requests[static_cast<size_t>(i)]->inc(); }
+  void took(intake i) const { requests[static_cast<size_t>(i)]->Increment(); }
   // A decision `seconds` after its request arrived at the front.
   void decided(const decision& d, double seconds) const;
   void failed(route_failure f) const {
-    failures[static_cast<size_t>(f)]->inc();
+    failures[static_cast<size_t>(f)]->Increment();
   }
   void handed_back(handback h) const {
-    handbacks[static_cast<size_t>(h)]->inc();
+    handbacks[static_cast<size_t>(h)]->Increment();
   }
-  void refused_mesh_inbox() const { mesh_inbox_replies->inc(); }
+  void refused_mesh_inbox() const { mesh_inbox_replies->Increment(); }
 };
 
 // An index shard process's front: prefix queries it answered.

@@ -646,6 +646,10 @@ size_t nats_bus::max_payload() const {
   return n > 0 ? static_cast<size_t>(n) : 0;
 }
 
+bool nats_bus::connected() const {
+  return conn_ && natsConnection_Status(conn_) == NATS_CONN_STATUS_CONNECTED;
+}
+
 nats_bus::traffic nats_bus::stats() const {
   traffic t;
   natsStatistics* s = nullptr;

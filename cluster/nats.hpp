@@ -131,6 +131,8 @@ class nats_bus {
   // The largest payload the server takes, as it said on connecting; 0
   // while not connected.
   size_t max_payload() const;
+  // Whether the connection is up now (not reconnecting, not closed).
+  bool connected() const;
 
   uint64_t reconnects() const { return reconnects_.load(); }
   uint64_t slow_consumers() const { return slow_consumers_.load(); }

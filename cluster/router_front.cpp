@@ -98,16 +98,18 @@ void front_route_json(front_pointer self, const std::string& reply,
                       const bytes& payload) {
   auto& st = self->state;
   const auto since = took(self, intake::json);
+  uint64_t asked_id = 0;
   auto r = parse_route_json(
       std::string_view(reinterpret_cast<const char*>(payload.data()),
                        payload.size()),
-      st.block_tokens);
+      st.block_tokens, &asked_id);
   auto to_bytes = [](const std::string& s) {
     return bytes(s.begin(), s.end());
   };
   if (!r) {
     failed(self, route_failure::other);
     decision d;
+    d.request = asked_id;
     d.error = r.err().message;
     answer(*st.bus, reply, to_bytes(decision_json(d)));
     return;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_hash.hpp"
 #include "actors/actors.hpp"
 #include "cluster/bridge.hpp"
 #include "cluster/durable_intake.hpp"
@@ -30,7 +31,7 @@ struct front_state {
   std::string route_subject;  // mesh.subj.route(), built once
   router_actor router;
   std::string name_;
-  uint32_t block_tokens = 512;
+  uint32_t block_tokens = default_block_tokens;
   bool warned_text = false;
   // Set when the process stops: durable requests in flight are then left
   // unacked, as a killed process leaves them, for another router.

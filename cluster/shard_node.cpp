@@ -185,7 +185,7 @@ caf::behavior shard_endpoint(
             .then(
                 [self, reply, leave](std::vector<holder_match>& h) {
                   leave();
-                  if (self->state.meters) self->state.meters->queries->inc();
+                  if (self->state.meters) self->state.meters->queries->Increment();
                   answer_batched(self, *self->state.bus, self->state.out, reply,
                                  encode(index_reply{std::move(h), {}}));
                 },

@@ -167,11 +167,6 @@ expected<std::vector<uint64_t>> token_chain(const std::vector<uint32_t>& tokens,
   if (!hashes)
     return make_error(ec::invalid_argument,
                       "--tokens: " + hashes.err().message);
-  if (hashes->empty())
-    return make_error(ec::invalid_argument,
-                      "--tokens: " + std::to_string(tokens.size()) +
-                          " tokens make no full block of " +
-                          std::to_string(block_tokens) + " (--block-tokens)");
   std::vector<uint64_t> chain;
   for (const auto& h : *hashes)
     chain.push_back(h.seq);

@@ -45,8 +45,8 @@ expected<std::vector<uint32_t>> parse_token_list(const std::string& text);
 
 // The prompt's chained block hashes (each block's sequence hash), as
 // parse_route_json makes them from "tokens": hash_blocks, so that a JSON
-// client and a command agree. Errors (invalid_argument) name --tokens and
-// --block-tokens, including tokens too few for one full block.
+// client and a command agree: empty when the tokens fill no full block.
+// Errors (invalid_argument) name --tokens and --block-tokens.
 expected<std::vector<uint64_t>> token_chain(const std::vector<uint32_t>& tokens,
                                             uint32_t block_tokens,
                                             const std::string& salt);

@@ -10,6 +10,11 @@
 
 namespace kvmesh {
 
+// Tokens per block wherever a command or a component is not told: every
+// agent, router, load and trace of the mesh must agree on it (Mooncake's
+// traces are in 512-token blocks).
+inline constexpr uint32_t default_block_tokens = 512;
+
 // Seed of every block hash, as Dynamo uses it.
 inline constexpr uint64_t block_hash_seed = 1337;
 

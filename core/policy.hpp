@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/block_hash.hpp"
 #include "core/block_index.hpp"
 #include "core/error.hpp"
 #include "core/pricing.hpp"
@@ -72,7 +73,7 @@ struct fleet_view {
 
 struct policy_config {
   size_t workers = 0;
-  uint32_t block_tokens = 512;
+  uint32_t block_tokens = default_block_tokens;
   uint64_t gpu_blocks = 0;  // per worker (Preble mirrors GPU caches)
   double model_factor = 1;  // known from profiling (Preble, Mooncake)
   uint32_t max_batched_tokens = 8192;

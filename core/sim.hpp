@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_hash.hpp"
 #include "core/engine.hpp"
 #include "core/error.hpp"
 #include "core/policy.hpp"
@@ -23,7 +24,7 @@ struct sim_config {
   uint64_t gpu_blocks = 1024;
   uint64_t host_blocks = 4096;
   uint64_t disk_blocks = 16384;
-  uint32_t block_tokens = 512;
+  uint32_t block_tokens = default_block_tokens;
   double speedup = 1;       // arrival times are divided by this
   double model_factor = 1;  // scales every engine step
   uint32_t routers = 1;

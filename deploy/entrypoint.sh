@@ -20,10 +20,15 @@
 #           INDEX_SHARDS  N, the StatefulSet's replicas          (required)
 #           KVMESH_INDEX_DB  RocksDB directory  (/var/lib/kvmesh/index)
 #           INDEX_ARGS   more index flags
-#   agent:  KVMESH_AGENT_WORKERS  GPUs (WORKERs) of this node    (required)
-#           KVMESH_AGENT_ENGINE   --engine                       (sim)
+#   agent:  KVMESH_AGENT_WORKERS  GPUs (WORKERs) of this node, or a real
+#                             engine's data-parallel ranks    (required)
+#           KVMESH_AGENT_ENGINE   --engine: sim, or vllm|sglang (the agent
+#                             beside an engine, --data-parallel-size)  (sim)
 #           KVMESH_AGENT_WORKER_ID  this node's first worker id; when
-#                             unset, the line for NODE_NAME in WORKER_ID_MAP
+#                             unset: with WORKER_IDS=ordinal (a StatefulSet
+#                             of engine pods) POD_NAME's ordinal times
+#                             KVMESH_AGENT_WORKERS, else the line for
+#                             NODE_NAME in WORKER_ID_MAP
 #           NODE_NAME         the node the pod runs on (downward API)
 #           WORKER_ID_MAP     file of "NODE FIRST_ID [WORKERS]" lines
 #                             (/etc/kvmesh/worker-ids)
@@ -94,6 +99,13 @@ case $role in
       die "agent: KVMESH_AGENT_WORKERS is '$workers', want the node's GPU" \
         "count"
     first=${KVMESH_AGENT_WORKER_ID:-}
+    if [ -z "$first" ] && [ "${WORKER_IDS:-}" = ordinal ]; then
+      ordinal=${pod##*-}
+      is_count "$ordinal" ||
+        die "agent: WORKER_IDS=ordinal, but pod name '$pod' does not end" \
+          "in -I (a StatefulSet ordinal)"
+      first=$((ordinal * workers))
+    fi
     if [ -z "$first" ]; then
       map=${WORKER_ID_MAP:-/etc/kvmesh/worker-ids}
       node=${NODE_NAME:-}
@@ -132,7 +144,13 @@ case $role in
     fi
     is_count "$first" || die "agent: first worker id '$first' is not a number"
     export KVMESH_AGENT_ENGINE="${KVMESH_AGENT_ENGINE:-sim}"
-    set -- agent --workers "$workers" --worker-id "$first" "$@"
+    if [ "$KVMESH_AGENT_ENGINE" = sim ]; then
+      set -- agent --workers "$workers" --worker-id "$first" "$@"
+    else
+      # One worker per rank; the pod's name names the agent.
+      set -- agent --data-parallel-size "$workers" --worker-id "$first" \
+        --name "$pod" "$@"
+    fi
     extra=${AGENT_ARGS:-}
     ;;
 esac

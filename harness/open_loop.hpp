@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/block_hash.hpp"
 #include "cluster/mesh.hpp"
 #include "messages/types.hpp"
 
@@ -29,7 +30,7 @@ struct open_loop_options {
   // Durable publishes on their way at once (1: each waits for the
   // server's ack, one round trip a request).
   uint32_t publish_window = 1;
-  uint32_t block_tokens = 16;
+  uint32_t block_tokens = default_block_tokens;
   uint32_t blocks = 4;    // per prompt
   uint32_t prefixes = 8;  // distinct shared prefixes (all blocks but the last)
   uint32_t output_tokens = 4;

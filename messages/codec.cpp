@@ -705,10 +705,14 @@ std::vector<uint8_t> build_message(const T& x, capnp::MessageBuilder& message) {
   return out;
 }
 
+// The first segment of every message a thread encodes, whatever its kind:
+// one buffer per thread, not one per kind (21 kinds x 8 KB of static TLS
+// would leave no room in small thread stacks, such as civetweb's 100 KB).
+thread_local std::array<capnp::word, 1024> first{};
+thread_local bool busy = false;
+
 template <class T>
 std::vector<uint8_t> encode_message(const T& x) {
-  thread_local std::array<capnp::word, 1024> first{};
-  thread_local bool busy = false;
   if (busy) {  // not reentrant; never expected, but stay correct
     capnp::MallocMessageBuilder message;
     return build_message(x, message);

@@ -40,7 +40,8 @@ bool read_uint(const nlohmann::json& obj, const char* field, uint64_t max,
 }  // namespace
 
 expected<route_request_msg> parse_route_json(std::string_view text,
-                                             uint32_t block_tokens) {
+                                             uint32_t block_tokens,
+                                             uint64_t* id_out) {
   if (block_tokens == 0) return fail("block size must be at least 1 token");
   if (auto s = check_wire_limit(wire_limit::payload_bytes, text.size(),
                                 "payload bytes");
@@ -63,6 +64,7 @@ expected<route_request_msg> parse_route_json(std::string_view text,
       !read_uint(obj, "output_tokens", u32, output, err))
     return err;
   r.id = id;
+  if (id_out) *id_out = id;
   r.output_tokens = static_cast<uint32_t>(output);
   const auto tokens = obj.find("tokens");
   const auto blocks = obj.find("blocks");
@@ -86,14 +88,9 @@ expected<route_request_msg> parse_route_json(std::string_view text,
   if (prompt != obj.end()) {
     if (!prompt->is_string()) return fail("field 'text' must be a string");
     const auto& s = prompt->get_ref<const std::string&>();
+    if (s.empty()) return fail("field 'text' is empty");
     auto chain = hash_text_blocks(s, block_tokens);
     if (!chain) return fail("field 'text': " + chain.err().message);
-    if (chain->empty())
-      return fail("field 'text' holds " + std::to_string(s.size()) +
-                  " bytes, less than one block of " +
-                  std::to_string(block_tokens) + " tokens (" +
-                  std::to_string(block_tokens * text_bytes_per_token) +
-                  " bytes)");
     text_requests.fetch_add(1, std::memory_order_relaxed);
     r.blocks = std::move(*chain);
     const uint64_t est =
@@ -101,6 +98,7 @@ expected<route_request_msg> parse_route_json(std::string_view text,
     r.input_tokens = static_cast<uint32_t>(input ? input : std::min(est, u32));
   } else if (tokens != obj.end()) {
     if (!tokens->is_array()) return fail("field 'tokens' must be an array");
+    if (tokens->empty()) return fail("field 'tokens' is empty");
     std::vector<uint32_t> ids;
     ids.reserve(tokens->size());
     for (const auto& t : *tokens) {
@@ -116,17 +114,16 @@ expected<route_request_msg> parse_route_json(std::string_view text,
     }
     auto hashes = hash_blocks(ids, block_tokens, salt);
     if (!hashes) return fail("field 'tokens': " + hashes.err().message);
-    if (hashes->empty())
-      return fail("field 'tokens' holds " + std::to_string(ids.size()) +
-                  " tokens, less than one block of " +
-                  std::to_string(block_tokens));
     for (const auto& h : *hashes)
       r.blocks.push_back(h.seq);
     r.input_tokens = input ? static_cast<uint32_t>(input)
                            : static_cast<uint32_t>(ids.size());
   } else {
-    if (!blocks->is_array() || blocks->empty())
-      return fail("field 'blocks' must be a non-empty array of hashes");
+    if (!blocks->is_array()) return fail("field 'blocks' must be an array");
+    if (blocks->empty() && input == 0)
+      return fail(
+          "field 'blocks' is empty: a prompt shorter than one block needs "
+          "'input_tokens'");
     for (const auto& b : *blocks) {
       if (!b.is_number_unsigned())
         return fail("field 'blocks' holds a value that is not a hash: " +

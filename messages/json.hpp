@@ -17,9 +17,14 @@ namespace kvmesh {
 // of `block_tokens` (Dynamo's hash); "blocks" are taken as chained hashes
 // already; text is hashed in chunks of its UTF-8 bytes (hash_text_blocks:
 // approximate, counted in text_route_requests()). Unknown fields are
-// ignored. Errors name the field; each one counts in json_decode_errors().
+// ignored. A prompt shorter than one block has no blocks (nothing to
+// reuse) and is routed on queue and occupancy alone; "blocks" may be empty
+// when "input_tokens" says how long the prompt is. Errors name the field;
+// each one counts in json_decode_errors(). `id`, when given, gets the
+// request's id as soon as it is read, so that an error's answer names it.
 expected<route_request_msg> parse_route_json(std::string_view text,
-                                             uint32_t block_tokens);
+                                             uint32_t block_tokens,
+                                             uint64_t* id = nullptr);
 
 // {"request": 7, "worker": 2, "endpoint": "http://gpu-2:8001" (or ""),
 // "auctions": 1, "prices": [{"worker": 0,

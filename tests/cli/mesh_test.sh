@@ -249,6 +249,17 @@ else
   fail admin_shards "$out $err"
 fi
 
+# Shorter than one block: no reuse to price, routed on queue and occupancy,
+# and the decision names the request.
+mesh_route --tokens 42 --request-id 4242 --json
+jcheck route_one_token "assert d['request'] == 4242 and 0 <= d['worker'] < 8, d"
+run route --nats "$url" --block-tokens 16 --text "hello world"
+if [ "$rc" -eq 0 ] && grep -Eq -- '-> worker [0-7] ' <<<"$out"; then
+  ok route_short_text
+else
+  fail route_short_text "exit $rc: $out $err"
+fi
+
 # (k) kvmesh top: one frame, every worker and router on a line of its own,
 # with requests routed meanwhile (other prompts, so that the awards spread):
 # awards and decisions per second measured over the interval, the awards

@@ -39,7 +39,9 @@ def scrape(role, url):
     except (urllib.error.URLError, OSError) as e:
         bad(f"{role}: GET {url}: {e}")
         return {}
-    if "version=0.0.4" not in ctype:
+    # text/plain is the text format 0.0.4 to Prometheus, with or without
+    # the version parameter.
+    if not ctype.startswith("text/plain"):
         bad(f"{role}: Content-Type '{ctype}' is not the text format 0.0.4")
     families = {}
     for n, line in enumerate(text.splitlines(), 1):
@@ -61,8 +63,8 @@ def scrape(role, url):
             family = name
             for suffix in ("_bucket", "_sum", "_count"):
                 base = name[: -len(suffix)]
-                if name.endswith(suffix) and \
-                        families.get(base, {}).get("type") == "histogram":
+                if name.endswith(suffix) and families.get(base, {}).get(
+                        "type") in ("histogram", "summary"):
                     family = base
             if family not in families or "type" not in families[family]:
                 bad(f"{role}:{n}: {name} has no TYPE line before it")

@@ -140,7 +140,18 @@ else
   fail series "$out"
 fi
 
-# Anything but /metrics is refused, and the refusal counted.
+# Prometheus' own linter (promtool, Debian's prometheus package) on each
+# process's page.
+for p in "index:$mi" "agent:$ma" "router:$mr"; do
+  r=$(get "http://127.0.0.1:${p##*:}/metrics")
+  if lint=$(tail -c +5 <<<"$r" | promtool check metrics 2>&1); then
+    ok "promtool_${p%%:*}"
+  else
+    fail "promtool_${p%%:*}" "$lint"
+  fi
+done
+
+# Any path but /metrics and the probes is refused, and the refusal counted.
 r=$(get "http://127.0.0.1:$ma/")
 if [ "${r:0:3}" = 404 ]; then ok other_path_404; else fail other_path_404 "$r"; fi
 r=$(get "http://127.0.0.1:$ma/metrics")
@@ -149,6 +160,42 @@ if grep -q '^kvmesh_metrics_requests_total{code="404"} 1$' <<<"$r"; then
 else
   fail refusals_counted "$(grep metrics_requests <<<"$r")"
 fi
+
+# -- probes --------------------------------------------------------------------
+
+# wait_probe PATH CODE TEXT SECONDS: until every process answers PATH with
+# CODE and a body holding TEXT; fails the check probe_PATH_CODE otherwise.
+wait_probe() {
+  local end=$((SECONDS + $4)) left r p
+  while true; do
+    left=""
+    for p in "index:$mi" "agent:$ma" "router:$mr"; do
+      r=$(get "http://127.0.0.1:${p##*:}$1")
+      if [ "${r:0:3}" != "$2" ] || ! grep -qF -- "$3" <<<"$r"; then
+        left+=" ${p%%:*}: $r;"
+      fi
+    done
+    [ -n "$left" ] || { ok "probe${1//\//_}_$2"; return 0; }
+    if [ "$SECONDS" -ge "$end" ]; then
+      fail "probe${1//\//_}_$2" "$left"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+wait_probe /healthz 200 ok 5
+wait_probe /readyz 200 ready 5
+# nats-server stops: each process stays alive but is not ready, and says
+# why; back on the same port, each is ready again (the router once it
+# hears a live worker).
+kill "${pids[0]}"
+wait "${pids[0]}" 2>/dev/null || true
+wait_probe /readyz 503 "not connected to NATS" 15
+wait_probe /healthz 200 ok 5
+nats-server -a 127.0.0.1 -p "$port" -l "$tmp/nats2.log" &
+pids+=($!)
+wait_probe /readyz 200 ready 30
 
 # SIGTERM: each stops its endpoint with the rest and exits 0.
 for p in "$router" "$agent" "$index"; do

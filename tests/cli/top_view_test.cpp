@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +17,12 @@ namespace {
 
 using test::sample_router;
 using test::sample_worker;
+
+// The frame as text, laid out by `layout` (default: every column and row).
+std::string text(const std::string& title, const fleet_snapshot& now,
+                 const fleet_snapshot* prev, const top_layout& layout = {}) {
+  return frame_text(render_top(title, now, prev, layout));
+}
 
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);
@@ -57,7 +65,7 @@ TEST(top_view, rates_come_from_the_previous_snapshot) {
                      ""};
   now.workers[0].draining = true;
   now.workers[0].last_price = 7.5;
-  const std::string frame = render_top("kvmesh top", now, &before);
+  const std::string frame = text("kvmesh top", now, &before);
   auto w = [&](const char* id, const char* column) {
     return cell(frame, "worker", id, column);
   };
@@ -94,13 +102,13 @@ TEST(top_view, first_frame_restarts_and_no_award_show_no_value) {
       11, {sample_worker(0, 5)}, {sample_router("router-0", 1)}, ""};
   now.workers[0].last_price = std::numeric_limits<double>::quiet_NaN();
   now.routers[0].rounds = 0;
-  const std::string first = render_top("t", now, nullptr);
+  const std::string first = text("t", now, nullptr);
   EXPECT_EQ(cell(first, "worker", "0", "awards/s"), "-") << first;
   EXPECT_EQ(cell(first, "worker", "0", "last_price"), "-") << first;
   EXPECT_EQ(cell(first, "router", "router-0", "bids/round"), "-") << first;
   EXPECT_NE(first.find("rates: next frame"), std::string::npos);
   // Counters that went back: a restarted process, not a negative rate.
-  const std::string frame = render_top("t", now, &before);
+  const std::string frame = text("t", now, &before);
   EXPECT_EQ(cell(frame, "worker", "0", "awards/s"), "-") << frame;
   EXPECT_EQ(cell(frame, "router", "router-0", "decisions/s"), "-") << frame;
 }
@@ -108,11 +116,117 @@ TEST(top_view, first_frame_restarts_and_no_award_show_no_value) {
 TEST(top_view, an_empty_fleet_and_errors_are_said) {
   fleet_snapshot now;
   now.error = "workers: no reply";
-  const std::string frame = render_top("t", now, nullptr);
+  const std::string frame = text("t", now, nullptr);
   EXPECT_NE(frame.find("error: workers: no reply"), std::string::npos);
   EXPECT_NE(frame.find("no workers"), std::string::npos);
   EXPECT_NE(frame.find("no routers"), std::string::npos);
   EXPECT_EQ(frame.find("\x1b"), std::string::npos);  // the caller clears
+}
+
+// A fleet of n workers, worker i with i queued blocks.
+fleet_snapshot fleet(uint32_t n) {
+  fleet_snapshot s{20, {}, {sample_router("router-0", 1000)}, ""};
+  for (uint32_t i = 0; i < n; ++i) {
+    s.workers.push_back(sample_worker(i, i));
+    s.workers.back().queued = i;
+    s.workers.back().agent = i % 2 ? "node-odd" : "node-even";
+  }
+  return s;
+}
+
+std::vector<std::string> lines_of(const top_frame& f) {
+  std::vector<std::string> out;
+  for (const auto& l : f.lines)
+    out.push_back(l.text);
+  return out;
+}
+
+TEST(top_view, columns_are_dropped_least_useful_first_to_fit_the_width) {
+  const fleet_snapshot now = fleet(12);
+  const std::string wide = text("t", now, nullptr);
+  size_t widest = 0;
+  for (const auto& l : lines_of(render_top("t", now, nullptr, {})))
+    widest = std::max(widest, l.size());
+  ASSERT_GT(widest, 120u) << wide;  // every column: wider than a terminal
+  for (size_t width : {80u, 120u}) {
+    top_layout layout;
+    layout.width = width;
+    const top_frame f = render_top("t", now, nullptr, layout);
+    std::string frame;
+    for (const auto& l : lines_of(f)) {
+      EXPECT_LE(l.size(), width) << l;
+      frame += l + "\n";
+    }
+    // What matters most stays.
+    for (const char* column : {"state", "queued", "occupancy", "awards/s"})
+      EXPECT_NE(cell(frame, "worker", "3", column), "?")
+          << width << ": " << column << "\n" << frame;
+    EXPECT_EQ(cell(frame, "worker", "3", "queued"), "3.0") << frame;
+    EXPECT_NE(cell(frame, "router", "router-0", "decisions/s"), "?") << frame;
+  }
+  top_layout narrow, wider;
+  narrow.width = 80;
+  wider.width = 120;
+  EXPECT_LT(words(text("t", now, nullptr, narrow).substr(
+                text("t", now, nullptr, narrow).find("\nworker") + 1))
+                .size(),
+            words(text("t", now, nullptr, wider).substr(
+                text("t", now, nullptr, wider).find("\nworker") + 1))
+                .size());
+}
+
+TEST(top_view, workers_sort_filter_and_scroll_within_the_height) {
+  const fleet_snapshot now = fleet(1000);
+  top_layout layout;
+  layout.width = 80;
+  layout.height = 24;
+  layout.keys = true;
+  top_frame f = render_top("t", now, nullptr, layout);
+  EXPECT_LE(f.lines.size(), 24u);
+  EXPECT_EQ(f.matching, 1000u);
+  ASSERT_GT(f.shown, 5u);
+  const size_t page = f.shown;
+  EXPECT_NE(f.lines.back().text.find("workers 1-" + std::to_string(page) +
+                                     " of 1000"),
+            std::string::npos)
+      << f.lines.back().text;
+  // The busiest first.
+  layout.sort = top_sort::queued;
+  std::string frame = frame_text(render_top("t", now, nullptr, layout));
+  EXPECT_LT(frame.find("\n999 "), frame.find("\n998 ")) << frame;
+  EXPECT_EQ(frame.find("\n0 "), std::string::npos);
+  // Scrolled past the end: the last page.
+  layout.scroll = 5000;
+  f = render_top("t", now, nullptr, layout);
+  EXPECT_EQ(f.scroll, 1000 - page);
+  frame = frame_text(f);
+  EXPECT_NE(frame.find("\n0 "), std::string::npos) << frame;
+  // A filter on the agent's name, then on an id.
+  layout = {};
+  layout.filter = "node-odd";
+  f = render_top("t", now, nullptr, layout);
+  EXPECT_EQ(f.matching, 500u);
+  frame = frame_text(f);
+  EXPECT_EQ(cell(frame, "worker", "2", "state"), "?");
+  EXPECT_EQ(cell(frame, "worker", "3", "state"), "live");
+  layout.filter = "nothing-like-it";
+  frame = frame_text(render_top("t", now, nullptr, layout));
+  EXPECT_NE(frame.find("no worker matches 'nothing-like-it'"),
+            std::string::npos);
+}
+
+TEST(top_view, states_are_styled_for_colour) {
+  fleet_snapshot now = fleet(3);
+  now.workers[1].draining = true;
+  now.workers[2].unhealthy = true;
+  const top_frame f = render_top("t", now, nullptr, {});
+  std::map<std::string, top_style> style;
+  for (const auto& l : f.lines)
+    if (!words(l.text).empty()) style[words(l.text)[0]] = l.style;
+  EXPECT_EQ(style["worker"], top_style::header);
+  EXPECT_EQ(style["0"], top_style::plain);
+  EXPECT_EQ(style["1"], top_style::draining);
+  EXPECT_EQ(style["2"], top_style::unhealthy);
 }
 
 }  // namespace

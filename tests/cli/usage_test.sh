@@ -27,6 +27,15 @@ expect route_unknown_flag 2 "$unexpected" -- \
   route --nats "$dead" --block-tokens 4 --bogus
 expect admin_verb_unknown_flag 2 "$unexpected" -- \
   admin --nats "$dead" workers --bogus
+expect engine_unknown_flag 2 "$unexpected" -- engine --trace t.jsonl --bogus
+expect router_unknown_flag 2 "$unexpected" -- router --nats "$dead" --bogus
+expect index_unknown_flag 2 "$unexpected" -- \
+  index --nats "$dead" --shard 0/1 --db x --bogus
+expect top_unknown_flag 2 "$unexpected" -- top --nats "$dead" --bogus
+expect config_show_unknown_flag 2 "$unexpected" -- config show --bogus
+expect config_docs_unknown_flag 2 "$unexpected" -- config docs --bogus
+expect config_check_unknown_flag 2 "$unexpected" -- config check f --bogus
+expect config_nats_auth_unknown_flag 2 "$unexpected" -- config nats-auth --bogus
 
 # A value that is not a number, or not one the flag takes.
 expect hash_bad_number 2 '^--block-tokens: .*abc' -- \
@@ -48,7 +57,7 @@ expect weights_bad_credit 2 "^--c-host: must be a number from 0 to 1, got '2'" -
 
 # A required option missing; the mesh's commands say where else it may
 # come from.
-expect hash_missing_option 2 '^--block-tokens is required' -- hash --tokens 1
+expect hash_missing_option 2 '^--tokens is required' -- hash --block-tokens 4
 expect engine_missing_option 2 '^--trace is required' -- engine
 expect index_missing_option 2 '^--shard is required' -- index --nats "$dead"
 expect route_missing_option 2 'KVMESH_\* variable or the --config file' -- \

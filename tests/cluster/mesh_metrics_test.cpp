@@ -187,7 +187,7 @@ class mesh_metrics_test : public ::testing::Test {
   std::unique_ptr<shard_node> shard_;
   std::unique_ptr<agent_node> agent_;
   std::unique_ptr<router_node> router_;
-  std::unique_ptr<metrics::http_server> http_;
+  std::unique_ptr<metrics::endpoint> http_;
 };
 
 route_request_msg request(uint64_t id, uint32_t blocks) {
@@ -220,7 +220,7 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
       if (p.worker == d->worker) last_price[d->worker] = p.price;
   }
   ASSERT_FALSE(last_price.empty());
-  // Answered without a worker: no prompt blocks, and a payload that is not
+  // Answered without a worker: no prompt tokens, and a payload that is not
   // a RouteRequest.
   route_request_msg empty;
   empty.id = 6;
@@ -230,8 +230,8 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
   EXPECT_EQ(decode_errors(msg_kind::route_request), before + 1);
 
   auto r = samples(router_metrics_->scrape());
-  EXPECT_EQ(r["kvmesh_build_info{version=\"" + std::string(kvmesh_version) +
-              "\",role=\"router\"}"],
+  EXPECT_EQ(r["kvmesh_build_info{role=\"router\",version=\"" +
+              std::string(kvmesh_version) + "\"}"],
             1);
   EXPECT_EQ(r["kvmesh_router_requests_total{intake=\"core\"}"], 7);
   EXPECT_EQ(r["kvmesh_router_requests_total{intake=\"json\"}"], 0);
@@ -270,8 +270,8 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
   EXPECT_EQ(r.count("kvmesh_decode_errors_total{kind=\"json\"}"), 1u);
 
   auto a = samples(agent_metrics_->scrape());
-  EXPECT_EQ(a["kvmesh_build_info{version=\"" + std::string(kvmesh_version) +
-              "\",role=\"agent\"}"],
+  EXPECT_EQ(a["kvmesh_build_info{role=\"agent\",version=\"" +
+              std::string(kvmesh_version) + "\"}"],
             1);
   EXPECT_EQ(sum_of(a, "kvmesh_worker_awards_total", "result=\"accepted\""), 5);
   EXPECT_EQ(sum_of(a, "kvmesh_worker_prompt_blocks_total"), 5 * blocks);
@@ -279,14 +279,18 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
   for (const char* w : {"0", "1"}) {
     const std::string id = std::string("worker=\"") + w + "\"";
     EXPECT_EQ(a["kvmesh_worker_capacity_blocks{" + id + "}"], 512) << w;
-    EXPECT_EQ(a["kvmesh_worker_tier_capacity_blocks{" + id + ",tier=\"host\"}"],
+    // Label pairs sorted by name, as prometheus-cpp prints them.
+    EXPECT_EQ(a["kvmesh_worker_tier_capacity_blocks{tier=\"host\"," + id + "}"],
               256);
-    EXPECT_EQ(a["kvmesh_worker_tier_capacity_blocks{" + id + ",tier=\"disk\"}"],
+    EXPECT_EQ(
+        a.count("kvmesh_worker_tier_capacity_blocks{tier=\"disk\"," + id + "}"),
+        1u);
+    EXPECT_EQ(a["kvmesh_worker_tier_capacity_blocks{tier=\"disk\"," + id + "}"],
               0);
     EXPECT_EQ(a["kvmesh_worker_speed{" + id + "}"], 1);
     EXPECT_EQ(a["kvmesh_worker_draining{" + id + "}"], 0);
     EXPECT_EQ(a.count("kvmesh_worker_queued_blocks{" + id + "}"), 1u);
-    EXPECT_EQ(a.count("kvmesh_worker_requests{" + id + ",state=\"running\"}"),
+    EXPECT_EQ(a.count("kvmesh_worker_requests{state=\"running\"," + id + "}"),
               1u);
     // The price the router awarded it at last, exactly; NaN if it won none.
     const double price = a["kvmesh_worker_last_price_blocks{" + id + "}"];
@@ -307,8 +311,8 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
   }));
 
   auto s = samples(shard_metrics_->scrape());
-  EXPECT_EQ(s["kvmesh_build_info{version=\"" + std::string(kvmesh_version) +
-              "\",role=\"index\"}"],
+  EXPECT_EQ(s["kvmesh_build_info{role=\"index\",version=\"" +
+              std::string(kvmesh_version) + "\"}"],
             1);
   EXPECT_EQ(s["kvmesh_index_shards{shard=\"0\"}"], 1);
   EXPECT_GE(s["kvmesh_index_entries{shard=\"0\"}"],
@@ -316,9 +320,14 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
   EXPECT_GT(s["kvmesh_index_rocksdb_bytes{shard=\"0\"}"], 0);
   EXPECT_EQ(s["kvmesh_index_errors_total{shard=\"0\"}"], 0);
   EXPECT_GE(s["kvmesh_index_queries_total{shard=\"0\"}"], 1);
+  // Prometheus' process collector's series, from /proc/self.
+  EXPECT_GT(s["process_resident_memory_bytes"], 1e6);
+  EXPECT_GT(s["process_start_time_seconds"], 1.5e9);
+  EXPECT_GT(s["process_cpu_seconds_total"], 0);
+  EXPECT_GT(s["process_open_fds"], 2);
 
   // The same page over HTTP, and the answer counted.
-  metrics::http_server_options o;
+  metrics::endpoint_options o;
   o.address = "127.0.0.1";
   auto server = serve_metrics(*shard_metrics_, o);
   ASSERT_TRUE(server) << server.err().message;
@@ -328,9 +337,13 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
   EXPECT_NE(page.find("\nkvmesh_index_shards{shard=\"0\"} 1\n"),
             std::string::npos);
   EXPECT_EQ(http_get(http_->port(), "/").rfind("HTTP/1.1 404", 0), 0u);
-  s = samples(shard_metrics_->scrape());
-  EXPECT_EQ(s["kvmesh_metrics_requests_total{code=\"200\"}"], 1);
-  EXPECT_EQ(s["kvmesh_metrics_requests_total{code=\"404\"}"], 1);
+  // Counted once the answer is out, which the client may read first.
+  EXPECT_TRUE(eventually([&] {
+    s = samples(shard_metrics_->scrape());
+    return s["kvmesh_metrics_requests_total{code=\"200\"}"] == 1 &&
+           s["kvmesh_metrics_requests_total{code=\"404\"}"] == 1;
+  })) << s["kvmesh_metrics_requests_total{code=\"200\"}"] << " "
+      << s["kvmesh_metrics_requests_total{code=\"404\"}"];
 }
 
 TEST_F(mesh_metrics_test, a_scrape_before_the_node_runs_has_the_static_series) {
@@ -342,8 +355,8 @@ TEST_F(mesh_metrics_test, a_scrape_before_the_node_runs_has_the_static_series) {
   auto s = samples((*pm)->scrape());
   EXPECT_EQ(s["kvmesh_index_shards{shard=\"2\"}"], 4);
   EXPECT_EQ(s["kvmesh_index_blocks{shard=\"2\"}"], 0);
-  EXPECT_EQ(s["kvmesh_build_info{version=\"" + std::string(kvmesh_version) +
-              "\",role=\"index\"}"],
+  EXPECT_EQ(s["kvmesh_build_info{role=\"index\",version=\"" +
+              std::string(kvmesh_version) + "\"}"],
             1);
 }
 

@@ -27,7 +27,7 @@ TEST(meters, route_errors_are_classed_by_code_and_the_routers_words) {
           ec::not_found, "no worker answered the call for bids for request 7"),
       route_failure::no_workers);
   EXPECT_EQ(
-      classify_route_error(ec::empty_input, "request 7 has no prompt blocks"),
+      classify_route_error(ec::empty_input, "request 7 has no prompt tokens"),
       route_failure::other);
   EXPECT_EQ(classify_route_error(ec::not_found, "something new"),
             route_failure::other);
@@ -66,17 +66,23 @@ TEST(meters, a_decision_adds_its_latency_bids_and_winners_terms) {
   winner.price = 12.6;
   d.prices = {loser, winner, loser};
   m.decided(d, 0.002);
-  EXPECT_EQ(m.auction_seconds->read().cumulative,
-            (std::vector<uint64_t>{0, 1, 1}));
-  EXPECT_EQ(m.bids_per_auction->read().cumulative,
+  auto cumulative = [](const metrics::histogram* h) {
+    std::vector<uint64_t> out;
+    for (const auto& b : h->Collect().histogram.bucket)
+      out.push_back(b.cumulative_count);
+    return out;
+  };
+  EXPECT_EQ(cumulative(m.auction_seconds), (std::vector<uint64_t>{0, 1, 1}));
+  EXPECT_EQ(cumulative(m.bids_per_auction),
             (std::vector<uint64_t>{0, 0, 1, 1}));  // 3 bids: le 4
-  EXPECT_EQ(m.winner_price->read().sum, 12.6);  // the winner's, not a loser's
-  EXPECT_EQ(m.winner_terms[0]->value(), 12);
-  EXPECT_EQ(m.winner_terms[1]->value(), 4);
-  EXPECT_EQ(m.winner_terms[2]->value(), 1.5);
-  EXPECT_EQ(m.winner_terms[3]->value(), 0);
-  EXPECT_EQ(m.winner_terms[4]->value(), 20);
-  EXPECT_EQ(m.winner_terms[6]->value(), 2.5);
+  // The winner's, not a loser's.
+  EXPECT_EQ(m.winner_price->Collect().histogram.sample_sum, 12.6);
+  EXPECT_EQ(m.winner_terms[0]->Value(), 12);
+  EXPECT_EQ(m.winner_terms[1]->Value(), 4);
+  EXPECT_EQ(m.winner_terms[2]->Value(), 1.5);
+  EXPECT_EQ(m.winner_terms[3]->Value(), 0);
+  EXPECT_EQ(m.winner_terms[4]->Value(), 20);
+  EXPECT_EQ(m.winner_terms[6]->Value(), 2.5);
 }
 
 }  // namespace

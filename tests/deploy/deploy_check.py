@@ -235,6 +235,9 @@ def cmd_compose(args):
             continue
         if s.get("image", "").startswith("kvmesh") and cmd[0] in (
                 "agent", "router", "index"):
+            test = " ".join((s.get("healthcheck") or {}).get("test") or [])
+            if "/readyz" not in test:
+                bad(f"{where}: its healthcheck does not ask /readyz")
             nats = flag(cmd, "--nats")
             host = re.sub(r"^\w+://", "", nats or "").split(":")[0]
             if host not in services:
@@ -415,6 +418,15 @@ def cmd_entrypoint(args):
             ("agent with overlapping ranges in the map",
              ["agent"], {"KVMESH_AGENT_WORKERS": "8", "NODE_NAME": "gpu-a",
                          "WORKER_ID_MAP": overlap}, 2, "share worker ids"),
+            ("agent beside an engine, ids from the pod's ordinal",
+             ["agent"], {"KVMESH_AGENT_WORKERS": "2", "WORKER_IDS": "ordinal",
+                         "POD_NAME": "kvmesh-vllm-3",
+                         "KVMESH_AGENT_ENGINE": "vllm"},
+             0, "agent --data-parallel-size 2 --worker-id 6 "
+                "--name kvmesh-vllm-3\n"),
+            ("agent ids by ordinal on a pod without one",
+             ["agent"], {"KVMESH_AGENT_WORKERS": "2", "WORKER_IDS": "ordinal",
+                         "POD_NAME": "kvmesh-vllm"}, 2, "does not end in -I"),
             ("agent with a fixed first id",
              ["agent"], {"KVMESH_AGENT_WORKERS": "4",
                          "KVMESH_AGENT_WORKER_ID": "0"},

@@ -256,8 +256,9 @@ def validate(objs, where):
 
 
 def check_kvmesh_pod(o, tlabels, configmaps, where):
-    """A kvmesh pod: entrypoint and role agree with its component, and
-    Prometheus is told the port its container names metrics."""
+    """A kvmesh pod: entrypoint and role agree with its component,
+    Prometheus is told the port its container names metrics, and the
+    kubelet probes /readyz and /healthz there."""
     role = tlabels.get("app.kubernetes.io/component")
     if role not in ("agent", "router", "index"):
         return
@@ -278,11 +279,21 @@ def check_kvmesh_pod(o, tlabels, configmaps, where):
     if cfg.get("KVMESH_METRICS_PORT") not in (None, port):
         bad(f"{w}: KVMESH_METRICS_PORT {cfg.get('KVMESH_METRICS_PORT')} "
             f"differs from prometheus.io/port {port}")
+    # kvmesh's own containers (an engine may run beside the agent).
     for _, c in containers(o):
+        if not c.get("image", "").split("/")[-1].startswith("kvmesh"):
+            continue
         if c.get("command") != ["kvmesh-entrypoint"] or \
                 (c.get("args") or [None])[0] != role:
             bad(f"{w}: container {c['name']} runs {c.get('command')} "
                 f"{c.get('args')}, want kvmesh-entrypoint {role}")
+        # The process's own probes, on its metrics port.
+        for probe, path in (("readinessProbe", "/readyz"),
+                            ("livenessProbe", "/healthz")):
+            get = (c.get(probe) or {}).get("httpGet") or {}
+            if get.get("path") != path or get.get("port") != "metrics":
+                bad(f"{w}: container {c['name']}'s {probe} is {get or None}, "
+                    f"want GET {path} on port metrics")
 
 
 def first_difference(a, b, path="."):

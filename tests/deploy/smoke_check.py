@@ -210,8 +210,8 @@ def cmd_smoke(args):
         # The pods' metrics endpoints, as Prometheus scrapes them.
         import urllib.request
         for name, (role, mport) in sorted(scrape.items()):
-            want = re.compile(r'kvmesh_build_info\{version="[^"]+",'
-                              f'role="{role}"' r'\} 1$')
+            want = re.compile(r'kvmesh_build_info\{'
+                              f'role="{role}"' r',version="[^"]+"\} 1$')
             try:
                 with urllib.request.urlopen(
                         f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:

@@ -162,10 +162,11 @@ import sys
 s = dict(l.rsplit(" ", 1) for l in sys.stdin.read().splitlines()
          if l and not l.startswith("#"))
 w = "worker=\"0\""
-want = {f"kvmesh_worker_awards_total{{{w},result=\"accepted\"}}": 1,
+# Label pairs sorted by name, as prometheus-cpp prints them.
+want = {f"kvmesh_worker_awards_total{{result=\"accepted\",{w}}}": 1,
         f"kvmesh_worker_prompt_blocks_total{{{w}}}": 4,
-        f"kvmesh_worker_hit_blocks_total{{{w},tier=\"gpu\"}}": 2,
-        f"kvmesh_worker_hit_blocks_total{{{w},tier=\"host\"}}": 1,
+        f"kvmesh_worker_hit_blocks_total{{tier=\"gpu\",{w}}}": 2,
+        f"kvmesh_worker_hit_blocks_total{{tier=\"host\",{w}}}": 1,
         f"kvmesh_worker_capacity_blocks{{{w}}}": 500}
 for k, v in want.items():
     assert float(s.get(k, "nan")) == v, (k, s.get(k))

@@ -60,13 +60,14 @@ TEST(json, bad_requests_name_the_field_and_count) {
       {R"({"id": 1})", "exactly one of 'tokens', 'blocks' and 'text'"},
       {R"({"id": 1, "tokens": [1,2,3,4], "text": "abc"})", "exactly one of"},
       {R"({"id": 1, "text": 5})", "'text' must be a string"},
-      {R"({"id": 1, "text": "too short"})", "less than one block"},
+      {R"({"id": 1, "text": ""})", "'text' is empty"},
       {R"({"id": 1, "tokens": [1], "blocks": [1]})", "exactly one of"},
       {R"({"id": 1, "tokens": "1,2"})", "'tokens' must be an array"},
       {R"({"id": 1, "tokens": [1, 4294967296]})", "not a token id"},
-      {R"({"id": 1, "tokens": [1, 2]})", "less than one block"},
+      {R"({"id": 1, "tokens": []})", "'tokens' is empty"},
       {R"({"id": 1, "tokens": [1,2,3,4], "salt": 5})", "'salt' must be"},
-      {R"({"id": 1, "blocks": []})", "'blocks' must be a non-empty"},
+      {R"({"id": 1, "blocks": []})", "needs 'input_tokens'"},
+      {R"({"id": 1, "blocks": {}})", "'blocks' must be an array"},
       {R"({"id": 1, "blocks": [1, "x"]})", "not a hash"},
       {R"({"id": 1, "blocks": [1], "output_tokens": 1.5})",
        "'output_tokens' must be an integer"},
@@ -80,6 +81,29 @@ TEST(json, bad_requests_name_the_field_and_count) {
   }
   EXPECT_EQ(json_decode_errors() - before, std::size(cases));
   EXPECT_FALSE(parse_route_json(R"({"id": 1, "blocks": [1]})", 0));
+}
+
+TEST(json, a_prompt_shorter_than_a_block_has_no_blocks_but_its_length) {
+  auto t = parse_route_json(R"({"id": 3, "tokens": [7]})", 16);
+  ASSERT_TRUE(t) << t.err().message;
+  EXPECT_EQ(t->id, 3u);
+  EXPECT_TRUE(t->blocks.empty());
+  EXPECT_EQ(t->input_tokens, 1u);
+  auto x = parse_route_json(R"({"id": 4, "text": "hello world"})", 16);
+  ASSERT_TRUE(x) << x.err().message;
+  EXPECT_TRUE(x->blocks.empty());
+  EXPECT_GE(x->input_tokens, 1u);
+  auto b = parse_route_json(R"({"id": 5, "blocks": [], "input_tokens": 2})", 16);
+  ASSERT_TRUE(b) << b.err().message;
+  EXPECT_TRUE(b->blocks.empty());
+  EXPECT_EQ(b->input_tokens, 2u);
+}
+
+TEST(json, an_error_after_the_id_still_names_the_request) {
+  uint64_t id = 0;
+  auto r = parse_route_json(R"({"id": 12, "tokens": "1,2"})", 16, &id);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(id, 12u);
 }
 
 TEST(json, a_decision_carries_every_bidders_breakdown) {
