@@ -1,4 +1,6 @@
 // Static SVG charts for the HTML reports: lines, stacked bars, heatmaps.
+// Hand-written: Debian has no C++ library that draws a chart into an SVG
+// string; the reports need a few chart kinds and no JavaScript.
 #pragma once
 
 #include <string>

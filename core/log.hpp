@@ -1,5 +1,9 @@
 // The project's log: leveled events, one line each on stderr, as text or
 // JSON, safe from any thread.
+// Hand-written rather than Debian's spdlog: each line is one write(2) of a
+// buffer on the caller's stack (lines never interleave, nothing to flush
+// at a crash), the same fields as text or JSON, and core/ stays free of
+// dependencies.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,9 @@
 // A bounded MessagePack reader for untrusted bytes: a small tree of views
 // into the input, no exceptions, limits on depth and size.
+// Hand-written rather than Debian's msgpack-c (libmsgpack-cxx-dev), whose
+// unpacker throws and builds its objects in a zone of its own: KV events
+// from an engine are read as views, every length checked against the
+// bytes left.
 #pragma once
 
 #include <cstddef>
