@@ -104,24 +104,19 @@ struct shard_series {
   counter* errors = nullptr;
 };
 
-// Asks `h` and waits until `deadline`; nothing when it did not answer, and
-// a line on stderr naming `what`.
+// Asks `h` until `deadline` (ask_until); nothing when it did not answer,
+// and a line on stderr naming `what`.
 template <class T, class Handle, class... Ts>
 std::optional<T> ask(caf::scoped_actor& self, const Handle& h,
                      steady::time_point deadline, const std::string& what,
                      Ts... xs) {
-  std::optional<T> out;
-  const auto left = std::max<caf::timespan>(
-      std::chrono::duration_cast<caf::timespan>(deadline - steady::now()),
-      std::chrono::milliseconds(1));
-  self->request(h, left, xs...)
-      .receive([&](T& x) { out = std::move(x); },
-               [&](caf::error& e) {
-                 KVMESH_LOG(
-                     "metrics scrape misses %s's status (%s): its series "
-                     "keep their last values",
-                     what.c_str(), self->system().render(e).c_str());
-               });
+  std::string why;
+  auto out = ask_until<T>(self, h, deadline, &why, xs...);
+  if (!out)
+    KVMESH_LOG(
+        "metrics scrape misses %s's status (%s): its series keep their "
+        "last values",
+        what.c_str(), why.c_str());
   return out;
 }
 

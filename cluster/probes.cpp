@@ -1,9 +1,6 @@
 // Readiness per role: NATS, then what the node's actors say in time.
 #include "cluster/probes.hpp"
 
-#include <algorithm>
-#include <optional>
-
 namespace kvmesh {
 
 namespace {
@@ -13,13 +10,7 @@ using steady = std::chrono::steady_clock;
 template <class T, class Handle>
 std::optional<T> ask(caf::scoped_actor& self, const Handle& h,
                      steady::time_point deadline) {
-  std::optional<T> out;
-  const auto left = std::max<caf::timespan>(
-      std::chrono::duration_cast<caf::timespan>(deadline - steady::now()),
-      std::chrono::milliseconds(1));
-  self->request(h, left, status_atom::value)
-      .receive([&](T& x) { out = std::move(x); }, [](caf::error&) {});
-  return out;
+  return ask_until<T>(self, h, deadline, nullptr, status_atom::value);
 }
 
 void nats_up(const nats_bus& bus, std::vector<std::string>& why) {

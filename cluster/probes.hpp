@@ -4,8 +4,10 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,26 @@
 #include "cluster/shard_node.hpp"
 
 namespace kvmesh {
+
+// Asks `h` (message xs...) and waits until `deadline`, at least 1 ms:
+// the answer, or nothing, with the error in `why` when given. What a
+// scrape and a probe ask the node's actors.
+template <class T, class Handle, class... Ts>
+std::optional<T> ask_until(caf::scoped_actor& self, const Handle& h,
+                           std::chrono::steady_clock::time_point deadline,
+                           std::string* why, Ts... xs) {
+  std::optional<T> out;
+  const auto left = std::max<caf::timespan>(
+      std::chrono::duration_cast<caf::timespan>(
+          deadline - std::chrono::steady_clock::now()),
+      std::chrono::milliseconds(1));
+  self->request(h, left, xs...)
+      .receive([&](T& x) { out = std::move(x); },
+               [&](caf::error& e) {
+                 if (why) *why = self->system().render(e);
+               });
+  return out;
+}
 
 // Each unmet condition in words; empty: ready. Actors not answering by the
 // deadline count as not ready.
