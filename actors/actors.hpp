@@ -96,7 +96,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, route_request_msg& x) {
   return f(caf::meta::type_name("route_request"), x.id, x.blocks,
            x.input_tokens, x.output_tokens, x.block_tokens, x.redelivered,
-           x.stream_sequence);
+           x.stream_sequence, x.model, x.client_id, x.exclude);
 }
 
 template <class Inspector>
@@ -156,7 +156,7 @@ typename Inspector::result_type inspect(Inspector& f, price_breakdown& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, decision& x) {
   return f(caf::meta::type_name("decision"), x.request, x.worker, x.auctions,
-           x.prices, x.error, x.endpoint);
+           x.prices, x.error, x.endpoint, x.failure, x.client_id);
 }
 
 template <class Inspector>
@@ -166,12 +166,17 @@ typename Inspector::result_type inspect(Inspector& f, price_config& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, served_model& x) {
+  return f(caf::meta::type_name("served_model"), x.name, x.parent);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker, x.queued,
            x.reserved, x.waiting, x.running, x.gpu_blocks, x.host_blocks,
            x.disk_blocks, x.active, x.completed, x.draining, x.capacity,
            x.speed, x.agent, x.gone, x.unhealthy, x.endpoint, x.awards,
-           x.last_price, x.host_capacity, x.disk_capacity);
+           x.last_price, x.host_capacity, x.disk_capacity, x.models);
 }
 
 // -- interfaces ---------------------------------------------------------------

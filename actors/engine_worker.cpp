@@ -64,7 +64,8 @@ void publish_changes(epointer self) {
       for (const cache_event& e : st.kv_out[i])
         stored += e.kind == cache_event::stored;
       m->kv_events[0]->Increment(static_cast<double>(stored));
-      m->kv_events[1]->Increment(static_cast<double>(st.kv_out[i].size() - stored));
+      m->kv_events[1]->Increment(
+          static_cast<double>(st.kv_out[i].size() - stored));
     }
     // A copy of exactly its size travels; the buffer keeps its capacity,
     // so that the next batch does not grow it again from nothing.
@@ -153,7 +154,8 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
                              : worker_meters::engine_refused;
           m->awards[x]->Increment();
           if (r.accepted) {
-            m->prompt_blocks->Increment(static_cast<double>(a.request.blocks.size()));
+            m->prompt_blocks->Increment(
+                static_cast<double>(a.request.blocks.size()));
             m->hit_blocks[0]->Increment(held.gpu);
             m->hit_blocks[1]->Increment(held.host);
             m->hit_blocks[2]->Increment(held.disk);
@@ -202,14 +204,23 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
       [=](first_atom, uint64_t request) {
         auto& st = self->state;
         tier_match hits;
-        if (st.eng->first_token(request, &hits) && st.listener)
+        const auto at = st.eng->arrived_ms(request);
+        if (!st.eng->first_token(request, &hits)) return;
+        if (st.meters && st.meters->ttft && at)
+          metrics::observe(*st.meters->ttft, (now_ms(self) - *at) / 1e3);
+        if (st.listener)
           self->send(st.listener, first_atom::value, request, hits.gpu,
                      hits.host, hits.disk);
       },
       [=](done_atom, uint64_t request) {
         auto& st = self->state;
-        if (st.eng->finish(request) && st.listener)
-          self->send(st.listener, done_atom::value, request);
+        const auto at = st.eng->arrived_ms(request);
+        if (!st.eng->finish(request)) return;
+        // The front streams bytes, not tokens: no inter-token figure here
+        // (the engine's own metrics have it).
+        if (st.meters && st.meters->e2e && at)
+          metrics::observe(*st.meters->e2e, (now_ms(self) - *at) / 1e3);
+        if (st.listener) self->send(st.listener, done_atom::value, request);
       },
       [=](put_atom, const engine_metrics& m) {
         auto& st = self->state;

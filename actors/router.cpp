@@ -174,8 +174,14 @@ void won(rpointer self, const auction_ptr& a, uint32_t w, uint64_t count,
     st.latency_us.push_back(us);
   else
     st.latency_us[st.latency_next++ % router_state::latency_window] = us;
-  a->promise.deliver(
-      decision{a->request.id, w, a->round, a->prices, {}, endpoint});
+  decision d;
+  d.request = a->request.id;
+  d.worker = w;
+  d.auctions = a->round;
+  d.prices = a->prices;
+  d.endpoint = endpoint;
+  d.client_id = a->request.client_id;
+  a->promise.deliver(std::move(d));
   ended(self);
 }
 
@@ -512,8 +518,8 @@ std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
   unproven.clear();
   for (uint32_t k = 0; k < rest.size(); ++k) {
     const auto& m = st.members[rest[k]];
-    const bool proven = !st.opt.quiet_silent_bidders ||
-                        st.bidder_quiet[m.bidder].answered;
+    const bool proven =
+        !st.opt.quiet_silent_bidders || st.bidder_quiet[m.bidder].answered;
     (proven ? load : unproven)
         .emplace_back(m.last.queued + m.last.reserved + m.since_beat +
                           st.auction->pending(rest[k]),
@@ -522,9 +528,9 @@ std::vector<uint32_t> pick(rpointer self, const std::vector<uint32_t>& eligible,
   const size_t want = std::min(rest.size(), fanout - out.size());
   size_t new_ones = 0;
   if (!unproven.empty())
-    new_ones = std::min(unproven.size(), load.size() >= want
-                                             ? size_t{want >= 2}
-                                             : want - load.size());
+    new_ones =
+        std::min(unproven.size(),
+                 load.size() >= want ? size_t{want >= 2} : want - load.size());
   take_least(load, want - new_ones, rest, out);
   take_least(unproven, new_ones, rest, out);
   return out;
@@ -552,9 +558,22 @@ void call_for_bids_(rpointer self, auction_ptr a) {
   // heartbeats alone would make the auction all silent.
   auto& sitting_out = st.sitting_out;
   sitting_out.clear();
+  // Only the request's pool bids; a model no worker serves is an error of
+  // its own (a gateway answers 404, not "try later").
+  const auto model = st.pools.find(a->request.model);
+  if (!model) {
+    fail(self, a, ec::not_found,
+         "unknown model '" + a->request.model + "' for request " +
+             std::to_string(a->request.id));
+    return;
+  }
   bool proven = !st.opt.quiet_silent_bidders;
   for (uint32_t i : st.present) {
     const auto& m = st.members[i];
+    if (!st.pools.serves(i, *model) ||
+        std::find(a->request.exclude.begin(), a->request.exclude.end(), i) !=
+            a->request.exclude.end())
+      continue;
     const auto& q = st.bidder_quiet[m.bidder];
     const bool able = m.live && !m.last.draining && !m.last.unhealthy;
     if (able && q.until <= now) {
@@ -566,8 +585,8 @@ void call_for_bids_(rpointer self, auction_ptr a) {
     }
   }
   if (!proven && !sitting_out.empty()) {
-    const auto mid = eligible.insert(eligible.end(), sitting_out.begin(),
-                                     sitting_out.end());
+    const auto mid =
+        eligible.insert(eligible.end(), sitting_out.begin(), sitting_out.end());
     std::inplace_merge(eligible.begin(), mid, eligible.end());
     // Not also claimers: each worker is asked once.
     auto& c = a->claimers;
@@ -670,9 +689,9 @@ uint32_t bidder_slot(router_state& st, bidder_actor b,
     return it->second;
   uint32_t g = static_cast<uint32_t>(st.bidders.size());
   if (st.bidders_unused > 0)
-    g = static_cast<uint32_t>(std::find(st.bidder_users.begin(),
-                                        st.bidder_users.end(), uint32_t{0}) -
-                              st.bidder_users.begin());
+    g = static_cast<uint32_t>(
+        std::find(st.bidder_users.begin(), st.bidder_users.end(), uint32_t{0}) -
+        st.bidder_users.begin());
   if (g == st.bidders.size()) {
     st.bidders.emplace_back();
     st.bidder_users.push_back(0);
@@ -715,6 +734,7 @@ void heard(router_state& st, uint32_t i, const worker_status& s) {
   m.missed = 0;
   m.last = {s.queued, s.reserved, s.speed, s.draining, s.unhealthy};
   m.since_beat = 0;
+  st.pools.set(i, s.models);
   // Names the sender of what its bidder refuses (a pushed member's bidder
   // is its agent's already).
   auto& agent = st.bidder_agent[m.bidder];
@@ -742,15 +762,12 @@ void tick(rpointer self) {
       continue;
     }
     self->request(st.opt.workers[i], st.opt.heartbeat, status_atom::value)
-        .then(
-            [=](const worker_status& s) {
-              heard(self->state, i, s);
-            },
-            [=](caf::error&) {
-              auto& m = self->state.members[i];
-              if (++m.missed >= self->state.opt.missed_beats)
-                count_out(self, i, "no heartbeat");
-            });
+        .then([=](const worker_status& s) { heard(self->state, i, s); },
+              [=](caf::error&) {
+                auto& m = self->state.members[i];
+                if (++m.missed >= self->state.opt.missed_beats)
+                  count_out(self, i, "no heartbeat");
+              });
   }
   if (n_silenced > 8)
     silenced += " and " + std::to_string(n_silenced - 8) + " more";
@@ -901,6 +918,7 @@ router_actor::behavior_type router(rpointer self, router_options opt) {
         m.live = false;
         m.bidder = b;
         st.opt.workers[id] = nullptr;
+        st.pools.clear(id);
         st.present.erase(
             std::lower_bound(st.present.begin(), st.present.end(), id));
         st.auction->leave(id);

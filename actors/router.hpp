@@ -7,9 +7,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/block_hash.hpp"
 #include "actors/actors.hpp"
 #include "core/auction.hpp"
+#include "core/block_hash.hpp"
+#include "core/model_pools.hpp"
 #include "messages/limits.hpp"
 
 namespace kvmesh {
@@ -27,8 +28,9 @@ struct router_options {
   // Past it, an unanswered award is withdrawn (asked again at twice the
   // wait each time, up to a heartbeat) before the request goes elsewhere.
   caf::timespan award_deadline = std::chrono::milliseconds(50);
-  uint32_t max_auctions = 8;    // auctions per request, refusals included
-  uint32_t block_tokens = default_block_tokens;  // for the output-length estimate
+  uint32_t max_auctions = 8;  // auctions per request, refusals included
+  uint32_t block_tokens =
+      default_block_tokens;  // for the output-length estimate
   uint64_t seed = 1;
   // Liveness: a worker that misses this many heartbeats in a row is out of
   // the auctions until it answers again.
@@ -116,10 +118,10 @@ struct router_state {
     double since_beat = 0;
     caf::actor_clock::time_point beat_at{};  // its last pushed heartbeat
     uint32_t bidder = 0;                     // index into bidders
-    uint32_t missed = 0;  // pings unanswered in a row
-    bool present = true;  // false: no worker has this id
-    bool live = true;     // until it misses its beats or an award
-    bool heard = false;   // `last` is a heartbeat's, not the default
+    uint32_t missed = 0;                     // pings unanswered in a row
+    bool present = true;                     // false: no worker has this id
+    bool live = true;    // until it misses its beats or an award
+    bool heard = false;  // `last` is a heartbeat's, not the default
     // Its heartbeats come to the router (put_atom, workers_atom): it is
     // not pinged, and out once the last is older than stale_after.
     bool pushed = false;
@@ -127,6 +129,7 @@ struct router_state {
   router_options opt;
   std::unique_ptr<auctioneer> auction;  // pricing and pending awards
   std::vector<member> members;          // by worker id, up to the highest
+  model_pools pools;                    // who serves which model
   std::vector<uint32_t> present;        // ids of present members, ascending
   std::vector<bidder_actor> bidders;    // shared by workers
   std::vector<uint32_t> bidder_users;   // present members per bidder
@@ -143,8 +146,8 @@ struct router_state {
   // The bidder of each agent whose workers' beats are pushed: one slot per
   // agent, though every agent's bidder is the same links actor.
   std::unordered_map<std::string, uint32_t> agent_bidder;
-  uint32_t bidders_unused = 0;  // slots of bidder_users 0
-  std::deque<std::shared_ptr<kvmesh::auction>> held;     // the overload queue
+  uint32_t bidders_unused = 0;                        // slots of bidder_users 0
+  std::deque<std::shared_ptr<kvmesh::auction>> held;  // the overload queue
   std::deque<std::shared_ptr<kvmesh::auction>> waiting;  // for max_inflight
   size_t inflight = 0;
   // Auctions that awaited something, with the wait (auction::wait) they
@@ -169,9 +172,9 @@ struct router_state {
   // names do not meet; never 0 (unnamed).
   uint64_t next_name = 0;
   // pick()'s scratch, kept between calls: it runs for every request.
-  std::vector<uint8_t> pick_mark;                      // per worker
-  std::vector<uint32_t> pick_rest;                     // not holders
-  std::vector<std::pair<double, uint32_t>> pick_load;  // (load, rest index)
+  std::vector<uint8_t> pick_mark;                          // per worker
+  std::vector<uint32_t> pick_rest;                         // not holders
+  std::vector<std::pair<double, uint32_t>> pick_load;      // (load, rest index)
   std::vector<std::pair<double, uint32_t>> pick_unproven;  // the same
   std::vector<uint32_t> sitting_out;  // call_for_bids_'s scratch
   // The last decisions' latencies (a ring), for status percentiles.

@@ -8,6 +8,14 @@
 
 namespace kvmesh {
 
+void worker_meters::finished(double arrival_ms, double first_ms, double end_ms,
+                             uint32_t generated) const {
+  if (ttft) metrics::observe(*ttft, (first_ms - arrival_ms) / 1e3);
+  if (e2e) metrics::observe(*e2e, (end_ms - arrival_ms) / 1e3);
+  if (itl && generated > 1)
+    metrics::observe(*itl, (end_ms - first_ms) / 1e3 / (generated - 1));
+}
+
 namespace {
 
 using wpointer = worker_actor::stateful_pointer<worker_state>;
@@ -139,6 +147,8 @@ void finish_step(wpointer self) {
         break;
       case engine_event::finished:
         ++st.completed;
+        if (st.meters)
+          st.meters->finished(e.arrival_ms, e.first_ms, e.time_ms, e.generated);
         if (st.listener) self->send(st.listener, done_atom::value, e.request);
         break;
       case engine_event::stored:
@@ -254,6 +264,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
   st.ledger = std::make_unique<worker_ledger>(
       std::move(*worker_ledger::make(opt.ledger)));
   st.time_scale = opt.time_scale;
+  st.models = opt.models;
   st.listener = opt.listener;
   st.shards = opt.shards;
   st.meters = opt.meters;
@@ -371,6 +382,7 @@ worker_actor::behavior_type worker(wpointer self, worker_options opt) {
         s.disk_blocks = st.eng->cache().size(tier::disk);
         s.active = st.eng->cache().active();
         s.completed = st.completed;
+        s.models = st.models;
         s.draining = st.draining;
         s.capacity = st.eng->cache().capacity(tier::gpu);
         s.host_capacity = st.eng->cache().capacity(tier::host);

@@ -32,6 +32,14 @@ struct worker_meters {
   // KV events sent to the index shards (stored, removed): the node
   // agent's, shared by its workers.
   metrics::counter* kv_events[2] = {};
+  // The agent's request latencies (seconds of engine time).
+  metrics::histogram* ttft = nullptr;
+  metrics::histogram* itl = nullptr;
+  metrics::histogram* e2e = nullptr;
+  // A request's latencies, into the histograms set: arrival, first token
+  // and last token in engine milliseconds, and its output length.
+  void finished(double arrival_ms, double first_ms, double end_ms,
+                uint32_t generated) const;
 };
 
 struct worker_options {
@@ -49,6 +57,9 @@ struct worker_options {
   // Where it counts awards, hits and KV events; null: nowhere (a process
   // without a metrics endpoint).
   std::shared_ptr<const worker_meters> meters;
+  // The models it serves (worker_status::models): a simulated GPU serves
+  // what its agent is told to (--model).
+  std::vector<served_model> models;
 };
 
 struct worker_state {
@@ -65,6 +76,7 @@ struct worker_state {
   uint64_t awards = 0;  // accepted
   double last_price = std::numeric_limits<double>::quiet_NaN();
   bool draining = false;
+  std::vector<served_model> models;
   std::vector<engine_event> events;
   listener_actor listener;
   std::vector<index_shard_actor> shards;

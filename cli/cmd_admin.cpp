@@ -8,13 +8,22 @@
 
 #include "cli/commands.hpp"
 #include "cli/mesh_flags.hpp"
-#include "core/block_hash.hpp"
 #include "cli/report.hpp"
+#include "core/block_hash.hpp"
 #include "core/pricing.hpp"
 
 namespace kvmesh::cli {
 
 namespace {
+
+// A worker's models in one cell: "a,b" (adapters by their own name); "-"
+// for none.
+std::string models_cell(const std::vector<served_model>& models) {
+  std::string out;
+  for (const auto& m : models)
+    out += (out.empty() ? "" : ",") + m.name;
+  return out.empty() ? "-" : out;
+}
 
 struct admin_flags {
   bus_flags bus;
@@ -82,7 +91,8 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
   if (v == "workers") {
     rows.push_back({"worker", "state", "agent", "gpu", "host", "disk", "queued",
                     "reserved", "active", "capacity", "waiting", "running",
-                    "completed", "awards", "last_price", "speed", "endpoint"});
+                    "completed", "awards", "last_price", "speed", "models",
+                    "endpoint"});
     for (const auto& w : r.workers)
       rows.push_back({std::to_string(w.worker), worker_state(w), w.agent,
                       std::to_string(w.gpu_blocks),
@@ -93,7 +103,7 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                       std::to_string(w.running), std::to_string(w.completed),
                       std::to_string(w.awards),
                       std::isnan(w.last_price) ? "-" : fixed(w.last_price, 1),
-                      general(w.speed), w.endpoint});
+                      general(w.speed), models_cell(w.models), w.endpoint});
   } else if (v == "routers") {
     // Re-auctions by cause after their total (kvmesh.capnp's RouterStatus).
     rows.push_back({"router", "decisions", "reauctions", "refused",

@@ -13,6 +13,7 @@
 #include "cluster/kv_subscriber.hpp"
 #include "cluster/openai_front.hpp"
 #include "core/sim.hpp"
+#include "messages/member_checks.hpp"
 
 namespace kvmesh::cli {
 
@@ -43,6 +44,7 @@ struct agent_flags {
   uint32_t metrics_ms = 1000;
   uint32_t unhealthy_after = 3;
   uint32_t award_ttl_ms = 60000;
+  std::vector<std::string> models;  // sim: what its GPUs serve (base models)
   CLI::Option* workers_opt = nullptr;
   CLI::Option* gpu_blocks_opt = nullptr;
   CLI::Option* block_tokens_opt = nullptr;
@@ -147,6 +149,13 @@ int run_agent(agent_flags f) {
     return usage_error(cmd, st.err().message);
   f.cfg.workers = f.workers;
   if (auto st = validate(f.cfg); !st) return usage_error(cmd, st.err().message);
+  if (f.models.size() > max_models_per_worker)
+    return usage_error(cmd, "--model: at most " +
+                                std::to_string(max_models_per_worker) +
+                                " models");
+  for (const auto& m : f.models)
+    if (auto st = check_model_name(m); !st)
+      return usage_error(cmd, "--model: " + st.err().message);
   agent_options ao;
   ao.mesh = make_mesh_options(f.bus.prefix, f.heartbeat_ms);
   ao.name = f.name;
@@ -158,6 +167,8 @@ int run_agent(agent_flags f) {
     if (!probe) return usage_error(cmd, probe.err().message);
     wo.ledger = fleet_worker_config(f.cfg, id, *probe);
     wo.time_scale = f.time_scale;
+    for (const auto& m : f.models)
+      wo.models.push_back({m, ""});
     ao.workers.push_back(std::move(wo));
   }
   auto p = start_process(f.bus, f.metrics, f.threads, f.name,
@@ -272,6 +283,11 @@ void add_agent(CLI::App& app, std::function<int()>& run) {
                       "time (sim)")
           ->check(positive)
           ->capture_default_str());
+  f->sim_only.push_back(cmd->add_option(
+      "--model", f->models,
+      "a model these simulated GPUs serve, repeated for more: requests "
+      "naming it go to them (sim; a real engine's models come from its "
+      "/v1/models)"));
   cmd->add_option("--speed", f->speed,
                   "prefill speed of these GPUs relative to the reference")
       ->check(positive)

@@ -28,6 +28,8 @@ struct route_flags {
   CLI::Option* text_opt = nullptr;
   std::string salt;
   uint32_t output_tokens = 0;
+  std::string model;
+  std::string client_id;
   bool json = false;
 };
 
@@ -114,6 +116,11 @@ int run_route(const route_flags& f) {
   r.id = f.request_id_opt->count() > 0 ? f.request_id : random_request_id();
   r.output_tokens = f.output_tokens;
   r.block_tokens = f.block_tokens;  // the router refuses another size
+  if (f.model.size() > max_name_bytes || f.client_id.size() > max_name_bytes)
+    return usage_error(cmd, "--model and --client-id: at most " +
+                                std::to_string(max_name_bytes) + " bytes");
+  r.model = f.model;
+  r.client_id = f.client_id;
   if (f.text_opt->count() > 0) {
     // No tokenizer here: the text's bytes in chunks stand for its blocks.
     auto chain = hash_text_blocks(f.text, f.block_tokens);
@@ -181,6 +188,12 @@ void add_route(CLI::App& app, std::function<int()>& run) {
       "the prompt as text, when its token ids are unknown: hashed in chunks "
       "of block-tokens x 4 bytes (approximate; a warning is printed)");
   cmd->add_option("--salt", f->salt, "salt or LoRA name of the block hashes");
+  cmd->add_option("--model", f->model,
+                  "the model (or LoRA adapter) it is for: only workers "
+                  "serving it bid (default: any worker)");
+  cmd->add_option("--client-id", f->client_id,
+                  "your own id for the request, any string: echoed in the "
+                  "decision");
   cmd->add_option("--output-tokens", f->output_tokens,
                   "expected output length (default: the router estimates)");
   cmd->add_flag("--json", f->json, "print the decision as JSON");

@@ -26,6 +26,18 @@ json price_json(double price) {
   return std::isnan(price) ? json(nullptr) : json(price);
 }
 
+// A worker's models: [{"name": ..., "parent": ...}], parent only for a
+// LoRA adapter.
+json models_json(const std::vector<served_model>& models) {
+  json list = json::array();
+  for (const auto& m : models) {
+    json e{{"name", m.name}};
+    if (!m.parent.empty()) e["parent"] = m.parent;
+    list.push_back(std::move(e));
+  }
+  return list;
+}
+
 }  // namespace
 
 json workers_json(const std::vector<worker_status>& ws) {
@@ -41,6 +53,7 @@ json workers_json(const std::vector<worker_status>& ws) {
                     {"capacity_blocks", w.capacity},
                     {"speed", w.speed},
                     {"endpoint", w.endpoint},
+                    {"models", models_json(w.models)},
                     {"host_capacity_blocks", w.host_capacity},
                     {"disk_capacity_blocks", w.disk_capacity},
                     {"awards", w.awards},

@@ -200,6 +200,7 @@ void front_durable(front_pointer self, const std::string& reply,
   }
   r->redelivered = d->delivery_count() > 1;
   r->stream_sequence = d->stream_sequence();
+  std::string client = r->client_id;
   self->request(st.router, caf::infinite, route_atom::value, std::move(*r))
       .then(
           [self, reply, d, since, id](const decision& out) {
@@ -207,7 +208,7 @@ void front_durable(front_pointer self, const std::string& reply,
             decided(self, out, since);
             answer_durable(self, reply, encode(out), d, id);
           },
-          [self, reply, id, d](caf::error& e) {
+          [self, reply, id, d, client](caf::error& e) {
             if (*self->state.stopping) return;
             // Only the router's own verdicts (no worker, overloaded)
             // are answers; a router that went away mid-auction hands
@@ -236,11 +237,8 @@ void front_durable(front_pointer self, const std::string& reply,
                         describe(e));
               return;
             }
-            failed(self, e);
-            decision out;
-            out.request = id;
-            out.error = describe(e);
-            answer_durable(self, reply, encode(out), d, id);
+            answer_durable(self, reply, encode(failed(self, e, id, client)), d,
+                           id);
           });
 }
 

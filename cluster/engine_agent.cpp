@@ -19,6 +19,7 @@
 #include "cluster/openai_front.hpp"
 #include "core/log.hpp"
 #include "engines/metrics.hpp"
+#include "engines/openai.hpp"
 
 namespace kvmesh {
 
@@ -62,6 +63,8 @@ std::string host_name() {
 
 void engine_agent::impl::poll_loop() {
   uint32_t failures = 0;
+  std::vector<served_model> models;
+  bool warned_models = false;
   while (true) {
     httplib::Client cli(opt.engine_url);
     cli.set_connection_timeout(std::chrono::seconds(2));
@@ -73,12 +76,25 @@ void engine_agent::impl::poll_loop() {
     if (ok)
       if (auto r = cli.Get("/metrics"); r && r->status == 200)
         samples = parse_prometheus(r->body);
+    // The models it serves, asked each poll: LoRA adapters load and unload
+    // at run time. A failed ask keeps the last list (no flapping pools).
+    if (ok)
+      if (auto r = cli.Get("/v1/models"); r && r->status == 200) {
+        if (auto m = parse_models_list(r->body)) {
+          models = std::move(*m);
+        } else if (!warned_models) {
+          warned_models = true;
+          KVMESH_WARN("engine %s: %s (logged once)", opt.engine_url.c_str(),
+                      m.err().message.c_str());
+        }
+      }
     for (uint32_t rank = 0; rank < workers.size(); ++rank) {
       engine_metrics m = engine_metrics_of(samples, static_cast<int>(rank),
                                            opt.state.block_tokens);
       // One failed look is a hiccup; unhealthy_after in a row is an
       // engine that stopped answering.
       m.answering = failures < opt.unhealthy_after;
+      m.models = models;
       caf::anon_send(workers[rank], put_atom::value, m);
     }
     std::unique_lock<std::mutex> lock(mu);

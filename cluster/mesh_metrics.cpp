@@ -224,8 +224,8 @@ struct process_metrics::impl {
     start_time = b.at(
         b.gauges("process_start_time_seconds",
                  "Start time of the process since unix epoch in seconds."));
-    open_fds = b.at(
-        b.gauges("process_open_fds", "Number of open file descriptors."));
+    open_fds =
+        b.at(b.gauges("process_open_fds", "Number of open file descriptors."));
     max_fds = b.at(b.gauges("process_max_fds",
                             "Maximum number of open file descriptors."));
     http_answers = b.counters("kvmesh_metrics_requests_total",
@@ -270,19 +270,23 @@ struct process_metrics::impl {
       metrics::mirror(*nats_reconnects, static_cast<double>(bus->reconnects()));
       metrics::mirror(*nats_slow, static_cast<double>(bus->slow_consumers()));
       metrics::mirror(*nats_errors, static_cast<double>(bus->errors()));
-      metrics::mirror(*nats_denied, static_cast<double>(bus->permission_denials()));
-      metrics::mirror(*nats_refused_replies, static_cast<double>(bus->refused_replies()));
+      metrics::mirror(*nats_denied,
+                      static_cast<double>(bus->permission_denials()));
+      metrics::mirror(*nats_refused_replies,
+                      static_cast<double>(bus->refused_replies()));
       const auto t = bus->stats();
       metrics::mirror(*nats_in, static_cast<double>(t.in_msgs));
       metrics::mirror(*nats_out, static_cast<double>(t.out_msgs));
     }
     for (size_t i = 0; i < feed_kind_count; ++i)
-      metrics::mirror(*nats_refused[i], 
+      metrics::mirror(
+          *nats_refused[i],
           static_cast<double>(nats_refusals(static_cast<feed_kind>(i))));
     for (size_t i = 0; i < msg_kind_count; ++i)
-      metrics::mirror(*decode[i], 
-          static_cast<double>(decode_errors(static_cast<msg_kind>(i))));
-    metrics::mirror(*decode[msg_kind_count], static_cast<double>(json_decode_errors()));
+      metrics::mirror(*decode[i], static_cast<double>(
+                                      decode_errors(static_cast<msg_kind>(i))));
+    metrics::mirror(*decode[msg_kind_count],
+                    static_cast<double>(json_decode_errors()));
   }
 };
 
@@ -315,6 +319,11 @@ struct worker_families {
   family<gauge>* speed;
   family<gauge>* last_price;
   counter* kv[2];  // stored, removed: the agent's
+  // The agent's request latencies, over all its workers: per worker they
+  // would be a histogram's dozen series for each of thousands of workers.
+  histogram* ttft = nullptr;
+  histogram* itl = nullptr;
+  histogram* e2e = nullptr;
 
   explicit worker_families(builder& b) {
     const std::vector<std::string> w = {"worker"};
@@ -364,6 +373,27 @@ struct worker_families {
                               {"kind"});
     kv[0] = b.at(events, {"stored"});
     kv[1] = b.at(events, {"removed"});
+    // Engine time: a simulated GPU's own clock (faster than the wall's
+    // under --time-scale), a real engine's as its front sees it.
+    const std::vector<double> seconds = {0.005, 0.01, 0.025, 0.05, 0.1,
+                                         0.25,  0.5,  1,     2.5,  5,
+                                         10,    25,   60,    120,  300};
+    ttft = b.at(b.histograms(
+        "kvmesh_worker_time_to_first_token_seconds",
+        "From a request's arrival at its worker to its first token, over the "
+        "agent's workers.",
+        seconds));
+    itl = b.at(b.histograms(
+        "kvmesh_worker_inter_token_latency_seconds",
+        "Each finished request's mean time between output tokens after the "
+        "first, over the agent's workers.",
+        {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
+         0.1, 0.25, 0.5, 1}));
+    e2e = b.at(b.histograms(
+        "kvmesh_worker_request_duration_seconds",
+        "From a request's arrival at its worker to its last token, over the "
+        "agent's workers.",
+        seconds));
   }
 
   // Worker `id`'s series, its host and disk tiers' capacity set (the GPU's
@@ -402,6 +432,9 @@ struct worker_families {
     m->prompt_blocks = b.at(prompt, {i});
     m->kv_events[0] = kv[0];
     m->kv_events[1] = kv[1];
+    m->ttft = ttft;
+    m->itl = itl;
+    m->e2e = e2e;
     out.push_back(s);
     return m;
   }
@@ -493,8 +526,10 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
                        caf::scoped_actor& self, steady::time_point deadline) {
     workers(self, deadline);
     const auto a = node.announced();
-    if (p->announced[0]) metrics::mirror(*p->announced[0], static_cast<double>(a.made));
-    if (p->announced[1]) metrics::mirror(*p->announced[1], static_cast<double>(a.deferred));
+    if (p->announced[0])
+      metrics::mirror(*p->announced[0], static_cast<double>(a.made));
+    if (p->announced[1])
+      metrics::mirror(*p->announced[1], static_cast<double>(a.deferred));
   };
 }
 
@@ -508,6 +543,22 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   for (const auto& w : node.workers())  // by rank
     handles.push_back(caf::actor_cast<worker_actor>(w));
   impl_->collect = collect_workers(&impl_->workers, std::move(handles));
+}
+
+expected<std::unique_ptr<process_metrics>> process_metrics::for_role(
+    const std::string& role) {
+  auto p = std::make_unique<impl>();
+  if (auto st = p->add_common(role); !st) return st.err();
+  return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
+}
+
+void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
+                            readiness ready) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->sys = &sys;
+  impl_->bus = &bus;
+  impl_->ready = std::move(ready);
+  impl_->collect = [](caf::scoped_actor&, steady::time_point) {};
 }
 
 // -- router -------------------------------------------------------------------
@@ -612,7 +663,7 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
           {member_message::worker_beat,
            {mf::bad_id, mf::bad_name, mf::not_finite, mf::negative, mf::speed,
             mf::blocks, mf::owned, mf::too_many, mf::too_many_of_agent,
-            mf::wrong_subject}},
+            mf::wrong_subject, mf::bad_model}},
           {member_message::router_beat, {mf::bad_name, mf::too_many}}});
   if (auto st = b.result(); !st) return st.err();
   opt.meters = std::move(m);
@@ -636,10 +687,12 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
           s->reauctions_no_bids, s->reauctions_saturated,
           s->reauctions_no_live_worker};
       for (size_t i = 0; i < 5; ++i)
-        metrics::mirror(*p->router.reauctions[i], static_cast<double>(by_cause[i]));
+        metrics::mirror(*p->router.reauctions[i],
+                        static_cast<double>(by_cause[i]));
       metrics::mirror(*p->router.rounds, static_cast<double>(s->rounds));
       metrics::mirror(*p->router.bids, static_cast<double>(s->bids));
-      metrics::mirror(*p->router.runner_ups, static_cast<double>(s->runner_up_awards));
+      metrics::mirror(*p->router.runner_ups,
+                      static_cast<double>(s->runner_up_awards));
       p->router.held->Set(static_cast<double>(s->held));
     }
     if (auto ws = ask<std::vector<worker_status>>(
@@ -685,10 +738,9 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_shard(
       b.counters("kvmesh_index_queries_total", "Prefix queries answered.", l),
       s);
   using mf = member_fault;
-  p->add_refusals(
-      b, {{member_message::kv_batch, {mf::owned, mf::too_many}},
-          {member_message::worker_beat,
-           {mf::owned, mf::too_many, mf::wrong_subject}}});
+  p->add_refusals(b, {{member_message::kv_batch, {mf::owned, mf::too_many}},
+                      {member_message::worker_beat,
+                       {mf::owned, mf::too_many, mf::wrong_subject}}});
   if (auto* g = b.at(b.gauges("kvmesh_index_shards",
                               "The shard count N the shard was started with "
                               "(--shard I/N).",
@@ -744,7 +796,9 @@ class scrape_source final : public prometheus::Collectable {
 
 }  // namespace
 
-void process_metrics::collect() { impl_->collect_all(collect_timeout); }
+void process_metrics::collect() {
+  impl_->collect_all(collect_timeout);
+}
 
 std::shared_ptr<prometheus::Collectable> process_metrics::collectable() {
   return std::make_shared<scrape_source>(*this);
@@ -764,7 +818,8 @@ std::vector<std::string> process_metrics::not_ready() {
 }
 
 void process_metrics::answered(int status) {
-  if (auto c = impl_->http_answers->with({std::to_string(status)})) (*c)->Increment();
+  if (auto c = impl_->http_answers->with({std::to_string(status)}))
+    (*c)->Increment();
 }
 
 expected<std::unique_ptr<metrics::endpoint>> serve_metrics(

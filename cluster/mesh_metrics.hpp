@@ -10,9 +10,9 @@
 #include <string>
 
 #include "cluster/engine_agent.hpp"
+#include "cluster/probes.hpp"
 #include "cluster/router_node.hpp"
 #include "cluster/shard_node.hpp"
-#include "cluster/probes.hpp"
 #include "core/error.hpp"
 #include "metrics/endpoint.hpp"
 #include "metrics/registry.hpp"
@@ -41,6 +41,10 @@ class process_metrics {
       router_node_options& opt);
   static expected<std::unique_ptr<process_metrics>> for_shard(
       shard_node_options& opt);
+  // A role whose series its node registers itself (registry()): only those
+  // of every process here.
+  static expected<std::unique_ptr<process_metrics>> for_role(
+      const std::string& role);
   ~process_metrics();
 
   // From now on a scrape asks the node's actors and reads `bus`. Both must
@@ -49,6 +53,8 @@ class process_metrics {
   void watch(caf::actor_system& sys, nats_bus& bus, const engine_agent& node);
   void watch(caf::actor_system& sys, nats_bus& bus, const router_node& node);
   void watch(caf::actor_system& sys, nats_bus& bus, const shard_node& node);
+  // A for_role process: its readiness is `ready`'s.
+  void watch(caf::actor_system& sys, nats_bus& bus, readiness ready);
 
   // Asks the node's actors and reads the bus: the series' values now.
   void collect();

@@ -4,20 +4,6 @@
 
 namespace kvmesh {
 
-const char* to_string(route_failure f) {
-  switch (f) {
-    case route_failure::overloaded:
-      return "overloaded";
-    case route_failure::refused:
-      return "refused";
-    case route_failure::no_workers:
-      return "no_workers";
-    case route_failure::other:
-      return "other";
-  }
-  return "other";
-}
-
 const char* to_string(handback h) {
   switch (h) {
     case handback::no_workers:
@@ -40,6 +26,7 @@ route_failure classify_route_error(ec code, const std::string& message) {
     return message.find(words) != std::string::npos;
   };
   if (has("no worker took request")) return route_failure::refused;
+  if (has("unknown model")) return route_failure::unknown_model;
   if (has("no live worker") || has("router has no workers") ||
       has("no worker answered"))
     return route_failure::no_workers;

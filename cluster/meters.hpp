@@ -11,18 +11,6 @@
 
 namespace kvmesh {
 
-// Why a route request got no worker (kvmesh_router_failures_total's
-// reason label).
-enum class route_failure : uint8_t {
-  overloaded,  // the overload queue was full
-  refused,     // every award was refused, in every auction
-  no_workers,  // no live worker, or none answered the call for bids
-  other,       // malformed, another block size, no prompt blocks, ...
-};
-inline constexpr size_t route_failure_count = 4;
-
-const char* to_string(route_failure f);
-
 // The class of a ROUTER's error: by its code, and for not_found by the
 // words of actors/router.cpp's messages (tests/cluster/meters_test.cpp
 // checks them against the ROUTER's real answers).

@@ -143,6 +143,10 @@ struct openai_front::impl {
   void stream(const httplib::Request& req, httplib::Response& res,
               std::shared_ptr<tracked> t);
   void pass_get(const httplib::Request& req, httplib::Response& res);
+  // Any other call passed to the engine as it is, not followed (the
+  // gateway's /tokenize).
+  void pass_post(const httplib::Request& req, httplib::Response& res);
+  void answer_passed(const httplib::Result& r, httplib::Response& res);
   std::string stats_json();
 };
 
@@ -288,11 +292,24 @@ void openai_front::impl::stream(const httplib::Request& req,
       });
 }
 
+void openai_front::impl::pass_post(const httplib::Request& req,
+                                   httplib::Response& res) {
+  auto cli = client();
+  cli->set_read_timeout(std::chrono::seconds(30));
+  auto r =
+      cli->Post(req.path, upstream_headers(req), req.body, "application/json");
+  answer_passed(r, res);
+}
+
 void openai_front::impl::pass_get(const httplib::Request& req,
                                   httplib::Response& res) {
   auto cli = client();
   cli->set_read_timeout(std::chrono::seconds(10));
-  auto r = cli->Get(req.path, upstream_headers(req));
+  answer_passed(cli->Get(req.path, upstream_headers(req)), res);
+}
+
+void openai_front::impl::answer_passed(const httplib::Result& r,
+                                       httplib::Response& res) {
   if (!r) {
     res.status = 502;
     res.set_content(
@@ -416,6 +433,11 @@ expected<std::unique_ptr<openai_front>> openai_front::bind(
     p->server.Get(path, [raw](const httplib::Request& q, httplib::Response& r) {
       raw->pass_get(q, r);
     });
+  // vLLM's and SGLang's tokenizer endpoints: the gateway asks them for a
+  // prompt's exact token ids through the worker's front.
+  for (const char* path : {"/tokenize", "/detokenize"})
+    p->server.Post(path, [raw](const httplib::Request& q,
+                               httplib::Response& r) { raw->pass_post(q, r); });
   p->server.Get("/kvmesh/stats",
                 [raw](const httplib::Request&, httplib::Response& r) {
                   r.set_content(raw->stats_json(), "application/json");

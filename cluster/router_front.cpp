@@ -23,11 +23,17 @@ void decided(front_pointer self, const decision& d, steady::time_point since) {
     m->decided(d, std::chrono::duration<double>(steady::now() - since).count());
 }
 
-void failed(front_pointer self, const caf::error& e) {
-  if (const auto& m = self->state.meters)
-    m->failed(e.category() == caf::atom("kvmesh")
-                  ? classify_route_error(static_cast<ec>(e.code()), describe(e))
-                  : route_failure::other);
+decision failed(front_pointer self, const caf::error& e, uint64_t id,
+                std::string client_id) {
+  decision d;
+  d.request = id;
+  d.client_id = std::move(client_id);
+  d.error = describe(e);
+  d.failure = e.category() == caf::atom("kvmesh")
+                  ? classify_route_error(static_cast<ec>(e.code()), d.error)
+                  : route_failure::other;
+  if (const auto& m = self->state.meters) m->failed(d.failure);
+  return d;
 }
 
 void failed(front_pointer self, route_failure f) {
@@ -76,6 +82,7 @@ void front_route(front_pointer self, const std::string& reply,
     return;
   }
   const uint64_t id = r->id;
+  std::string client = r->client_id;
   // The local router always answers by its own deadlines; a timer
   // per request would cost the clock thread two wake-ups.
   self->request(st.router, caf::infinite, route_atom::value, std::move(*r))
@@ -84,12 +91,9 @@ void front_route(front_pointer self, const std::string& reply,
             decided(self, d, since);
             answer(*self->state.bus, reply, encode(d));
           },
-          [self, reply, id](caf::error& e) {
-            failed(self, e);
-            decision d;
-            d.request = id;
-            d.error = describe(e);
-            answer(*self->state.bus, reply, encode(d));
+          [self, reply, id, client](caf::error& e) {
+            answer(*self->state.bus, reply,
+                   encode(failed(self, e, id, client)));
           });
 }
 
@@ -124,18 +128,16 @@ void front_route_json(front_pointer self, const std::string& reply,
         st.name_.c_str());
   }
   const uint64_t id = r->id;
+  std::string client = r->client_id;
   self->request(st.router, caf::infinite, route_atom::value, std::move(*r))
       .then(
           [self, reply, to_bytes, since](const decision& d) {
             decided(self, d, since);
             answer(*self->state.bus, reply, to_bytes(decision_json(d)));
           },
-          [self, reply, id, to_bytes](caf::error& e) {
-            failed(self, e);
-            decision d;
-            d.request = id;
-            d.error = describe(e);
-            answer(*self->state.bus, reply, to_bytes(decision_json(d)));
+          [self, reply, id, client, to_bytes](caf::error& e) {
+            answer(*self->state.bus, reply,
+                   to_bytes(decision_json(failed(self, e, id, client))));
           });
 }
 

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "core/block_hash.hpp"
 #include "actors/actors.hpp"
 #include "cluster/bridge.hpp"
 #include "cluster/durable_intake.hpp"
@@ -19,6 +18,7 @@
 #include "cluster/nats.hpp"
 #include "cluster/node_base.hpp"
 #include "cluster/subjects.hpp"
+#include "core/block_hash.hpp"
 #include "core/error.hpp"
 #include "messages/types.hpp"
 
@@ -64,7 +64,9 @@ struct front_state {
 // decision or the class of its failure.
 steady::time_point took(front_pointer self, intake i);
 void decided(front_pointer self, const decision& d, steady::time_point since);
-void failed(front_pointer self, const caf::error& e);
+// A ROUTER's error, counted, as the decision that tells the client.
+decision failed(front_pointer self, const caf::error& e, uint64_t id,
+                std::string client_id);
 void failed(front_pointer self, route_failure f);
 
 // A route request whose reply subject is one of the mesh's own inboxes

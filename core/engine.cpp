@@ -394,9 +394,11 @@ void engine::finish_step(std::vector<engine_event>& out) {
       ++s.generated;
       if (!s.first_token_sent) {
         s.first_token_sent = true;
+        s.first_ms = end;
         engine_event e{engine_event::first_token};
         e.request = s.req.id;
         e.time_ms = end;
+        e.arrival_ms = s.arrival_ms;
         std::copy(s.hits, s.hits + tier_count, e.hits);
         pending_.push_back(e);
       }
@@ -407,6 +409,9 @@ void engine::finish_step(std::vector<engine_event>& out) {
         engine_event e{engine_event::finished};
         e.request = s.req.id;
         e.time_ms = end;
+        e.arrival_ms = s.arrival_ms;
+        e.first_ms = s.first_ms;
+        e.generated = s.generated;
         pending_.push_back(e);
         s.req.blocks = {};
         free_.push_back(slot);

@@ -54,6 +54,11 @@ struct engine_event {
   double time_ms = 0;
   uint32_t remaining = 0;
   uint32_t hits[tier_count] = {0, 0, 0};  // first_token: reused blocks
+  // first_token, finished: when the request arrived; finished: when its
+  // first token came and how many it generated (for its latencies).
+  double arrival_ms = 0;
+  double first_ms = 0;
+  uint32_t generated = 0;
 };
 
 // Step-time model (milliseconds) before speed, model factor and loads.
@@ -136,6 +141,7 @@ class engine {
     double arrival_ms = 0;
     uint32_t generated = 0;  // output tokens produced so far
     bool first_token_sent = false;
+    double first_ms = 0;
     bool cancelled = false;    // taken back during a step: dropped at its end
     uint32_t held = 0;         // req.blocks[0, held) are referenced
     uint32_t anon = 0;         // anonymous GPU blocks held

@@ -150,6 +150,13 @@ bool engine_state::finish(uint64_t id) {
   return true;
 }
 
+std::optional<double> engine_state::arrived_ms(uint64_t id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.at == phase::awarded)
+    return std::nullopt;
+  return it->second.since_ms;
+}
+
 size_t engine_state::expire(double now_ms) {
   ledger_.expire(now_ms);
   size_t dropped = 0;
@@ -190,6 +197,7 @@ worker_status engine_state::status() const {
   s.speed = ledger_.config().speed;
   s.unhealthy = !healthy();
   s.endpoint = cfg_.endpoint;
+  s.models = metrics_.models;
   return s;
 }
 

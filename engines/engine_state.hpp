@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -48,6 +49,9 @@ struct engine_metrics {
   double running = 0;        // requests it runs
   double kv_usage = 0;       // fraction of its GPU KV blocks in use
   uint64_t gpu_blocks = 0;   // its GPU block count, when it reports one
+  // What its /v1/models lists: the served model and its loaded LoRA
+  // adapters (worker_status::models); empty when it did not answer.
+  std::vector<served_model> models;
 };
 
 class engine_state {
@@ -84,6 +88,9 @@ class engine_state {
   bool first_token(uint64_t request, tier_match* hits = nullptr);
   // Its end (last token, error or the client gone). False if unknown.
   bool finish(uint64_t request);
+  // When a request that reached the front arrived there (ms, the clock
+  // arrive() was given); nothing for one unknown or not arrived yet.
+  std::optional<double> arrived_ms(uint64_t request) const;
   // Drops awarded requests that never reached the front within the TTL
   // and expired reservations; returns how many requests went.
   size_t expire(double now_ms);

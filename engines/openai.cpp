@@ -8,6 +8,7 @@
 
 #include "core/block_hash.hpp"
 #include "core/json_guard.hpp"
+#include "messages/limits.hpp"
 
 namespace kvmesh {
 
@@ -104,6 +105,40 @@ expected<openai_request> parse_openai_request(std::string_view body, bool chat,
       std::numeric_limits<uint32_t>::max()));
   if (!text.empty())
     if (auto h = hash_text_blocks(text, block_tokens)) r.blocks = std::move(*h);
+  return out;
+}
+
+expected<std::vector<served_model>> parse_models_list(std::string_view body) {
+  auto bad = [](const std::string& why) {
+    return make_error(ec::parse_error, "/v1/models: " + why);
+  };
+  if (!json_depth_within(body)) return bad("nested too deep");
+  auto obj = json::parse(body.begin(), body.end(), nullptr, false);
+  if (obj.is_discarded() || !obj.is_object()) return bad("not a JSON object");
+  auto data = obj.find("data");
+  if (data == obj.end() || !data->is_array()) return bad("no 'data' list");
+  if (data->size() > max_models_per_worker)
+    return bad(std::to_string(data->size()) + " models, more than " +
+               std::to_string(max_models_per_worker));
+  std::vector<served_model> out;
+  auto name_of = [](const json& e, const char* key, std::string& to) {
+    auto f = e.find(key);
+    if (f == e.end() || f->is_null()) return true;  // absent: none
+    if (!f->is_string() ||
+        f->get_ref<const std::string&>().size() > max_name_bytes)
+      return false;
+    to = f->get<std::string>();
+    return true;
+  };
+  for (const auto& m : *data) {
+    served_model s;
+    if (!m.is_object() || !name_of(m, "id", s.name) || s.name.empty())
+      return bad("an entry without an 'id' of 1 to " +
+                 std::to_string(max_name_bytes) + " bytes");
+    if (!name_of(m, "parent", s.parent))
+      return bad("model '" + s.name + "': a 'parent' that is not a name");
+    out.push_back(std::move(s));
+  }
   return out;
 }
 

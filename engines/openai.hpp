@@ -24,4 +24,10 @@ struct openai_request {
 expected<openai_request> parse_openai_request(std::string_view body, bool chat,
                                               uint32_t block_tokens);
 
+// The models of a GET /v1/models answer ({"data": [{"id": ...}]}), LoRA
+// adapters included (vLLM lists them beside the base model, with their
+// "parent"), at most max_models_per_worker of max_name_bytes each. Errors:
+// not that shape, or a name out of bounds.
+expected<std::vector<served_model>> parse_models_list(std::string_view body);
+
 }  // namespace kvmesh

@@ -61,6 +61,48 @@ capnp::Text::Reader text(const std::string& s) {
   return capnp::Text::Reader(s.data(), s.size());
 }
 
+// A name from the wire (a model, a client's request id): at most
+// max_name_bytes, else an error naming the field.
+status read_name(std::string& out, capnp::Text::Reader t, const char* field) {
+  if (t.size() > max_name_bytes)
+    return make_error(ec::invalid_argument,
+                      std::string(field) + ": " + std::to_string(t.size()) +
+                          " bytes exceeds " + std::to_string(max_name_bytes));
+  out.assign(t.begin(), t.size());
+  return ok;
+}
+
+wire::RouteFailure to_wire(route_failure f) {
+  switch (f) {
+    case route_failure::overloaded:
+      return wire::RouteFailure::OVERLOADED;
+    case route_failure::refused:
+      return wire::RouteFailure::REFUSED;
+    case route_failure::no_workers:
+      return wire::RouteFailure::NO_WORKERS;
+    case route_failure::unknown_model:
+      return wire::RouteFailure::UNKNOWN_MODEL;
+    case route_failure::other:
+      break;
+  }
+  return wire::RouteFailure::OTHER;
+}
+
+route_failure from_wire(wire::RouteFailure f) {
+  switch (f) {
+    case wire::RouteFailure::OVERLOADED:
+      return route_failure::overloaded;
+    case wire::RouteFailure::REFUSED:
+      return route_failure::refused;
+    case wire::RouteFailure::NO_WORKERS:
+      return route_failure::no_workers;
+    case wire::RouteFailure::UNKNOWN_MODEL:
+      return route_failure::unknown_model;
+    default:  // OTHER, or one a newer router added
+      return route_failure::other;
+  }
+}
+
 template <class List, class Vector>
 void write_list(List list, const Vector& v) {
   for (size_t i = 0; i < v.size(); ++i)
@@ -100,6 +142,9 @@ void write(const route_request_msg& x, wire::RouteRequest::Builder b) {
   b.setBlockTokens(x.block_tokens);
   b.setRedelivered(x.redelivered);
   b.setStreamSequence(x.stream_sequence);
+  b.setModel(text(x.model));
+  b.setClientId(text(x.client_id));
+  write_list(b.initExclude(static_cast<unsigned>(x.exclude.size())), x.exclude);
 }
 
 void write(const call_for_bids& x, wire::CallForBids::Builder b) {
@@ -177,6 +222,8 @@ void write(const decision& x, wire::Decision::Builder b) {
   }
   b.setError(text(x.error));
   b.setEndpoint(text(x.endpoint));
+  b.setFailure(to_wire(x.failure));
+  b.setClientId(text(x.client_id));
 }
 
 void write(const kv_batch& x, wire::KvBatch::Builder b) {
@@ -218,6 +265,11 @@ void write(const worker_status& x, wire::WorkerStatus::Builder b) {
   b.setLastPrice(x.last_price);
   b.setHostCapacity(x.host_capacity);
   b.setDiskCapacity(x.disk_capacity);
+  auto models = b.initModels(static_cast<unsigned>(x.models.size()));
+  for (size_t i = 0; i < x.models.size(); ++i) {
+    models[static_cast<unsigned>(i)].setName(text(x.models[i].name));
+    models[static_cast<unsigned>(i)].setParent(text(x.models[i].parent));
+  }
 }
 
 void write(const router_status& x, wire::RouterStatus::Builder b) {
@@ -374,6 +426,16 @@ expected<route_request_msg> read(wire::RouteRequest::Reader r) {
   x.block_tokens = r.getBlockTokens();
   x.redelivered = r.getRedelivered();
   x.stream_sequence = r.getStreamSequence();
+  if (auto s = read_name(x.model, r.getModel(), "model"); !s) return s.err();
+  if (auto s = read_name(x.client_id, r.getClientId(), "clientId"); !s)
+    return s.err();
+  auto exclude = r.getExclude();
+  if (exclude.size() > max_excluded_workers)
+    return make_error(ec::invalid_argument,
+                      "exclude: " + std::to_string(exclude.size()) +
+                          " workers, more than " +
+                          std::to_string(max_excluded_workers));
+  read_list(x.exclude, exclude);
   return x;
 }
 
@@ -474,6 +536,9 @@ decision read(wire::Decision::Reader r) {
   x.error.assign(error.begin(), error.size());
   auto endpoint = r.getEndpoint();
   x.endpoint.assign(endpoint.begin(), endpoint.size());
+  x.failure = from_wire(r.getFailure());
+  auto client = r.getClientId();
+  x.client_id.assign(client.begin(), std::min(client.size(), max_name_bytes));
   return x;
 }
 
@@ -532,6 +597,18 @@ worker_status read(wire::WorkerStatus::Reader r) {
   x.last_price = r.getLastPrice();
   x.host_capacity = r.getHostCapacity();
   x.disk_capacity = r.getDiskCapacity();
+  // Counts and lengths are member_checks' to judge (a refusal counted per
+  // reason); the list is cut here so that a hostile one costs nothing.
+  auto models = r.getModels();
+  const size_t n = std::min<size_t>(models.size(), max_models_per_worker + 1);
+  x.models.reserve(n);
+  auto cut = [](capnp::Text::Reader t) {
+    return std::string(t.begin(), std::min(t.size(), max_name_bytes + 1));
+  };
+  for (size_t i = 0; i < n; ++i) {
+    auto m = models[static_cast<unsigned>(i)];
+    x.models.push_back({cut(m.getName()), cut(m.getParent())});
+  }
   return x;
 }
 
@@ -761,8 +838,16 @@ void fill_worker_page(std::vector<worker_status>& all, uint32_t from,
   out.more = false;
   size_t used = 0;
   for (; it != all.end(); ++it) {
-    const size_t bytes =
-        fixed + text_bytes(it->agent) + text_bytes(it->endpoint);
+    size_t bytes = fixed + text_bytes(it->agent) + text_bytes(it->endpoint);
+    // Its models: a list of structs (a tag word, then each one's pointers
+    // inline), each one's texts beside it (the list's own segment, so no
+    // landing pads but the list's).
+    if (!it->models.empty())
+      bytes += word * 3 + it->models.size() * word *
+                              (wire::ServedModel::_capnpPrivate::dataWordSize +
+                               wire::ServedModel::_capnpPrivate::pointerCount);
+    for (const auto& m : it->models)
+      bytes += text_bytes(m.name) + text_bytes(m.parent) - 4 * word;
     if (!out.workers.empty() && used + bytes > budget) {
       out.more = true;
       break;

@@ -66,6 +66,17 @@ expected<route_request_msg> parse_route_json(std::string_view text,
   r.id = id;
   if (id_out) *id_out = id;
   r.output_tokens = static_cast<uint32_t>(output);
+  for (auto [field, out] :
+       {std::pair{"model", &r.model}, std::pair{"client_id", &r.client_id}}) {
+    const auto f = obj.find(field);
+    if (f == obj.end()) continue;
+    if (!f->is_string())
+      return fail(std::string("field '") + field + "' must be a string");
+    *out = f->get<std::string>();
+    if (out->size() > max_name_bytes)
+      return fail(std::string("field '") + field + "' is longer than " +
+                  std::to_string(max_name_bytes) + " bytes");
+  }
   const auto tokens = obj.find("tokens");
   const auto blocks = obj.find("blocks");
   const auto prompt = obj.find("text");
@@ -138,9 +149,13 @@ expected<route_request_msg> parse_route_json(std::string_view text,
 }
 
 std::string decision_json(const decision& d) {
-  if (!d.error.empty())
-    return nlohmann::ordered_json{{"request", d.request}, {"error", d.error}}
-        .dump();
+  if (!d.error.empty()) {
+    nlohmann::ordered_json out{{"request", d.request},
+                               {"error", d.error},
+                               {"failure", to_string(d.failure)}};
+    if (!d.client_id.empty()) out["client_id"] = d.client_id;
+    return out.dump();
+  }
   nlohmann::ordered_json prices = nlohmann::ordered_json::array();
   for (const auto& x : d.prices) {
     // A credit of zero computed as -c * 0 prints as -0.0: adding +0 makes
@@ -165,6 +180,7 @@ std::string decision_json(const decision& d) {
                              {"endpoint", d.endpoint},
                              {"auctions", d.auctions},
                              {"prices", prices}};
+  if (!d.client_id.empty()) out["client_id"] = d.client_id;
   return out.dump();
 }
 

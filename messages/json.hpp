@@ -13,7 +13,8 @@ namespace kvmesh {
 
 // Parses {"id": 7, "tokens": [1, 2, ...]}, {"id": 7, "blocks": [h1, ...]}
 // or {"id": 7, "text": "..."} with optional "salt" (tokens only),
-// "input_tokens" and "output_tokens". Tokens are hashed into chained blocks
+// "input_tokens", "output_tokens", "model" and "client_id" (strings of at
+// most max_name_bytes). Tokens are hashed into chained blocks
 // of `block_tokens` (Dynamo's hash); "blocks" are taken as chained hashes
 // already; text is hashed in chunks of its UTF-8 bytes (hash_text_blocks:
 // approximate, counted in text_route_requests()). Unknown fields are
@@ -30,7 +31,9 @@ expected<route_request_msg> parse_route_json(std::string_view text,
 // "auctions": 1, "prices": [{"worker": 0,
 // "read": .., "credit_gpu": .., "credit_host": .., "credit_disk": ..,
 // "space": .., "speed": .., "overflow": .., "price": .., "delta": ..}]}
-// A decision with an error is {"request": 7, "error": "why"}.
+// A decision with an error is {"request": 7, "error": "why", "failure":
+// "no_workers"} (route_failure's name). Both carry "client_id" when the
+// request had one.
 std::string decision_json(const decision& d);
 
 // JSON route requests that failed to parse since the process started.

@@ -25,6 +25,16 @@ enum EventKind {
   removed @1;
 }
 
+# Why a route request got no worker. `other` first: a decision from a
+# router that predates this field reads as `other`.
+enum RouteFailure {
+  other @0;
+  overloaded @1;
+  refused @2;
+  noWorkers @3;
+  unknownModel @4;
+}
+
 # A request to route: its prompt's chained block hashes, its size in tokens
 # and, when the client knows it, its expected output (0: unknown).
 struct RouteRequest {
@@ -48,6 +58,15 @@ struct RouteRequest {
   # JetStream cluster that lost a node handed decided requests out again
   # as first deliveries. A client's value is ignored.
   streamSequence @7 :UInt64;
+  # The model or LoRA adapter it is for: only workers that serve it bid.
+  # Empty: any worker.
+  model @8 :Text;
+  # The client's own id for it (any string, as an OpenAI client's
+  # X-Request-Id), echoed in the decision; empty: none.
+  clientId @9 :Text;
+  # Workers not to award it to: a gateway's route again after the winner's
+  # engine failed before its first byte. At most 16.
+  exclude @10 :List(UInt32);
 }
 
 # Why a bidder got its price (see docs/pricing.md).
@@ -78,6 +97,10 @@ struct Decision {
   # Where to send the request: the winner's OpenAI-compatible front
   # (http://host:port), empty for a worker without one (a simulated GPU).
   endpoint @6 :Text;
+  # With `error`: its class.
+  failure @7 :RouteFailure;
+  # The request's clientId, echoed.
+  clientId @8 :Text;
 }
 
 # A router's call for bids. The nested request's own version is written but
@@ -203,6 +226,17 @@ struct WorkerStatus {
   # real engine's offloading tiers).
   hostCapacity @20 :UInt64;
   diskCapacity @21 :UInt64;
+  # The models it serves (RouteRequest.model): its engine's and its loaded
+  # LoRA adapters. Empty: it serves requests that name none.
+  models @22 :List(ServedModel);
+}
+
+# A model a worker serves: a base model (no parent) or a LoRA adapter on
+# its parent, whose requests hash their blocks with the adapter's name as
+# the salt.
+struct ServedModel {
+  name @0 :Text;
+  parent @1 :Text;
 }
 
 # What a router reports about itself.

@@ -14,6 +14,17 @@ namespace kvmesh {
 // Worker ids index the router's tables; ids from the network stay below.
 inline constexpr uint32_t max_worker_id = 1u << 16;
 
+// A model name, a LoRA adapter's or a client's request id: longer ones are
+// refused where they are decoded. Hugging Face repository ids stay under 100
+// bytes.
+inline constexpr size_t max_name_bytes = 256;
+// Models (base and LoRA adapters) one worker may announce: vLLM's default
+// --max-loras is 1, and a worker hosting dozens of adapters is rare.
+inline constexpr size_t max_models_per_worker = 64;
+// Workers a route request may ask to leave out: a client re-routes after a
+// failure a few times, not more.
+inline constexpr size_t max_excluded_workers = 16;
+
 struct wire_limits {
   // NATS' own default max_payload: a server configured for more still
   // cannot make a kvmesh process copy and decode more.

@@ -26,6 +26,20 @@ bool speed_in_bounds(double speed, const wire_limits& l) {
 
 }  // namespace
 
+status check_model_name(const std::string& m) {
+  if (m.empty()) return make_error(ec::invalid_argument, "model name is empty");
+  if (m.size() > max_name_bytes)
+    return make_error(ec::invalid_argument,
+                      "model name of " + std::to_string(m.size()) +
+                          " bytes exceeds " + std::to_string(max_name_bytes));
+  // Shown in logs, metrics labels and JSON.
+  for (unsigned char c : m)
+    if (c < 0x20 || c == 0x7f)
+      return make_error(ec::invalid_argument,
+                        "model name holds a control character");
+  return ok;
+}
+
 const char* to_string(member_fault f) {
   switch (f) {
     case member_fault::none:
@@ -54,6 +68,8 @@ const char* to_string(member_fault f) {
       return "too_many_of_agent";
     case member_fault::wrong_subject:
       return "wrong_subject";
+    case member_fault::bad_model:
+      return "bad_model";
   }
   return "unknown";
 }
@@ -110,6 +126,11 @@ member_fault check_worker_beat(const worker_status& s) {
   for (uint64_t v : {s.capacity, s.host_capacity, s.disk_capacity, s.gpu_blocks,
                      s.host_blocks, s.disk_blocks, s.active})
     if (v > l.max_worker_blocks) return member_fault::blocks;
+  if (s.models.size() > max_models_per_worker) return member_fault::bad_model;
+  for (const auto& m : s.models)
+    if (!check_model_name(m.name) ||
+        (!m.parent.empty() && !check_model_name(m.parent)))
+      return member_fault::bad_model;
   return member_fault::none;
 }
 

@@ -28,9 +28,11 @@ enum class member_fault : uint8_t {
   owned,              // a worker id a live member of another agent holds
   too_many,           // past limits.max_workers (or max_routers)
   too_many_of_agent,  // past limits.max_workers_per_agent
-  wrong_subject       // names another agent than the subject it came on
+  wrong_subject,      // names another agent than the subject it came on
+  bad_model  // a model name empty, too long or with control characters, or
+             // more than max_models_per_worker of them
 };
-inline constexpr size_t member_fault_count = 13;
+inline constexpr size_t member_fault_count = 14;
 
 const char* to_string(member_fault f);
 
@@ -45,6 +47,10 @@ const char* to_string(member_message m);
 // last heartbeat claimed `beat_speed` (0: none heard yet).
 member_fault check_bid(const bid& b, uint32_t request_blocks,
                        double beat_speed);
+
+// A model name a worker may announce: 1 to max_name_bytes bytes, no control
+// characters. The error says which.
+status check_model_name(const std::string& name);
 
 // A worker's heartbeat on its own (the directory checks its agent's name
 // and who holds its id).

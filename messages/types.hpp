@@ -28,6 +28,15 @@ struct route_request_msg {
   // durable). With the id it names one handout: a worker that took it says
   // so whatever the delivery count (see may_be_taken).
   uint64_t stream_sequence = 0;
+  // The model (or LoRA adapter) it is for: only workers that serve it bid.
+  // "": any worker (clients that predate model pools, simulated fleets).
+  std::string model;
+  // The client's own id for it (an OpenAI client's X-Request-Id), carried
+  // into logs and the decision; "": none given.
+  std::string client_id;
+  // Workers not to award it to (one whose engine just failed it), at most
+  // max_excluded_workers.
+  std::vector<uint32_t> exclude;
 };
 
 // Whether a worker may have taken `r` already. Any durable request may:
@@ -74,6 +83,20 @@ struct award_reply {
   uint64_t count = unknown_accepted;
 };
 
+// Why a route request got no worker: the decision says it (clients map it
+// to their own status, a gateway to HTTP's), and it is the reason label of
+// kvmesh_router_failures_total.
+enum class route_failure : uint8_t {
+  overloaded,     // the overload queue was full
+  refused,        // every award was refused, in every auction
+  no_workers,     // no live worker, or none answered the call for bids
+  unknown_model,  // no worker serves the request's model
+  other,          // malformed, another block size, no prompt, ...
+};
+inline constexpr size_t route_failure_count = 5;
+
+const char* to_string(route_failure f);
+
 // The router's answer to a route request: the winner and why.
 struct decision {
   uint64_t request = 0;
@@ -85,6 +108,20 @@ struct decision {
   // The winner's OpenAI-compatible front, http://host:port; "" for a
   // worker without one (a simulated GPU).
   std::string endpoint;
+  // With `error`: its class.
+  route_failure failure = route_failure::other;
+  // The request's client_id, echoed.
+  std::string client_id;
+};
+
+// A model a worker serves: a base model (parent "") or a LoRA adapter on
+// its parent, whose requests hash with the adapter's name as the salt.
+struct served_model {
+  std::string name;
+  std::string parent;
+  bool operator==(const served_model& o) const {
+    return name == o.name && parent == o.parent;
+  }
 };
 
 // What a worker reports about itself (admin, heartbeats).
@@ -113,6 +150,10 @@ struct worker_status {
   double last_price = std::numeric_limits<double>::quiet_NaN();
   uint64_t host_capacity = 0;  // blocks; 0: no such tier, or unknown
   uint64_t disk_capacity = 0;
+  // The models it serves: its engine's and its loaded LoRA adapters
+  // (route_request_msg::model names one). Empty: it serves requests naming
+  // none.
+  std::vector<served_model> models;
 };
 
 // What a router reports about itself.

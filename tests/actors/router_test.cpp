@@ -19,7 +19,8 @@ struct mock_spec {
   bool refuse = false;
   bool silent_status = false;  // misses its heartbeats
   std::string refusal = "busy";
-  std::string endpoint;  // named when it accepts
+  std::string endpoint;              // named when it accepts
+  std::vector<served_model> models;  // its heartbeat's
   // Its answer to a withdraw: it had not taken the award (withdrawn), its
   // engine started it (mine), or none (a dead worker).
   enum { withdrawn, mine, silent } withdraw = withdrawn;
@@ -79,7 +80,9 @@ worker_actor::behavior_type mock_worker(
           self->state.unanswered_status.push_back(p);
           return p;
         }
-        return worker_status{};
+        worker_status s;
+        s.models = spec.models;
+        return s;
       },
       [=](put_atom, drain_atom, bool) {},
       [=](put_atom, shards_atom, std::vector<index_shard_actor>&) {},
@@ -642,6 +645,46 @@ TEST_F(router_test, a_request_without_blocks_is_an_error) {
   auto d = ask<decision>(r, route_atom::value, empty);
   ASSERT_TRUE(d->has_value());
   EXPECT_FALSE(**d);
+}
+
+// Only a request's model pool bids, whatever the others would charge; a
+// request naming no model may go to any worker; workers it excludes are not
+// asked; a model nobody serves is an error of its own.
+TEST_F(router_test, only_the_requests_model_pool_bids) {
+  auto llama = bidder(0, 50);  // dearer
+  llama.models = {{"llama", ""}};
+  auto qwen = bidder(1, 0);
+  qwen.models = {{"qwen", ""}, {"qwen-lora", "qwen"}};
+  auto r = spawn_router(mocks({llama, qwen}));
+  advance(std::chrono::seconds(1));  // the first heartbeats name the models
+  auto req = request(1);
+  req.model = "llama";
+  decision d = route(r, req);
+  EXPECT_EQ(d.worker, 0u);
+  EXPECT_EQ(d.prices.size(), 1u) << "only the pool is asked";
+  req.id = 2;
+  req.model = "qwen-lora";
+  EXPECT_EQ(route(r, req).worker, 1u);
+  req.id = 3;
+  req.model = "";
+  d = route(r, req);
+  EXPECT_EQ(d.worker, 1u);  // the cheaper of all
+  EXPECT_EQ(d.prices.size(), 2u);
+  req.id = 30;
+  req.exclude = {1};  // its engine just failed this request: not again
+  d = route(r, req);
+  EXPECT_EQ(d.worker, 0u);
+  EXPECT_EQ(d.prices.size(), 1u);
+  req.exclude = {};
+  req.id = 4;
+  req.model = "mistral";
+  req.client_id = "abc";
+  auto e = ask<decision>(r, route_atom::value, req);
+  ASSERT_TRUE(e->has_value());
+  ASSERT_FALSE(**e);
+  EXPECT_EQ((**e).error(), caf::make_error(ec::not_found));
+  EXPECT_NE(sys->render((**e).error()).find("unknown model 'mistral'"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -119,7 +119,8 @@ class mesh_test : public ::testing::Test {
     url_ = server_->url();
   }
 
-  void start_agent(const std::string& name, uint32_t first, uint32_t n) {
+  void start_agent(const std::string& name, uint32_t first, uint32_t n,
+                   const std::vector<served_model>& models = {}) {
     sim_config cfg;
     cfg.workers = 8;
     cfg.gpu_blocks = 512;
@@ -134,6 +135,7 @@ class mesh_test : public ::testing::Test {
       ASSERT_TRUE(probe);
       wo.ledger = fleet_worker_config(cfg, w, *probe);
       wo.time_scale = 20;  // requests end soon
+      wo.models = models;
       o.workers.push_back(wo);
     }
     auto a = agent_node::start(*sys_, bus(), o);

@@ -309,6 +309,16 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
            s["kvmesh_index_events_total{shard=\"0\"}"] > 0 &&
            s["kvmesh_index_blocks{shard=\"0\"}"] > 0;
   }));
+  // Each finished request's latencies, once each; a prefill takes time.
+  {
+    auto a = samples(agent_metrics_->scrape());
+    EXPECT_EQ(a["kvmesh_worker_time_to_first_token_seconds_count"], 5);
+    EXPECT_GT(a["kvmesh_worker_time_to_first_token_seconds_sum"], 0);
+    EXPECT_EQ(a["kvmesh_worker_request_duration_seconds_count"], 5);
+    EXPECT_GE(a["kvmesh_worker_request_duration_seconds_sum"],
+              a["kvmesh_worker_time_to_first_token_seconds_sum"]);
+    EXPECT_GE(a["kvmesh_worker_inter_token_latency_seconds_count"], 1);
+  }
 
   auto s = samples(shard_metrics_->scrape());
   EXPECT_EQ(s["kvmesh_build_info{role=\"index\",version=\"" +
@@ -342,8 +352,8 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
     s = samples(shard_metrics_->scrape());
     return s["kvmesh_metrics_requests_total{code=\"200\"}"] == 1 &&
            s["kvmesh_metrics_requests_total{code=\"404\"}"] == 1;
-  })) << s["kvmesh_metrics_requests_total{code=\"200\"}"] << " "
-      << s["kvmesh_metrics_requests_total{code=\"404\"}"];
+  })) << s["kvmesh_metrics_requests_total{code=\"200\"}"]
+      << " " << s["kvmesh_metrics_requests_total{code=\"404\"}"];
 }
 
 TEST_F(mesh_metrics_test, a_scrape_before_the_node_runs_has_the_static_series) {

@@ -128,5 +128,54 @@ TEST_F(router_node_test, forged_bids_are_refused_and_win_nothing) {
         << to_string(bad[k].first);
 }
 
+// Model pools over the wire: a request naming a model is decided among the
+// workers announcing it, one naming none among all, and one naming a model
+// nobody serves gets a decision saying so (a gateway's 404), with the
+// client's own id echoed either way.
+TEST_F(router_node_test, a_request_is_decided_in_its_models_pool) {
+  start_shard(0, 1);
+  start_agent("node-llama", 0, 4, {{"llama-3.1-8b", ""}});
+  start_agent("node-qwen", 4, 4,
+              {{"qwen2.5-7b", ""}, {"qwen-sql-lora", "qwen2.5-7b"}});
+  start_router("r1");
+  auto& c = bus();
+  ASSERT_TRUE(eventually([&] {
+    auto r = admin_request_call(c, subjects{}, "routers", {}, 1000ms);
+    return r && r->routers.size() == 1 && r->routers[0].live_workers == 8;
+  }));
+  auto w = admin_request_call(c, subjects{}, "workers", {}, 1000ms);
+  ASSERT_TRUE(w);
+  for (const auto& s : w->workers)
+    EXPECT_EQ(s.models.size(), s.worker < 4 ? 1u : 2u) << s.worker;
+  auto route = [&](uint64_t id, const std::string& model) {
+    auto r = request(id, id % 5, 8);
+    r.model = model;
+    r.client_id = "client-" + std::to_string(id);
+    auto reply = c.request(subjects{}.route(), encode(r), 5000ms);
+    EXPECT_TRUE(reply) << reply.err().message;
+    auto d = reply ? decode<decision>(*reply) : expected<decision>(reply.err());
+    EXPECT_TRUE(d) << d.err().message;
+    return d ? *d : decision{};
+  };
+  for (uint64_t id = 1; id <= 60; ++id) {
+    const std::string model = id % 3 == 0   ? "llama-3.1-8b"
+                              : id % 3 == 1 ? "qwen-sql-lora"
+                                            : "";
+    const decision d = route(id, model);
+    ASSERT_TRUE(d.error.empty()) << d.error;
+    EXPECT_EQ(d.client_id, "client-" + std::to_string(id));
+    if (model == "llama-3.1-8b") {
+      EXPECT_LT(d.worker, 4u) << id;
+    } else if (model == "qwen-sql-lora") {
+      EXPECT_GE(d.worker, 4u) << id;
+    }
+  }
+  const decision d = route(99, "mistral-7b");
+  EXPECT_EQ(d.failure, route_failure::unknown_model) << d.error;
+  EXPECT_NE(d.error.find("unknown model 'mistral-7b'"), std::string::npos)
+      << d.error;
+  EXPECT_EQ(d.client_id, "client-99");
+}
+
 }  // namespace
 }  // namespace kvmesh::test

@@ -341,6 +341,24 @@ TEST(engine, prompts_that_arrive_together_share_a_step) {
   EXPECT_EQ(g.steps(), 64u);
 }
 
+// A request's latencies come with its events: the finished event says when
+// it arrived, when its first token came and how many it generated, which is
+// all a worker needs for TTFT, inter-token and end-to-end figures.
+TEST(engine, a_finished_request_says_its_arrival_first_token_and_length) {
+  auto g = make(engine_config{});
+  ASSERT_TRUE(g.submit(distinct(1, 4096, 64, 1000), 25));
+  auto r = drain(g, 25);
+  EXPECT_DOUBLE_EQ(r.first_token(1).arrival_ms, 25);
+  const engine_event* done = nullptr;
+  for (const auto& e : r.events)
+    if (e.kind == engine_event::finished && e.request == 1) done = &e;
+  ASSERT_NE(done, nullptr);
+  EXPECT_DOUBLE_EQ(done->arrival_ms, 25);
+  EXPECT_DOUBLE_EQ(done->first_ms, r.first.at(1));
+  EXPECT_EQ(done->generated, 64u);
+  EXPECT_NEAR(done->first_ms - done->arrival_ms, prefill_ms(4096), 0.1);
+}
+
 // 28 distinct 2048-token prompts together: four to a step of 8192 tokens.
 TEST(engine, a_burst_of_prompts_fills_whole_steps) {
   auto g = make(engine_config{});

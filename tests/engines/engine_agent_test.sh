@@ -125,6 +125,9 @@ assert w['capacity_blocks'] == 500, w  # from the engine's metrics" || {
   cat "$tmp/agent.log"
   exit 1
 }
+# The models it serves, as the engine's /v1/models lists them.
+workers_until models_from_the_engine 5 "assert w['models'] == \
+[{'name': 'standin'}], w"
 # ZMQ subscriptions take a moment after the connect: events before that are
 # lost to any subscriber (and would show as a gap).
 sleep 0.5

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/block_hash.hpp"
+#include "messages/limits.hpp"
 
 namespace kvmesh {
 namespace {
@@ -69,6 +70,33 @@ TEST(openai, bodies_without_a_prompt_are_errors) {
     auto r = parse_openai_request(body, chat, 4);
     EXPECT_FALSE(r) << body;
   }
+}
+
+// vLLM lists the served model and each loaded LoRA adapter (with a
+// "parent"); both are models a worker serves.
+TEST(openai, a_models_list_names_base_models_and_adapters) {
+  auto m = parse_models_list(
+      R"({"object": "list", "data": [
+           {"id": "meta-llama/Llama-3.1-8B-Instruct", "object": "model",
+            "root": "meta-llama/Llama-3.1-8B-Instruct", "parent": null},
+           {"id": "sql-lora", "object": "model", "root": "/adapters/sql",
+            "parent": "meta-llama/Llama-3.1-8B-Instruct"}]})");
+  ASSERT_TRUE(m) << m.err().message;
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_EQ((*m)[0].name, "meta-llama/Llama-3.1-8B-Instruct");
+  EXPECT_EQ((*m)[0].parent, "");
+  EXPECT_EQ((*m)[1].name, "sql-lora");
+  EXPECT_EQ((*m)[1].parent, "meta-llama/Llama-3.1-8B-Instruct");
+  for (const char* bad :
+       {"[]", "{}", R"({"data": 5})", R"({"data": [{}]})",
+        R"({"data": [{"id": 7}]})", R"({"data": [{"id": ""}]})",
+        R"({"data": [{"id": "a", "parent": 5}]})", "not json"})
+    EXPECT_FALSE(parse_models_list(bad)) << bad;
+  std::string many = R"({"data": [)";
+  for (size_t i = 0; i <= max_models_per_worker; ++i)
+    many +=
+        std::string(i ? "," : "") + R"({"id": "m)" + std::to_string(i) + "\"}";
+  EXPECT_FALSE(parse_models_list(many + "]}"));
 }
 
 // A body of deeply nested arrays is refused by depth before parsing: 1 MB

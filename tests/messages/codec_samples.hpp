@@ -30,7 +30,8 @@ inline constexpr double nan = std::numeric_limits<double>::quiet_NaN();
 
 inline auto fields(const route_request_msg& x) {
   return std::tie(x.id, x.blocks, x.input_tokens, x.output_tokens,
-                  x.block_tokens, x.redelivered, x.stream_sequence);
+                  x.block_tokens, x.redelivered, x.stream_sequence, x.model,
+                  x.client_id, x.exclude);
 }
 inline auto fields(const call_for_bids& x) {
   return std::tie(x.request, x.bidders_speed, x.workers, x.auction);
@@ -53,7 +54,7 @@ inline auto fields(const price_breakdown& x) {
 }
 inline auto fields(const decision& x) {
   return std::tie(x.request, x.worker, x.auctions, x.prices, x.error,
-                  x.endpoint);
+                  x.endpoint, x.failure, x.client_id);
 }
 inline auto fields(const cache_event& x) {
   return std::tie(x.kind, x.where, x.hash, x.root);
@@ -66,7 +67,7 @@ inline auto fields(const worker_status& x) {
                   x.gpu_blocks, x.host_blocks, x.disk_blocks, x.active,
                   x.completed, x.draining, x.capacity, x.speed, x.agent, x.gone,
                   x.unhealthy, x.endpoint, x.awards, x.last_price,
-                  x.host_capacity, x.disk_capacity);
+                  x.host_capacity, x.disk_capacity, x.models);
 }
 inline auto fields(const router_status& x) {
   return std::tie(
@@ -204,7 +205,10 @@ inline route_request_msg sample_request(uint64_t id) {
                            77,
                            4096,
                            true,
-                           0x7000000000000001ull};
+                           0x7000000000000001ull,
+                           "meta-llama/Llama-3.1-8B-Instruct",
+                           "chat-\xC5\x93-7f3a",
+                           {7, 65535}};
 }
 
 inline price_breakdown sample_price(uint32_t worker, double base) {
@@ -254,7 +258,9 @@ inline worker_status sample_worker(uint32_t worker) {
                        (1ull << 40) + 6,
                        -3.125,
                        (1ull << 41) + 7,
-                       (1ull << 42) + 8};
+                       (1ull << 42) + 8,
+                       {{"Qwen/Qwen2.5-7B-Instruct", ""},
+                        {"sql-lora", "Qwen/Qwen2.5-7B-Instruct"}}};
 }
 
 inline router_status sample_router(uint64_t decisions) {
@@ -310,7 +316,9 @@ samples() {
                2,
                {sample_price(3, 1), sample_price(4, 100), sample_price(5, -2)},
                "overloaded: \xE2\x89\xA5 40 queued (\xE6\xBB\xA1)",
-               "http://10.0.0.9:8001"},
+               "http://10.0.0.9:8001",
+               route_failure::unknown_model,
+               "req-\xE2\x9C\x93-42"},
       kv_batch{5,
                {{cache_event::removed, tier::disk, (1ull << 63) + 1, 99},
                 {cache_event::stored, tier::gpu, 2, 3},

@@ -93,7 +93,8 @@ TEST(json, a_prompt_shorter_than_a_block_has_no_blocks_but_its_length) {
   ASSERT_TRUE(x) << x.err().message;
   EXPECT_TRUE(x->blocks.empty());
   EXPECT_GE(x->input_tokens, 1u);
-  auto b = parse_route_json(R"({"id": 5, "blocks": [], "input_tokens": 2})", 16);
+  auto b =
+      parse_route_json(R"({"id": 5, "blocks": [], "input_tokens": 2})", 16);
   ASSERT_TRUE(b) << b.err().message;
   EXPECT_TRUE(b->blocks.empty());
   EXPECT_EQ(b->input_tokens, 2u);
@@ -130,15 +131,43 @@ TEST(json, a_decision_with_an_error_carries_only_the_request_and_why) {
   p.price = 12.25;
   d.prices = {p};
   d.error = "overloaded: \"40\" queued (d\xC3\xA9j\xC3\xA0)";
-  EXPECT_EQ(
-      decision_json(d),
-      "{\"request\":1152921504606846983,"
-      "\"error\":\"overloaded: \\\"40\\\" queued (d\xC3\xA9j\xC3\xA0)\"}");
+  d.failure = route_failure::overloaded;
+  EXPECT_EQ(decision_json(d),
+            "{\"request\":1152921504606846983,"
+            "\"error\":\"overloaded: \\\"40\\\" queued (d\xC3\xA9j\xC3\xA0)\","
+            "\"failure\":\"overloaded\"}");
   auto j = nlohmann::json::parse(decision_json(d));
   ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(j.size(), 2u);
+  EXPECT_EQ(j.size(), 3u);
   EXPECT_EQ(j["request"].get<uint64_t>(), (1ull << 60) + 7);
   EXPECT_EQ(j["error"].get<std::string>(), d.error);
+}
+
+// A request names its model and the client's own id; the decision echoes
+// the id, with an error too.
+TEST(json, a_model_and_a_client_id_are_read_and_the_id_echoed) {
+  auto r = parse_route_json(
+      R"({"id": 1, "tokens": [1, 2, 3], "model": "qwen2.5-7b",
+          "client_id": "chat-\u00e9-1"})",
+      16);
+  ASSERT_TRUE(r) << r.err().message;
+  EXPECT_EQ(r->model, "qwen2.5-7b");
+  EXPECT_EQ(r->client_id, "chat-\xC3\xA9-1");
+  EXPECT_FALSE(parse_route_json(R"({"id": 1, "tokens": [1], "model": 5})", 16));
+  auto long_id = parse_route_json(R"({"id": 1, "tokens": [1], "client_id": ")" +
+                                      std::string(300, 'x') + "\"}",
+                                  16);
+  ASSERT_FALSE(long_id);
+  EXPECT_NE(long_id.err().message.find("client_id"), std::string::npos);
+  decision d;
+  d.request = 1;
+  d.client_id = "chat-1";
+  EXPECT_EQ(nlohmann::json::parse(decision_json(d))["client_id"], "chat-1");
+  d.error = "unknown model 'x'";
+  d.failure = route_failure::unknown_model;
+  auto j = nlohmann::json::parse(decision_json(d));
+  EXPECT_EQ(j["client_id"], "chat-1");
+  EXPECT_EQ(j["failure"], "unknown_model");
 }
 
 // Found by tests/fuzz/route_json_fuzz's long inputs: 800 KB of nested

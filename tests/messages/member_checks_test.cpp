@@ -139,6 +139,26 @@ TEST(member_checks, each_bad_heartbeat_value_is_refused_with_its_reason) {
             f::blocks);
   // No price yet is NaN: honest.
   EXPECT_EQ(beat_with([](worker_status& s) { s.last_price = nan; }), f::none);
+  EXPECT_EQ(beat_with([](worker_status& s) {
+              s.models = {{"a", ""}, {"b/c", "a"}};
+            }),
+            f::none);
+  EXPECT_EQ(beat_with([](worker_status& s) {
+              s.models = {{"", ""}};
+            }),
+            f::bad_model);
+  EXPECT_EQ(beat_with([](worker_status& s) {
+              s.models = {{std::string(max_name_bytes + 1, 'm'), ""}};
+            }),
+            f::bad_model);
+  EXPECT_EQ(beat_with([](worker_status& s) {
+              s.models = {{"a", "b\nc"}};
+            }),
+            f::bad_model);
+  EXPECT_EQ(beat_with([](worker_status& s) {
+              s.models.assign(max_models_per_worker + 1, {"m", ""});
+            }),
+            f::bad_model);
 }
 
 TEST(member_checks, refusals_are_counted_per_message_and_reason) {
