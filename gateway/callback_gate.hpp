@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/post.hpp>
@@ -79,9 +80,10 @@ class callback_slot : public callback_gate::slot {
     std::lock_guard<std::mutex> g(mu_);
     if (!handler_) return;
     auto ex = boost::asio::get_associated_executor(*handler_);
-    boost::asio::post(ex, [h = std::move(*handler_), v = std::move(v)]() mutable {
-      std::move(h)(std::move(v));
-    });
+    boost::asio::post(ex,
+                      [h = std::move(*handler_), v = std::move(v)]() mutable {
+                        std::move(h)(std::move(v));
+                      });
     handler_.reset();
   }
 

@@ -1,8 +1,8 @@
 // A completion request from body to proxied answer (completion.hpp).
 #include "gateway/completion.hpp"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <variant>
 
@@ -113,9 +113,9 @@ asio::awaitable<served> serve_completion(
   const pool_model* pool = find_pool(pools, body.model);
   if (!pool) {
     ctx.metrics->bad_request("unknown_model");
-    co_return co_await fail(error_answer(
-        404, "The model '" + body.model + "' does not exist", "model",
-        "model_not_found"));
+    co_return co_await fail(
+        error_answer(404, "The model '" + body.model + "' does not exist",
+                     "model", "model_not_found"));
   }
 
   // The prompt's token ids: given, or from the model's tokenizer.
@@ -150,9 +150,10 @@ asio::awaitable<served> serve_completion(
       co_return co_await fail(error_answer(400, r.err().message));
     } else {
       // Routed on its size alone: no blocks, so no cache affinity.
-      KVMESH_WARN("gateway: request %s: no tokens (%s); routing on an "
-                  "estimate of its size",
-                  client_id.c_str(), r.err().message.c_str());
+      KVMESH_WARN(
+          "gateway: request %s: no tokens (%s); routing on an "
+          "estimate of its size",
+          client_id.c_str(), r.err().message.c_str());
       estimated = true;
     }
   }
@@ -189,9 +190,8 @@ asio::awaitable<served> serve_completion(
         a = error_answer(502, last_failure + "; then: " + routed.err().message);
       co_return co_await fail(a);
     }
-    proxy_result r = co_await proxy_request(client, client_buffer, req,
-                                            *routed, client_id, popt,
-                                            first_byte);
+    proxy_result r = co_await proxy_request(client, client_buffer, req, *routed,
+                                            client_id, popt, first_byte);
     switch (r.outcome) {
       case proxy_outcome::done:
         co_return served{r.status, r.keep_alive};

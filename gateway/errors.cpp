@@ -6,8 +6,7 @@
 namespace kvmesh::gateway {
 
 std::string openai_error_json(const std::string& message,
-                              const std::string& type,
-                              const std::string& param,
+                              const std::string& type, const std::string& param,
                               const std::string& code) {
   nlohmann::ordered_json e;
   e["message"] = message;

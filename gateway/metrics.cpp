@@ -65,17 +65,18 @@ expected<std::unique_ptr<gateway_metrics>> gateway_metrics::make(
                 in_flight),
        })
     if (!s) return s.err();
-  for (status s : {take(reroutes->with({}), m->reroutes_),
-                   take(ttfb->with({}), m->ttfb_),
-                   take(route->with({}), m->route_),
-                   take(tokenize->with({}), m->tokenize_),
-                   take(in_flight->with({}), m->in_flight_)})
+  for (status s :
+       {take(reroutes->with({}), m->reroutes_), take(ttfb->with({}), m->ttfb_),
+        take(route->with({}), m->route_),
+        take(tokenize->with({}), m->tokenize_),
+        take(in_flight->with({}), m->in_flight_)})
     if (!s) return s.err();
   return expected<std::unique_ptr<gateway_metrics>>(std::move(m));
 }
 
 void gateway_metrics::request(const std::string& route, int status) {
-  if (auto c = requests_->with({route, std::to_string(status)})) (*c)->Increment();
+  if (auto c = requests_->with({route, std::to_string(status)}))
+    (*c)->Increment();
 }
 
 void gateway_metrics::bad_request(const std::string& reason) {

@@ -127,15 +127,14 @@ std::optional<body_error> parse_chat(const json& doc, openai_body& out) {
     }
   if (!prompt_flag) {
     const json* cont = member(doc, "continue_final_message");
-    t["add_generation_prompt"] = !(cont && cont->is_boolean() &&
-                                   cont->get<bool>());
+    t["add_generation_prompt"] =
+        !(cont && cont->is_boolean() && cont->get<bool>());
   }
   out.tokenize_request = std::move(t);
   return std::nullopt;
 }
 
-std::optional<body_error> parse_completions(const json& doc,
-                                            openai_body& out) {
+std::optional<body_error> parse_completions(const json& doc, openai_body& out) {
   const json* prompt = member(doc, "prompt");
   if (!prompt) return missing("prompt");
   const char* shapes =

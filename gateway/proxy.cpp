@@ -70,9 +70,8 @@ asio::awaitable<proxy_result> proxy_request(
   }
 
   // The request as the client sent it, this hop's headers excepted.
-  http::request<http::string_body> ureq{http::verb::post,
-                                        url->prefix + std::string(req.target()),
-                                        11};
+  http::request<http::string_body> ureq{
+      http::verb::post, url->prefix + std::string(req.target()), 11};
   copy_end_to_end(req, ureq,
                   {"host", "content-length", "x-request-id",
                    "x-kvmesh-request-id", "expect"});
@@ -83,8 +82,7 @@ asio::awaitable<proxy_result> proxy_request(
   ureq.body() = req.body();
   ureq.prepare_payload();
   up.expires_after(opt.idle_timeout);
-  co_await http::async_write(up, ureq,
-                             asio::redirect_error(use_awaitable, ec));
+  co_await http::async_write(up, ureq, asio::redirect_error(use_awaitable, ec));
   if (ec) {
     out.outcome = proxy_outcome::before_first;
     out.why = "worker " + std::to_string(answer.worker) +
@@ -99,7 +97,8 @@ asio::awaitable<proxy_result> proxy_request(
                                    asio::redirect_error(use_awaitable, ec));
   if (ec) {
     const bool got = p.got_some() || ubuf.size() > 0;
-    out.outcome = got ? proxy_outcome::after_first : proxy_outcome::before_first;
+    out.outcome =
+        got ? proxy_outcome::after_first : proxy_outcome::before_first;
     out.why = "worker " + std::to_string(answer.worker) +
               ": reading its answer: " + ec.message();
     co_return out;
@@ -218,9 +217,9 @@ asio::awaitable<proxy_result> proxy_request(
         // so the client's HTTP library sees the break too.
         const std::string event =
             "data: " +
-            openai_error_json("the worker failed mid-answer: " +
-                                  upstream_ec.message(),
-                              "upstream_error") +
+            openai_error_json(
+                "the worker failed mid-answer: " + upstream_ec.message(),
+                "upstream_error") +
             "\n\n";
         std::vector<char> bytes(event.begin(), event.end());
         res.body().data = bytes.data();

@@ -28,10 +28,10 @@ struct proxy_options {
 };
 
 enum class proxy_outcome {
-  done,             // the whole answer reached the client
-  before_first,     // the worker failed before its first byte: nothing sent
-  after_first,      // the worker failed after it: the client saw an error
-  client_gone,      // the client went away (or stopped reading)
+  done,          // the whole answer reached the client
+  before_first,  // the worker failed before its first byte: nothing sent
+  after_first,   // the worker failed after it: the client saw an error
+  client_gone,   // the client went away (or stopped reading)
 };
 
 struct proxy_result {

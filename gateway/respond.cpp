@@ -22,8 +22,8 @@ answer error_answer(unsigned status, const std::string& message,
                     const std::string& param, const std::string& code) {
   answer a;
   a.status = status;
-  a.body = openai_error_json(message, openai_error_type(static_cast<int>(status)),
-                             param, code);
+  a.body = openai_error_json(
+      message, openai_error_type(static_cast<int>(status)), param, code);
   return a;
 }
 

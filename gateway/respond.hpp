@@ -35,7 +35,7 @@ boost::asio::awaitable<bool> respond(boost::beast::tcp_stream& client,
 // Shuts our side down, then reads and drops what the client still sends
 // (a body too large to take) for up to `linger`, so that it reads our
 // answer rather than a reset; then closes.
-boost::asio::awaitable<void> close_gracefully(
-    boost::beast::tcp_stream& client, std::chrono::milliseconds linger);
+boost::asio::awaitable<void> close_gracefully(boost::beast::tcp_stream& client,
+                                              std::chrono::milliseconds linger);
 
 }  // namespace kvmesh::gateway

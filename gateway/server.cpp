@@ -4,6 +4,7 @@
 #include "gateway/server.hpp"
 
 #include <atomic>
+#include <cstdio>
 #include <random>
 #include <thread>
 #include <vector>
@@ -66,9 +67,9 @@ struct gateway_server::impl {
   metrics::registry* registry = nullptr;
   std::unique_ptr<gateway_metrics> metrics;
   callback_gate gate;
+  gateway_context ctx;
   asio::io_context io;
   tcp::acceptor acceptor{io};
-  gateway_context ctx;
   std::vector<std::thread> threads;
   int port = 0;
 
@@ -108,8 +109,8 @@ answer gateway_server::impl::models_answer() const {
     e["created"] = m.created;
     e["owned_by"] = "kvmesh";
     e["root"] = m.lora ? m.parent : m.name;
-    e["parent"] = m.lora ? nlohmann::ordered_json(m.parent)
-                         : nlohmann::ordered_json();
+    e["parent"] =
+        m.lora ? nlohmann::ordered_json(m.parent) : nlohmann::ordered_json();
     data.push_back(std::move(e));
   }
   nlohmann::ordered_json out;
@@ -141,10 +142,10 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
           ec != http::error::end_of_stream) {
         ctx.metrics->bad_request("bad_http");
         ctx.metrics->request("other", 400);
-        co_await respond(stream,
-                         error_answer(400, "malformed HTTP request: " +
-                                               ec.message()),
-                         {}, false, write_timeout);
+        co_await respond(
+            stream,
+            error_answer(400, "malformed HTTP request: " + ec.message()), {},
+            false, write_timeout);
       }
       break;
     }
@@ -163,17 +164,18 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
       if (ec && !too_large) break;  // the client went mid-body
     }
     const std::string path(path_of(parser.get().target()));
-    const std::string route = path == "/v1/chat/completions" ? "chat_completions"
-                              : path == "/v1/completions"    ? "completions"
-                              : path == "/v1/models"         ? "models"
-                              : path == "/health"            ? "health"
-                                                             : "other";
+    const std::string route = path == "/v1/chat/completions"
+                                  ? "chat_completions"
+                              : path == "/v1/completions" ? "completions"
+                              : path == "/v1/models"      ? "models"
+                              : path == "/health"         ? "health"
+                                                          : "other";
     if (too_large) {
       ctx.metrics->bad_request("body_too_large");
       ctx.metrics->request(route, 413);
-      answer a = error_answer(
-          413, "the request body is larger than " +
-                   std::to_string(opt.max_body_bytes) + " bytes");
+      answer a =
+          error_answer(413, "the request body is larger than " +
+                                std::to_string(opt.max_body_bytes) + " bytes");
       if (co_await respond(stream, a, {}, false, write_timeout))
         co_await close_gracefully(stream, std::chrono::seconds(2));
       co_return;
@@ -186,43 +188,42 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
         (client_id.empty() || client_id.size() > max_client_id)) {
       ctx.metrics->bad_request("bad_request_id");
       ctx.metrics->request(route, 400);
-      if (!co_await respond(
-              stream,
-              error_answer(400,
-                           std::string(client_id_header) +
-                               " must hold 1 to 256 bytes",
-                           client_id_header),
-              {}, keep, write_timeout) ||
+      if (!co_await respond(stream,
+                            error_answer(400,
+                                         std::string(client_id_header) +
+                                             " must hold 1 to 256 bytes",
+                                         client_id_header),
+                            {}, keep, write_timeout) ||
           !keep)
         break;
       continue;
     }
     if (client_id.empty()) client_id = make_client_id();
 
-    const http::verb want = (route == "chat_completions" ||
-                             route == "completions")
-                                ? http::verb::post
-                                : http::verb::get;
+    const http::verb want =
+        (route == "chat_completions" || route == "completions")
+            ? http::verb::post
+            : http::verb::get;
     served s;
     if (route == "other") {
       s.status = 404;
       s.keep_alive =
-          co_await respond(stream,
-                           error_answer(404, "no route " + path, {},
-                                        "unknown_url"),
-                           client_id, keep, write_timeout) &&
+          co_await respond(
+              stream, error_answer(404, "no route " + path, {}, "unknown_url"),
+              client_id, keep, write_timeout) &&
           keep;
     } else if (req.method() != want) {
-      answer a = error_answer(405, std::string(req.method_string()) +
-                                       " is not allowed on " + path);
-      a.headers.emplace_back("Allow", want == http::verb::post ? "POST" : "GET");
+      answer a = error_answer(
+          405, std::string(req.method_string()) + " is not allowed on " + path);
+      a.headers.emplace_back("Allow",
+                             want == http::verb::post ? "POST" : "GET");
       s.status = 405;
       s.keep_alive =
           co_await respond(stream, a, client_id, keep, write_timeout) && keep;
     } else if (route == "models") {
       s.status = 200;
-      s.keep_alive = co_await respond(stream, models_answer(), client_id,
-                                      keep, write_timeout) &&
+      s.keep_alive = co_await respond(stream, models_answer(), client_id, keep,
+                                      write_timeout) &&
                      keep;
     } else if (route == "health") {
       const bool up = ctx.mesh->ready();
@@ -233,11 +234,11 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
       s.keep_alive =
           co_await respond(stream, a, client_id, keep, write_timeout) && keep;
     } else {
-      s = co_await serve_completion(
-          ctx, stream, buffer, req,
-          route == "chat_completions" ? openai_api::chat
-                                      : openai_api::completions,
-          client_id);
+      s = co_await serve_completion(ctx, stream, buffer, req,
+                                    route == "chat_completions"
+                                        ? openai_api::chat
+                                        : openai_api::completions,
+                                    client_id);
     }
     ctx.metrics->request(route, s.status);
     if (!s.keep_alive) break;
@@ -297,23 +298,23 @@ expected<std::unique_ptr<gateway_server>> gateway_server::start(
   p->ctx.engine_tokenizer = make_engine_tokenizer(p->io);
   p->ctx.gate = &p->gate;
 
-  beast::error_code ec;
+  beast::error_code err;
   tcp::resolver resolver(p->io);
   auto where = resolver.resolve(opt.host, std::to_string(opt.port),
-                                tcp::resolver::passive, ec);
-  if (ec || where.empty())
-    return make_error(ec::invalid_argument,
-                      "gateway: cannot resolve '" + opt.host + "': " +
-                          ec.message());
+                                tcp::resolver::passive, err);
+  if (err || where.empty())
+    return make_error(
+        ec::invalid_argument,
+        "gateway: cannot resolve '" + opt.host + "': " + err.message());
   const tcp::endpoint ep = where.begin()->endpoint();
-  p->acceptor.open(ep.protocol(), ec);
-  if (!ec) p->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) p->acceptor.bind(ep, ec);
-  if (!ec) p->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
+  p->acceptor.open(ep.protocol(), err);
+  if (!err) p->acceptor.set_option(tcp::acceptor::reuse_address(true), err);
+  if (!err) p->acceptor.bind(ep, err);
+  if (!err) p->acceptor.listen(asio::socket_base::max_listen_connections, err);
+  if (err)
     return make_error(ec::io_error, "gateway: cannot listen on " + opt.host +
                                         ":" + std::to_string(opt.port) + ": " +
-                                        ec.message());
+                                        err.message());
   p->port = p->acceptor.local_endpoint().port();
   impl* raw = p.get();
   asio::co_spawn(p->io, raw->accept_loop(), asio::detached);

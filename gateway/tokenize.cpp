@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -134,9 +135,9 @@ class engine_tokenizer final
     if (status == 400 || status == 422)
       co_return make_error(ec::invalid_argument, engine_message(res.body()));
     if (status != 200)
-      co_return make_error(ec::io_error, "tokenize at " + endpoint +
-                                             ": status " +
-                                             std::to_string(status));
+      co_return make_error(
+          ec::io_error,
+          "tokenize at " + endpoint + ": status " + std::to_string(status));
     auto tokens = parse_tokenize_answer(res.body());
     if (!tokens)
       co_return make_error(ec::io_error, "tokenize at " + endpoint + ": " +

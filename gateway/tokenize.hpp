@@ -41,8 +41,9 @@ class prompt_tokenizer {
   // error: ec::invalid_argument when the prompt itself was refused (its
   // message says why, for the client), anything else when no tokenizer
   // could answer (the gateway then routes on an estimate).
-  virtual void tokenize(tokenize_ask ask,
-                        std::function<void(expected<tokenize_result>)> done) = 0;
+  virtual void tokenize(
+      tokenize_ask ask,
+      std::function<void(expected<tokenize_result>)> done) = 0;
 };
 
 struct engine_tokenizer_options {

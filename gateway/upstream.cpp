@@ -103,8 +103,7 @@ std::string_view trim(std::string_view s) {
 bool hop_by_hop(std::string_view name, std::string_view connection) {
   for (std::string_view h :
        {"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-        "proxy-authorization", "te", "trailer", "transfer-encoding",
-        "upgrade"})
+        "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"})
     if (iequals(name, h)) return true;
   // Headers the Connection header names are this hop's too.
   while (!connection.empty()) {

@@ -21,7 +21,7 @@ namespace kvmesh::gateway {
 struct endpoint_url {
   std::string host;
   std::string port = "80";
-  std::string prefix;  // "" or "/something", no trailing '/'
+  std::string prefix;               // "" or "/something", no trailing '/'
   std::string host_header() const;  // "HOST:PORT"
 };
 
