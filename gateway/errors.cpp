@@ -11,8 +11,10 @@ std::string openai_error_json(const std::string& message,
   nlohmann::ordered_json e;
   e["message"] = message;
   e["type"] = type;
-  e["param"] = param.empty() ? nlohmann::ordered_json() : param;
-  e["code"] = code.empty() ? nlohmann::ordered_json() : code;
+  e["param"] =
+      param.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(param);
+  e["code"] =
+      code.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(code);
   nlohmann::ordered_json out;
   out["error"] = std::move(e);
   // Replace: a message quoting a client's bytes may not be UTF-8.
