@@ -121,7 +121,10 @@ asio::awaitable<proxy_result> proxy_request(
   res.version(11);
   res.set(client_id_header, client_id);
   const bool framed = p.content_length().has_value();
-  if (!framed) res.chunked(true);
+  if (!framed && p.is_done())
+    res.content_length(0);  // no body at all (a 204, say)
+  else if (!framed)
+    res.chunked(true);
   res.keep_alive(req.keep_alive());
   const bool sse = is_event_stream(res);
 
