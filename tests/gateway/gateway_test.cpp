@@ -369,10 +369,12 @@ TEST_F(Gateway, ChatAnswerArrivesByteForByteAndTheAskCarriesTheHashes) {
   EXPECT_EQ(asks[0].blocks, chain(tokens));
   EXPECT_EQ(asks[0].blocks.size(), tokens.size() / block);
   EXPECT_TRUE(asks[0].exclude_workers.empty());
-  EXPECT_EQ(metric(metrics(),
-                   "kvmesh_gateway_requests_total{code=\"200\","
-                   "route=\"chat_completions\"}"),
-            1);
+  // Counted once the answer is out: soon after the client has it.
+  EXPECT_TRUE(eventually([&] {
+    return metric(metrics(),
+                  "kvmesh_gateway_requests_total{code=\"200\","
+                  "route=\"chat_completions\"}") == 1;
+  }));
   EXPECT_TRUE(eventually([&] {
     return metric(metrics(), "kvmesh_gateway_requests_in_flight") == 0;
   }));
