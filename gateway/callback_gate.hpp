@@ -69,9 +69,12 @@ class callback_slot : public callback_gate::slot {
  public:
   explicit callback_slot(Handler h) : handler_(std::move(h)) {}
   void drop() override {
-    std::optional<Handler> h;
+    std::optional<Handler> h;  // destroyed after the lock is let go
     std::lock_guard<std::mutex> g(mu_);
-    h.swap(handler_);
+    if (handler_) {
+      h.emplace(std::move(*handler_));
+      handler_.reset();
+    }
   }
   // Resumes the coroutine on its executor, once; later calls do nothing.
   void complete(T v) {
