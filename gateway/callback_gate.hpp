@@ -97,22 +97,30 @@ class callback_slot : public callback_gate::slot {
 
 }  // namespace detail
 
+// What starts the call: it is handed `done`.
+template <class T>
+using callback_start = std::function<void(std::function<void(T)>)>;
+
 // Calls start(done) and waits for done(T). `start` must call done at most
 // once (a second call is ignored); if it never does, the coroutine waits
-// until the gate closes.
-template <class T, class Start>
-boost::asio::awaitable<T> await_callback(callback_gate& gate, Start start) {
+// until the gate closes. `start` is a named object of the caller's (it is
+// called when the result is awaited): GCC 12 miscompiles a capturing lambda
+// made in the same expression as a co_await (a double free), so callers
+// build it in a plain function, never in the coroutine.
+template <class T>
+boost::asio::awaitable<T> await_callback(callback_gate& gate,
+                                         const callback_start<T>& start) {
   return boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&,
                                      void(T)>(
-      [&gate, start = std::move(start)](auto handler) mutable {
+      [g = &gate, s = &start](auto handler) {
         using slot_t = detail::callback_slot<T, decltype(handler)>;
-        auto s = std::make_shared<slot_t>(std::move(handler));
-        if (!gate.add(s)) {
-          s->drop();
+        auto slot = std::make_shared<slot_t>(std::move(handler));
+        if (!g->add(slot)) {
+          slot->drop();
           return;
         }
-        start(std::function<void(T)>(
-            [s](T v) mutable { s->complete(std::move(v)); }));
+        (*s)(std::function<void(T)>(
+            [slot](T v) { slot->complete(std::move(v)); }));
       },
       boost::asio::use_awaitable);
 }

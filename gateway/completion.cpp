@@ -63,6 +63,42 @@ answer route_error(const error& e) {
   }
 }
 
+// The calls a request waits for, made here in plain functions: GCC 12
+// miscompiles capturing lambdas made inside a coroutine's co_await
+// expressions (see callback_gate.hpp).
+callback_start<expected<tokenize_result>> tokenize_call(
+    std::shared_ptr<prompt_tokenizer> tok, tokenize_ask ask) {
+  return [tok = std::move(tok), ask = std::move(ask)](
+             std::function<void(expected<tokenize_result>)> done) {
+    tok->tokenize(ask, std::move(done));
+  };
+}
+
+callback_start<expected<route_answer>> route_call(gateway_mesh* mesh,
+                                                  route_ask ask) {
+  return [mesh, ask = std::move(ask)](
+             std::function<void(expected<route_answer>)> done) {
+    mesh->route(ask, std::move(done));
+  };
+}
+
+// Observes the time to the first byte once per request.
+std::function<void()> first_byte_clock(gateway_metrics* m,
+                                       steady::time_point arrived) {
+  auto seen = std::make_shared<bool>(false);
+  return [m, arrived, seen] {
+    if (!*seen) m->first_byte(seconds_since(arrived));
+    *seen = true;
+  };
+}
+
+asio::awaitable<served> send_error(beast::tcp_stream& client, const answer& a,
+                                   const std::string& client_id, bool keep,
+                                   std::chrono::milliseconds timeout) {
+  const bool sent = co_await respond(client, a, client_id, keep, timeout);
+  co_return served{static_cast<int>(a.status), sent && keep};
+}
+
 }  // namespace
 
 route_ask make_route_ask(const openai_body& body, const pool_model& pool,
@@ -94,18 +130,14 @@ asio::awaitable<served> serve_completion(
   const auto arrived = steady::now();
   in_flight flight(ctx.metrics->in_flight());
   const bool keep = req.keep_alive();
-  const auto write_timeout = ctx.opt.upstream_idle_timeout;
-  auto fail = [&](const answer& a) -> asio::awaitable<served> {
-    const bool sent =
-        co_await respond(client, a, client_id, keep, write_timeout);
-    co_return served{static_cast<int>(a.status), sent && keep};
-  };
+  const auto wt = ctx.opt.upstream_idle_timeout;
 
   body_result parsed = parse_openai_body(req.body(), api);
   if (auto* bad = std::get_if<body_error>(&parsed)) {
     ctx.metrics->bad_request(bad->reason);
-    co_return co_await fail(error_answer(static_cast<unsigned>(bad->status),
-                                         bad->message, bad->param));
+    const answer a = error_answer(static_cast<unsigned>(bad->status),
+                                  bad->message, bad->param);
+    co_return co_await send_error(client, a, client_id, keep, wt);
   }
   const openai_body& body = std::get<openai_body>(parsed);
 
@@ -113,9 +145,10 @@ asio::awaitable<served> serve_completion(
   const pool_model* pool = find_pool(pools, body.model);
   if (!pool) {
     ctx.metrics->bad_request("unknown_model");
-    co_return co_await fail(
+    const answer a =
         error_answer(404, "The model '" + body.model + "' does not exist",
-                     "model", "model_not_found"));
+                     "model", "model_not_found");
+    co_return co_await send_error(client, a, client_id, keep, wt);
   }
 
   // The prompt's token ids: given, or from the model's tokenizer.
@@ -136,18 +169,16 @@ asio::awaitable<served> serve_completion(
       if (const pool_model* parent = find_pool(pools, pool->parent))
         ta.endpoints = parent->endpoints;
     const auto t0 = steady::now();
-    auto r = co_await await_callback<expected<tokenize_result>>(
-        *ctx.gate,
-        [tok, ta = std::move(ta)](
-            std::function<void(expected<tokenize_result>)> done) mutable {
-          tok->tokenize(std::move(ta), std::move(done));
-        });
+    const auto call = tokenize_call(tok, std::move(ta));
+    expected<tokenize_result> r =
+        co_await await_callback<expected<tokenize_result>>(*ctx.gate, call);
     ctx.metrics->tokenized(seconds_since(t0));
     if (r) {
       tokens = std::move(r->tokens);
     } else if (r.err().code == ec::invalid_argument) {
       ctx.metrics->bad_request("tokenize_refused");
-      co_return co_await fail(error_answer(400, r.err().message));
+      const answer a = error_answer(400, r.err().message);
+      co_return co_await send_error(client, a, client_id, keep, wt);
     } else {
       // Routed on its size alone: no blocks, so no cache affinity.
       KVMESH_WARN(
@@ -168,54 +199,47 @@ asio::awaitable<served> serve_completion(
   proxy_options popt;
   popt.connect_timeout = ctx.opt.connect_timeout;
   popt.idle_timeout = ctx.opt.upstream_idle_timeout;
-  bool first_seen = false;
-  std::function<void()> first_byte = [&] {
-    if (!first_seen) ctx.metrics->first_byte(seconds_since(arrived));
-    first_seen = true;
-  };
+  const std::function<void()> first_byte =
+      first_byte_clock(ctx.metrics, arrived);
   std::string last_failure;
   for (uint32_t attempt = 0;; ++attempt) {
     const auto t0 = steady::now();
-    gateway_mesh* mesh = ctx.mesh;
-    auto routed = co_await await_callback<expected<route_answer>>(
-        *ctx.gate,
-        [mesh, ask](std::function<void(expected<route_answer>)> done) {
-          mesh->route(ask, std::move(done));
-        });
+    const auto call = route_call(ctx.mesh, ask);
+    expected<route_answer> routed =
+        co_await await_callback<expected<route_answer>>(*ctx.gate, call);
     ctx.metrics->routed(seconds_since(t0));
     if (!routed) {
       // Once a worker failed, a refusal of the rest is that failure's.
       answer a = route_error(routed.err());
       if (!last_failure.empty() && a.status != 404)
         a = error_answer(502, last_failure + "; then: " + routed.err().message);
-      co_return co_await fail(a);
+      co_return co_await send_error(client, a, client_id, keep, wt);
     }
-    proxy_result r = co_await proxy_request(client, client_buffer, req, *routed,
+    const route_answer& won = *routed;
+    proxy_result r = co_await proxy_request(client, client_buffer, req, won,
                                             client_id, popt, first_byte);
-    switch (r.outcome) {
-      case proxy_outcome::done:
-        co_return served{r.status, r.keep_alive};
-      case proxy_outcome::after_first:
-        KVMESH_WARN("gateway: request %s: %s", client_id.c_str(),
-                    r.why.c_str());
-        if (r.status == 0)  // its header never came: ours can still go
-          co_return co_await fail(error_answer(502, r.why));
-        co_return served{r.status, false};
-      case proxy_outcome::client_gone:
-        co_return served{r.status == 0 ? 499 : r.status, false};
-      case proxy_outcome::before_first:
-        break;
+    if (r.outcome == proxy_outcome::done)
+      co_return served{r.status, r.keep_alive};
+    if (r.outcome == proxy_outcome::client_gone)
+      co_return served{r.status == 0 ? 499 : r.status, false};
+    if (r.outcome == proxy_outcome::after_first) {
+      KVMESH_WARN("gateway: request %s: %s", client_id.c_str(), r.why.c_str());
+      if (r.status != 0) co_return served{r.status, false};
+      // Its header never came: ours can still go.
+      const answer a = error_answer(502, r.why);
+      co_return co_await send_error(client, a, client_id, keep, wt);
     }
     last_failure = r.why;
     if (attempt >= ctx.opt.max_reroutes) {
       KVMESH_WARN("gateway: request %s: %s; no re-route left",
                   client_id.c_str(), r.why.c_str());
-      co_return co_await fail(error_answer(502, r.why));
+      const answer a = error_answer(502, r.why);
+      co_return co_await send_error(client, a, client_id, keep, wt);
     }
     KVMESH_INFO("gateway: request %s: %s; routing it again without worker %u",
-                client_id.c_str(), r.why.c_str(), routed->worker);
+                client_id.c_str(), r.why.c_str(), won.worker);
     ctx.metrics->reroute();
-    ask.exclude_workers.push_back(routed->worker);
+    ask.exclude_workers.push_back(won.worker);
   }
 }
 

@@ -45,6 +45,76 @@ bool is_event_stream(const http::fields& f) {
   return t.substr(0, 17) == "text/event-stream";
 }
 
+// What the relay's two halves share (plain coroutines over it: GCC 12
+// miscompiles capturing coroutine lambdas called in a co_await).
+struct relay {
+  beast::tcp_stream& client;
+  beast::flat_buffer& client_buffer;
+  beast::tcp_stream& up;
+  beast::flat_buffer& ubuf;
+  http::response_parser<http::buffer_body>& p;
+  http::response_serializer<http::buffer_body>& sr;
+  std::array<char, relay_buffer>& buf;
+  const proxy_options& opt;
+  error_code upstream_ec;
+  error_code client_ec;
+};
+
+// Worker to client, piece by piece.
+asio::awaitable<pump_end> pump(relay& r) {
+  auto& res = r.p.get();
+  error_code e;
+  do {
+    if (!r.p.is_done()) {
+      res.body().data = r.buf.data();
+      res.body().size = r.buf.size();
+      r.up.expires_after(r.opt.idle_timeout);
+      co_await http::async_read_some(r.up, r.ubuf, r.p,
+                                     asio::redirect_error(use_awaitable, e));
+      if (e == http::error::need_buffer) e = {};
+      if (e) {
+        r.upstream_ec = e;
+        co_return pump_end::upstream_failed;
+      }
+      res.body().size = r.buf.size() - res.body().size;
+      res.body().data = r.buf.data();
+      res.body().more = !r.p.is_done();
+      if (res.body().size == 0 && res.body().more) continue;
+    } else {
+      res.body().data = nullptr;
+      res.body().size = 0;
+      res.body().more = false;
+    }
+    r.client.expires_after(r.opt.idle_timeout);
+    co_await http::async_write(r.client, r.sr,
+                               asio::redirect_error(use_awaitable, e));
+    if (e == http::error::need_buffer) e = {};
+    if (e) {
+      r.client_ec = e;
+      co_return pump_end::client_failed;
+    }
+  } while (!r.sr.is_done());
+  co_return pump_end::done;
+}
+
+// The client's socket while the answer streams: a hang-up closes the
+// worker's connection at once, which ends the pump's read.
+asio::awaitable<watch_end> watch(relay& r) {
+  for (;;) {
+    error_code e;
+    auto space = r.client_buffer.prepare(4096);
+    const size_t n = co_await r.client.socket().async_read_some(
+        space, asio::redirect_error(use_awaitable, e));
+    r.client_buffer.commit(n);
+    if (e == asio::error::operation_aborted) co_return watch_end::cancelled;
+    if (e || r.client_buffer.size() > max_pipelined) {
+      r.client_ec = e ? e : asio::error::message_size;
+      r.up.close();
+      co_return watch_end::hung_up;
+    }
+  }
+}
+
 }  // namespace
 
 asio::awaitable<proxy_result> proxy_request(
@@ -142,64 +212,11 @@ asio::awaitable<proxy_result> proxy_request(
     co_return out;
   }
 
-  error_code upstream_ec;
-  error_code client_ec;
-  // Worker to client, piece by piece.
-  auto pump = [&]() -> asio::awaitable<pump_end> {
-    error_code e;
-    do {
-      if (!p.is_done()) {
-        res.body().data = buf.data();
-        res.body().size = buf.size();
-        up.expires_after(opt.idle_timeout);
-        co_await http::async_read_some(up, ubuf, p,
-                                       asio::redirect_error(use_awaitable, e));
-        if (e == http::error::need_buffer) e = {};
-        if (e) {
-          upstream_ec = e;
-          co_return pump_end::upstream_failed;
-        }
-        res.body().size = buf.size() - res.body().size;
-        res.body().data = buf.data();
-        res.body().more = !p.is_done();
-        if (res.body().size == 0 && res.body().more) continue;
-      } else {
-        res.body().data = nullptr;
-        res.body().size = 0;
-        res.body().more = false;
-      }
-      client.expires_after(opt.idle_timeout);
-      co_await http::async_write(client, sr,
-                                 asio::redirect_error(use_awaitable, e));
-      if (e == http::error::need_buffer) e = {};
-      if (e) {
-        client_ec = e;
-        co_return pump_end::client_failed;
-      }
-    } while (!sr.is_done());
-    co_return pump_end::done;
-  };
-  // The client's socket while the answer streams: a hang-up closes the
-  // worker's connection at once, which ends the pump's read.
-  auto watch = [&]() -> asio::awaitable<watch_end> {
-    for (;;) {
-      error_code e;
-      auto space = client_buffer.prepare(4096);
-      const size_t n = co_await client.socket().async_read_some(
-          space, asio::redirect_error(use_awaitable, e));
-      client_buffer.commit(n);
-      if (e == asio::error::operation_aborted) co_return watch_end::cancelled;
-      if (e || client_buffer.size() > max_pipelined) {
-        client_ec = e ? e : asio::error::message_size;
-        up.close();
-        co_return watch_end::hung_up;
-      }
-    }
-  };
-  auto which = co_await (pump() || watch());
+  relay r{client, client_buffer, up, ubuf, p, sr, buf, opt, {}, {}};
+  auto which = co_await (pump(r) || watch(r));
   if (which.index() == 1) {
     out.outcome = proxy_outcome::client_gone;
-    out.why = "client: " + client_ec.message();
+    out.why = "client: " + r.client_ec.message();
     co_return out;
   }
   switch (std::get<0>(which)) {
@@ -209,19 +226,19 @@ asio::awaitable<proxy_result> proxy_request(
       break;
     case pump_end::client_failed:
       out.outcome = proxy_outcome::client_gone;
-      out.why = "client: " + client_ec.message();
+      out.why = "client: " + r.client_ec.message();
       break;
     case pump_end::upstream_failed: {
       out.outcome = proxy_outcome::after_first;
       out.why = "worker " + std::to_string(answer.worker) +
-                ": its answer broke off: " + upstream_ec.message();
+                ": its answer broke off: " + r.upstream_ec.message();
       if (sse && !framed) {
         // One last event says why; the chunked body is never finished,
         // so the client's HTTP library sees the break too.
         const std::string event =
             "data: " +
             openai_error_json(
-                "the worker failed mid-answer: " + upstream_ec.message(),
+                "the worker failed mid-answer: " + r.upstream_ec.message(),
                 "upstream_error") +
             "\n\n";
         std::vector<char> bytes(event.begin(), event.end());

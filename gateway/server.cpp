@@ -126,6 +126,7 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
   beast::flat_buffer buffer;
   const auto& opt = ctx.opt;
   const auto write_timeout = opt.upstream_idle_timeout;
+  const std::string no_id;
   for (;;) {
     beast::error_code ec;
     http::request_parser<http::string_body> parser;
@@ -142,10 +143,9 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
           ec != http::error::end_of_stream) {
         ctx.metrics->bad_request("bad_http");
         ctx.metrics->request("other", 400);
-        co_await respond(
-            stream,
-            error_answer(400, "malformed HTTP request: " + ec.message()), {},
-            false, write_timeout);
+        const answer a =
+            error_answer(400, "malformed HTTP request: " + ec.message());
+        co_await respond(stream, a, no_id, false, write_timeout);
       }
       break;
     }
@@ -176,7 +176,7 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
       answer a =
           error_answer(413, "the request body is larger than " +
                                 std::to_string(opt.max_body_bytes) + " bytes");
-      if (co_await respond(stream, a, {}, false, write_timeout))
+      if (co_await respond(stream, a, no_id, false, write_timeout))
         co_await close_gracefully(stream, std::chrono::seconds(2));
       co_return;
     }
@@ -188,13 +188,10 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
         (client_id.empty() || client_id.size() > max_client_id)) {
       ctx.metrics->bad_request("bad_request_id");
       ctx.metrics->request(route, 400);
-      if (!co_await respond(stream,
-                            error_answer(400,
-                                         std::string(client_id_header) +
-                                             " must hold 1 to 256 bytes",
-                                         client_id_header),
-                            {}, keep, write_timeout) ||
-          !keep)
+      const answer a = error_answer(
+          400, std::string(client_id_header) + " must hold 1 to 256 bytes",
+          client_id_header);
+      if (!co_await respond(stream, a, no_id, keep, write_timeout) || !keep)
         break;
       continue;
     }
@@ -205,41 +202,35 @@ asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
             ? http::verb::post
             : http::verb::get;
     served s;
+    if (route == "chat_completions" || route == "completions") {
+      if (req.method() == want) {
+        const openai_api api = route == "chat_completions"
+                                   ? openai_api::chat
+                                   : openai_api::completions;
+        s = co_await serve_completion(ctx, stream, buffer, req, api, client_id);
+        ctx.metrics->request(route, s.status);
+        if (!s.keep_alive) break;
+        continue;
+      }
+    }
+    answer a;
     if (route == "other") {
-      s.status = 404;
-      s.keep_alive =
-          co_await respond(
-              stream, error_answer(404, "no route " + path, {}, "unknown_url"),
-              client_id, keep, write_timeout) &&
-          keep;
+      a = error_answer(404, "no route " + path, {}, "unknown_url");
     } else if (req.method() != want) {
-      answer a = error_answer(
+      a = error_answer(
           405, std::string(req.method_string()) + " is not allowed on " + path);
       a.headers.emplace_back("Allow",
                              want == http::verb::post ? "POST" : "GET");
-      s.status = 405;
-      s.keep_alive =
-          co_await respond(stream, a, client_id, keep, write_timeout) && keep;
     } else if (route == "models") {
-      s.status = 200;
-      s.keep_alive = co_await respond(stream, models_answer(), client_id, keep,
-                                      write_timeout) &&
-                     keep;
-    } else if (route == "health") {
+      a = models_answer();
+    } else {  // health
       const bool up = ctx.mesh->ready();
-      answer a;
       a.status = up ? 200 : 503;
       a.body = up ? R"({"status":"ok"})" : R"({"status":"not ready"})";
-      s.status = static_cast<int>(a.status);
-      s.keep_alive =
-          co_await respond(stream, a, client_id, keep, write_timeout) && keep;
-    } else {
-      s = co_await serve_completion(ctx, stream, buffer, req,
-                                    route == "chat_completions"
-                                        ? openai_api::chat
-                                        : openai_api::completions,
-                                    client_id);
     }
+    s.status = static_cast<int>(a.status);
+    s.keep_alive =
+        co_await respond(stream, a, client_id, keep, write_timeout) && keep;
     ctx.metrics->request(route, s.status);
     if (!s.keep_alive) break;
   }

@@ -73,16 +73,20 @@ class engine_tokenizer final
                       "no engine serves model '" + ask.model + "'"));
       return;
     }
-    asio::co_spawn(
-        asio::make_strand(io_),
-        [self = shared_from_this(), ask = std::move(ask),
-         done = std::move(done)]() mutable -> asio::awaitable<void> {
-          done(co_await self->run(std::move(ask)));
-        },
-        asio::detached);
+    asio::co_spawn(asio::make_strand(io_),
+                   serve(shared_from_this(), std::move(ask), std::move(done)),
+                   asio::detached);
   }
 
  private:
+  // A plain coroutine, not a capturing lambda (GCC 12 miscompiles those).
+  static asio::awaitable<void> serve(
+      std::shared_ptr<engine_tokenizer> self, tokenize_ask ask,
+      std::function<void(expected<tokenize_result>)> done) {
+    expected<tokenize_result> r = co_await self->run(std::move(ask));
+    done(std::move(r));
+  }
+
   asio::awaitable<expected<tokenize_result>> run(tokenize_ask ask) {
     const std::string body = ask.request.dump(
         -1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -510,10 +510,11 @@ TEST_F(Gateway, BadBodiesAre4xxJsonCountedAndTheGatewayServesOn) {
     ASSERT_TRUE(d.is_object()) << r.body;
     EXPECT_EQ(d["error"]["type"], "invalid_request_error");
     EXPECT_TRUE(d["error"]["message"].is_string());
-    if (b.param)
+    if (b.param) {
       EXPECT_EQ(d["error"]["param"], b.param) << r.body;
-    else
+    } else {
       EXPECT_TRUE(d["error"]["param"].is_null()) << r.body;
+    }
     EXPECT_EQ(metric(metrics(), std::string("kvmesh_gateway_bad_requests_"
                                             "total{reason=\"") +
                                     b.reason + "\"}"),
@@ -610,8 +611,9 @@ TEST_F(Gateway, RouteErrorsMapToStatuses) {
     auto r = post(port(), completions_path, R"({"model":"m","prompt":[1]})");
     EXPECT_EQ(r.status, status);
     EXPECT_EQ(r.doc()["error"]["message"], "refused for a test") << r.body;
-    if (status == 429 || status == 503)
+    if (status == 429 || status == 503) {
       EXPECT_EQ(std::string(r.headers[http::field::retry_after]), "1");
+    }
   }
 }
 
