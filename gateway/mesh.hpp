@@ -54,10 +54,10 @@ class gateway_mesh {
   // The live pools, for /v1/models and for whom to ask for tokens.
   // Called on the gateway's threads, concurrently.
   virtual std::vector<pool_model> models() const = 0;
-  // Routes `ask`. `done` is called exactly once, on any thread, possibly
-  // before route returns; it must not be called after the gateway server
-  // is destroyed (a late call is ignored but must not race its
-  // destruction: drop it instead).
+  // Routes `ask`. Call `done` once, on any thread, possibly before route
+  // returns. The mesh's own deadline bounds it (the gateway sets none: an
+  // uncalled `done` holds its request until the server stops). A call
+  // after the server was destroyed is safe and ignored.
   virtual void route(route_ask ask,
                      std::function<void(expected<route_answer>)> done) = 0;
   // Whether the mesh can route now (GET /health).
