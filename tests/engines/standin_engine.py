@@ -1,26 +1,37 @@
 #!/usr/bin/python3
 """A stand-in for vLLM in tests: its KV events over ZMQ, byte for byte in
-vLLM's layouts, its replay endpoint, and a minimal OpenAI API with /health
-and /metrics. A control endpoint (POST /control) makes it store, offload,
-remove and clear blocks, lose or garble messages, restart, slow its tokens
-down and stop answering.
+vLLM's layouts, its replay endpoint, and a minimal OpenAI API with /health,
+/metrics and /tokenize. A control endpoint (POST /control) makes it store,
+offload, remove and clear blocks, lose or garble messages, restart, slow
+its tokens down, stop answering, fail requests before their first byte or
+mid-stream, and tell what it received and sent.
 
-usage: standin_engine.py --pub-port P [--replay-port R] --http-port H
+The tokenizer (/tokenize) is deterministic: one token per UTF-8 byte of the
+text, token id = byte + 1000; messages are first rendered with a fixed
+template: "<|ROLE|>" + content + "\n" per message (the texts of a content
+array concatenated), then "<|assistant|>" when add_generation_prompt.
+
+usage: standin_engine.py [--pub-port P] [--replay-port R] --http-port H
                          [--block-size 4] [--topic T] [--layout map]
                          [--hashes bytes] [--gpu-blocks 1000]
-Prints "ready" on stdout once every socket is bound.
+--pub-port 0 (the default): no KV events (no ZMQ needed); --http-port 0: a
+free port. Prints "ready http_port=H" on stdout once every socket is bound.
 """
 
 import argparse
 import hashlib
 import json
+import select
+import socket
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import msgpack
-import zmq
+# ZMQ and msgpack are imported only when KV events are published
+# (--pub-port), so that the HTTP side runs on a bare python3.
+msgpack = None
+zmq = None
 
 # The replay endpoint's end marker: -1 as 8 signed big-endian bytes.
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
@@ -36,11 +47,17 @@ class Engine:
         self.layout = args.layout  # array | mixed | map
         self.hashes = args.hashes  # bytes | int | sint
         self.lock = threading.Lock()
-        self.ctx = zmq.Context.instance()
-        self.pub = self.ctx.socket(zmq.PUB)
-        self.pub.bind(f"tcp://127.0.0.1:{args.pub_port}")
+        self.pub = None
         self.replay = None
-        if args.replay_port:
+        if args.pub_port:
+            global msgpack, zmq
+            import msgpack as _msgpack
+            import zmq as _zmq
+            msgpack, zmq = _msgpack, _zmq
+            self.ctx = zmq.Context.instance()
+            self.pub = self.ctx.socket(zmq.PUB)
+            self.pub.bind(f"tcp://127.0.0.1:{args.pub_port}")
+        if args.pub_port and args.replay_port:
             self.replay = self.ctx.socket(zmq.ROUTER)
             self.replay.bind(f"tcp://127.0.0.1:{args.replay_port}")
         self.replay_on = True
@@ -52,6 +69,15 @@ class Engine:
         self.healthy = True
         self.running = 0
         self.waiting = 0
+        # Failures asked for by /control "fail": (mode, count, after).
+        self.fail_mode = None
+        self.fail_count = 0
+        self.fail_after = 0
+        # What the OpenAI endpoints saw, by the request's X-Request-Id: its
+        # headers, its body, the body bytes it sent back (as text).
+        self.seen = {}
+        self.counters = {"tokenize": 0, "completions": 0, "dropped": 0,
+                         "broken": 0, "client_gone": 0, "streams_done": 0}
 
     # -- block hashes, as vLLM chains them ---------------------------------
 
@@ -104,6 +130,8 @@ class Engine:
     def publish(self, events, drop=False):
         """Publishes one batch; `drop`: it is buffered for replay but never
         reaches the subscriber (a lost message)."""
+        if self.pub is None:
+            raise ValueError("no KV events without --pub-port")
         payload = msgpack.packb(self.batch(events), use_bin_type=True)
         seq = self.seq
         self.seq += 1
@@ -180,7 +208,33 @@ class Engine:
             if op == "state":
                 return {m: len(s) for m, s in self.cached.items()} | {
                     "seq": self.seq}
+            if op == "fail":
+                # mode "drop": the next `count` completion requests are
+                # read and their connection closed without a byte; mode
+                # "mid_stream": the next `count` streams send `after`
+                # events and then their connection is cut.
+                self.fail_mode = cmd["mode"]
+                self.fail_count = cmd.get("count", 1)
+                self.fail_after = cmd.get("after", 1)
+                return {}
+            if op == "stats":
+                return dict(self.counters)
+            if op == "seen":
+                return self.seen.get(cmd["id"], {})
         raise ValueError(f"unknown op {op!r}")
+
+    def take_failure(self, stream):
+        """The failure this request is to suffer, if any (under lock)."""
+        if self.fail_count <= 0:
+            return None
+        if self.fail_mode == "mid_stream" and not stream:
+            return None
+        self.fail_count -= 1
+        return self.fail_mode
+
+    def count(self, name):
+        with self.lock:
+            self.counters[name] += 1
 
     def store(self, tokens, medium, drop):
         hashes = self.chain(tokens)
@@ -271,6 +325,9 @@ class Handler(BaseHTTPRequestHandler):
                 return
             self.reply(200, json.dumps(out))
             return
+        if self.path == "/tokenize":
+            self.tokenize(body)
+            return
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self.reply(404, json.dumps({"error": "no such path"}))
             return
@@ -284,56 +341,166 @@ class Handler(BaseHTTPRequestHandler):
             return
         chat = self.path.endswith("chat/completions")
         tokens = int(req.get("max_tokens", 4))
+        rid = self.headers.get("X-Request-Id", "")
+        record = {"headers": {k.lower(): v for k, v in self.headers.items()},
+                  "body": body.decode("utf-8", "replace"), "sent": ""}
+        with e.lock:
+            e.counters["completions"] += 1
+            if rid:
+                e.seen[rid] = record
+            failure = e.take_failure(bool(req.get("stream")))
+        if failure == "drop":
+            # Read, then gone without a byte: an engine that died.
+            e.count("dropped")
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         e.waiting += 1
         time.sleep(e.first_token_s)  # queued and prefilled
         e.waiting -= 1
         e.running += 1
         try:
             if req.get("stream"):
-                self.stream(chat, tokens)
+                usage = bool((req.get("stream_options") or {}).get(
+                    "include_usage"))
+                self.stream(chat, tokens, usage, record,
+                            failure == "mid_stream")
             else:
                 time.sleep(e.token_s * max(tokens - 1, 0))
-                text = " tok" * tokens
+                text = "".join(piece(i) for i in range(tokens))
                 choice = ({"index": 0, "message": {"role": "assistant",
                                                    "content": text},
                            "finish_reason": "length"} if chat else
                           {"index": 0, "text": text, "finish_reason": "length"})
-                self.reply(200, json.dumps({
+                out = json.dumps({
                     "id": "cmpl-standin", "object": "chat.completion"
                     if chat else "text_completion", "model": "standin",
                     "choices": [choice], "usage": {"completion_tokens":
-                                                   tokens}}))
+                                                   tokens}},
+                    ensure_ascii=False)
+                record["sent"] = out
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("X-Standin", "answered")
+                data = out.encode()
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
         finally:
             e.running -= 1
 
-    def stream(self, chat, tokens):
-        """Server-sent events as vLLM sends them, one token per chunk."""
+    def tokenize(self, body):
+        """vLLM's /tokenize, with the stand-in's byte tokenizer."""
+        e = ENGINE
+        e.count("tokenize")
+        try:
+            req = json.loads(body)
+            text = render(req)
+        except (ValueError, KeyError, TypeError) as err:
+            self.reply(400, json.dumps({"object": "error", "message":
+                                        f"cannot tokenize: {err}",
+                                        "type": "BadRequestError",
+                                        "param": None, "code": 400}))
+            return
+        tokens = [b + 1000 for b in text.encode("utf-8")]
+        self.reply(200, json.dumps({"count": len(tokens), "max_model_len":
+                                    4096, "tokens": tokens}))
+
+    def client_gone(self):
+        """Whether the client closed its connection (readable at EOF)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if readable and self.connection.recv(1, socket.MSG_PEEK) == b"":
+                return True
+        except OSError:
+            return True
+        return False
+
+    def stream(self, chat, tokens, usage, record, cut):
+        """Server-sent events as vLLM sends them, one token per chunk;
+        `cut`: the connection dies after ENGINE.fail_after of them."""
+        e = ENGINE
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
+        self.send_header("X-Standin", "streamed")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        sent = []
 
         def chunk(data):
             raw = data.encode()
             self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
             self.wfile.flush()
+            sent.append(data)
+            record["sent"] = "".join(sent)
 
-        for i in range(tokens):
-            if i > 0:
-                time.sleep(ENGINE.token_s)
-            delta = ({"index": 0, "delta": {"content": " tok"}} if chat else
-                     {"index": 0, "text": " tok"})
-            chunk("data: " + json.dumps({"id": "cmpl-standin",
-                                         "choices": [delta]}) + "\n\n")
-        chunk("data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        try:
+            for i in range(tokens):
+                if cut and i == e.fail_after:
+                    e.count("broken")
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if i > 0:
+                    # A token's time, cut short when the client goes.
+                    deadline = time.monotonic() + e.token_s
+                    while True:
+                        if self.client_gone():
+                            e.count("client_gone")
+                            self.close_connection = True
+                            return
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        time.sleep(min(left, 0.01))
+                delta = ({"index": 0, "delta": {"content": piece(i)}} if chat
+                         else {"index": 0, "text": piece(i)})
+                chunk("data: " + json.dumps({"id": "cmpl-standin",
+                                             "choices": [delta]},
+                                            ensure_ascii=False) + "\n\n")
+            if usage:
+                chunk("data: " + json.dumps({"id": "cmpl-standin",
+                                             "choices": [], "usage": {
+                                                 "completion_tokens": tokens
+                                             }}) + "\n\n")
+            chunk("data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            e.count("streams_done")
+        except (BrokenPipeError, ConnectionResetError):
+            e.count("client_gone")
+            self.close_connection = True
+
+
+def piece(i):
+    """The i-th output token's text: not all ASCII, so that a relay that
+    re-encodes would show."""
+    return f" tok{i}" if i % 3 else f" t\u00e9{i}"
+
+
+def render(req):
+    """The text the stand-in's template makes of a /tokenize body."""
+    if "messages" in req:
+        out = []
+        for m in req["messages"]:
+            content = m.get("content") or ""
+            if isinstance(content, list):
+                content = "".join(p["text"] for p in content
+                                  if p.get("type") == "text")
+            out.append(f"<|{m['role']}|>{content}\n")
+        if req.get("add_generation_prompt", True):
+            out.append("<|assistant|>")
+        return "".join(out)
+    prompt = req["prompt"]
+    if not isinstance(prompt, str):
+        raise TypeError("prompt must be a string")
+    return prompt
 
 
 def main():
     global ENGINE
     p = argparse.ArgumentParser()
-    p.add_argument("--pub-port", type=int, required=True)
+    p.add_argument("--pub-port", type=int, default=0)
     p.add_argument("--replay-port", type=int, default=0)
     p.add_argument("--http-port", type=int, required=True)
     p.add_argument("--block-size", type=int, default=4)
@@ -349,7 +516,7 @@ def main():
         threading.Thread(target=ENGINE.serve_replay, daemon=True).start()
     server = ThreadingHTTPServer(("127.0.0.1", args.http_port), Handler)
     server.daemon_threads = True
-    print("ready", flush=True)
+    print(f"ready http_port={server.server_address[1]}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

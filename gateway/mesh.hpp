@@ -1,0 +1,67 @@
+// What the gateway needs of the mesh: the live model pools and an
+// asynchronous route (an auction among the GPUs serving a model). Plain
+// types only, no NATS, CAF or Cap'n Proto: the mesh implements it over
+// NATS, a test with a fake.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace kvmesh::gateway {
+
+// A pool of workers serving one model, or a LoRA adapter on a base model.
+struct pool_model {
+  std::string name;                    // what clients put in "model"
+  std::vector<std::string> endpoints;  // http://HOST:PORT of its workers
+  bool lora = false;                   // an adapter of `parent`
+  std::string parent;                  // the base model (lora only)
+  uint64_t created = 0;                // Unix seconds, for /v1/models
+};
+
+// One route request: the prompt's chained block hashes (the `seq` hashes of
+// hash_blocks, salted with the adapter's name for a LoRA model) and sizes.
+struct route_ask {
+  std::string model;      // the base model (the pool to auction among)
+  std::string lora;       // the adapter asked for, or empty
+  std::string client_id;  // the client's X-Request-Id (or one made up)
+  std::vector<uint64_t> blocks;
+  uint32_t input_tokens = 0;
+  uint32_t output_tokens = 0;  // 0: unknown (the router estimates)
+  uint32_t block_tokens = 0;   // what `blocks` were hashed with
+  // Workers that failed this request before answering a byte: not again.
+  std::vector<uint32_t> exclude_workers;
+};
+
+// The auction's winner: where to send the request, under which id.
+struct route_answer {
+  uint32_t worker = 0;
+  uint64_t request = 0;  // sent as X-Kvmesh-Request-Id
+  std::string endpoint;  // http://HOST:PORT[/prefix]
+};
+
+// Errors of route(), as the gateway answers them:
+//   ec::not_found          unknown model        -> 404
+//   ec::capacity_exceeded  overloaded           -> 429 with Retry-After
+//   ec::timeout            no decision in time  -> 504
+//   anything else          no live worker, ...  -> 503 with Retry-After
+class gateway_mesh {
+ public:
+  virtual ~gateway_mesh() = default;
+  // The live pools, for /v1/models and for whom to ask for tokens.
+  // Called on the gateway's threads, concurrently.
+  virtual std::vector<pool_model> models() const = 0;
+  // Routes `ask`. Call `done` once, on any thread, possibly before route
+  // returns. The mesh's own deadline bounds it (the gateway sets none: an
+  // uncalled `done` holds its request until the server stops). A call
+  // after the server was destroyed is safe and ignored.
+  virtual void route(route_ask ask,
+                     std::function<void(expected<route_answer>)> done) = 0;
+  // Whether the mesh can route now (GET /health).
+  virtual bool ready() const = 0;
+};
+
+}  // namespace kvmesh::gateway

@@ -1,0 +1,43 @@
+// The gateway's Prometheus series, registered in a metrics::registry:
+// requests by route and status, re-routes, bad requests by reason, time to
+// first byte, route and tokenize latency, requests in flight.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/error.hpp"
+#include "metrics/registry.hpp"
+
+namespace kvmesh::gateway {
+
+class gateway_metrics {
+ public:
+  // Registers the families in `reg` (which outlives this). Errors: a name
+  // already registered there.
+  static expected<std::unique_ptr<gateway_metrics>> make(
+      metrics::registry& reg);
+
+  // route: chat_completions, completions, models, health, other.
+  void request(const std::string& route, int status);
+  // reason: not_json, missing_field, wrong_type, bad_value, body_too_large,
+  // bad_request_id, bad_http, unknown_model, tokenize_refused.
+  void bad_request(const std::string& reason);
+  void reroute() { reroutes_->Increment(); }
+  void first_byte(double seconds) { metrics::observe(*ttfb_, seconds); }
+  void routed(double seconds) { metrics::observe(*route_, seconds); }
+  void tokenized(double seconds) { metrics::observe(*tokenize_, seconds); }
+  metrics::gauge& in_flight() { return *in_flight_; }
+
+ private:
+  gateway_metrics() = default;
+  metrics::family<metrics::counter>* requests_ = nullptr;
+  metrics::family<metrics::counter>* bad_ = nullptr;
+  metrics::counter* reroutes_ = nullptr;
+  metrics::histogram* ttfb_ = nullptr;
+  metrics::histogram* route_ = nullptr;
+  metrics::histogram* tokenize_ = nullptr;
+  metrics::gauge* in_flight_ = nullptr;
+};
+
+}  // namespace kvmesh::gateway

@@ -1,0 +1,259 @@
+// The relay of one request to its worker (proxy.hpp): the request out, the
+// answer's header, then its body piece by piece as the worker sends it,
+// while the client's socket is watched for a hang-up.
+#include "gateway/proxy.hpp"
+
+#include <array>
+#include <variant>
+#include <vector>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "gateway/errors.hpp"
+#include "gateway/upstream.hpp"
+
+namespace kvmesh::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::use_awaitable;
+using beast::error_code;
+
+namespace {
+
+// Bytes relayed per read: an SSE chunk of one token is far smaller, and a
+// read returns what has come, so this bounds only a burst.
+constexpr size_t relay_buffer = 16 * 1024;
+// A client that keeps sending while its answer streams is not one we wait
+// for (a pipelined request is small).
+constexpr size_t max_pipelined = 64 * 1024;
+
+enum class pump_end { done, upstream_failed, client_failed };
+enum class watch_end { hung_up, cancelled };
+
+bool is_event_stream(const http::fields& f) {
+  const std::string_view t = f[http::field::content_type];
+  return t.substr(0, 17) == "text/event-stream";
+}
+
+// What the relay's two halves share (plain coroutines over it: GCC 12
+// miscompiles capturing coroutine lambdas called in a co_await).
+struct relay {
+  beast::tcp_stream& client;
+  beast::flat_buffer& client_buffer;
+  beast::tcp_stream& up;
+  beast::flat_buffer& ubuf;
+  http::response_parser<http::buffer_body>& p;
+  http::response_serializer<http::buffer_body>& sr;
+  std::array<char, relay_buffer>& buf;
+  const proxy_options& opt;
+  error_code upstream_ec;
+  error_code client_ec;
+};
+
+// Worker to client, piece by piece.
+asio::awaitable<pump_end> pump(relay& r) {
+  auto& res = r.p.get();
+  error_code e;
+  do {
+    if (!r.p.is_done()) {
+      res.body().data = r.buf.data();
+      res.body().size = r.buf.size();
+      r.up.expires_after(r.opt.idle_timeout);
+      co_await http::async_read_some(r.up, r.ubuf, r.p,
+                                     asio::redirect_error(use_awaitable, e));
+      if (e == http::error::need_buffer) e = {};
+      if (e) {
+        r.upstream_ec = e;
+        co_return pump_end::upstream_failed;
+      }
+      res.body().size = r.buf.size() - res.body().size;
+      res.body().data = r.buf.data();
+      res.body().more = !r.p.is_done();
+      if (res.body().size == 0 && res.body().more) continue;
+    } else {
+      res.body().data = nullptr;
+      res.body().size = 0;
+      res.body().more = false;
+    }
+    r.client.expires_after(r.opt.idle_timeout);
+    co_await http::async_write(r.client, r.sr,
+                               asio::redirect_error(use_awaitable, e));
+    if (e == http::error::need_buffer) e = {};
+    if (e) {
+      r.client_ec = e;
+      co_return pump_end::client_failed;
+    }
+  } while (!r.sr.is_done());
+  co_return pump_end::done;
+}
+
+// The client's socket while the answer streams: a hang-up closes the
+// worker's connection at once, which ends the pump's read.
+asio::awaitable<watch_end> watch(relay& r) {
+  for (;;) {
+    error_code e;
+    auto space = r.client_buffer.prepare(4096);
+    const size_t n = co_await r.client.socket().async_read_some(
+        space, asio::redirect_error(use_awaitable, e));
+    r.client_buffer.commit(n);
+    if (e == asio::error::operation_aborted) co_return watch_end::cancelled;
+    if (e || r.client_buffer.size() > max_pipelined) {
+      r.client_ec = e ? e : asio::error::message_size;
+      r.up.close();
+      co_return watch_end::hung_up;
+    }
+  }
+}
+
+}  // namespace
+
+asio::awaitable<proxy_result> proxy_request(
+    beast::tcp_stream& client, beast::flat_buffer& client_buffer,
+    const http::request<http::string_body>& req, const route_answer& answer,
+    const std::string& client_id, const proxy_options& opt,
+    const std::function<void()>& first_byte) {
+  using namespace asio::experimental::awaitable_operators;
+  proxy_result out;
+  auto url = parse_endpoint_url(answer.endpoint);
+  if (!url) {
+    out.outcome = proxy_outcome::before_first;
+    out.why = url.err().message;
+    co_return out;
+  }
+  beast::tcp_stream up(co_await asio::this_coro::executor);
+  error_code ec = co_await connect_upstream(up, *url, opt.connect_timeout);
+  if (ec) {
+    out.outcome = proxy_outcome::before_first;
+    out.why = "worker " + std::to_string(answer.worker) + " at " +
+              answer.endpoint + ": " + ec.message();
+    co_return out;
+  }
+
+  // The request as the client sent it, this hop's headers excepted.
+  http::request<http::string_body> ureq{
+      http::verb::post, url->prefix + std::string(req.target()), 11};
+  copy_end_to_end(req, ureq,
+                  {"host", "content-length", "x-request-id",
+                   "x-kvmesh-request-id", "expect"});
+  ureq.set(http::field::host, url->host_header());
+  ureq.set(mesh_id_header, std::to_string(answer.request));
+  ureq.set(client_id_header, client_id);
+  ureq.keep_alive(false);  // one request per connection to a worker
+  ureq.body() = req.body();
+  ureq.prepare_payload();
+  up.expires_after(opt.idle_timeout);
+  co_await http::async_write(up, ureq, asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    out.outcome = proxy_outcome::before_first;
+    out.why = "worker " + std::to_string(answer.worker) +
+              ": sending the request: " + ec.message();
+    co_return out;
+  }
+
+  beast::flat_buffer ubuf;
+  http::response_parser<http::buffer_body> p;
+  p.body_limit(boost::none);  // a long stream is the point
+  co_await http::async_read_header(up, ubuf, p,
+                                   asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    const bool got = p.got_some() || ubuf.size() > 0;
+    out.outcome =
+        got ? proxy_outcome::after_first : proxy_outcome::before_first;
+    out.why = "worker " + std::to_string(answer.worker) +
+              ": reading its answer: " + ec.message();
+    co_return out;
+  }
+  if (first_byte) first_byte();
+
+  // The worker's header, minus its hop's; framed for the client's hop.
+  auto& res = p.get();
+  out.status = res.result_int();
+  {
+    const std::string connection(res[http::field::connection]);
+    std::vector<std::string> drop;
+    for (const auto& f : res)
+      if (hop_by_hop(f.name_string(), connection) ||
+          beast::iequals(f.name_string(), client_id_header))
+        drop.emplace_back(f.name_string());
+    for (const auto& name : drop)
+      res.erase(name);
+  }
+  res.version(11);
+  res.set(client_id_header, client_id);
+  const bool framed = p.content_length().has_value();
+  if (!framed && p.is_done())
+    res.content_length(0);  // no body at all (a 204, say)
+  else if (!framed)
+    res.chunked(true);
+  res.keep_alive(req.keep_alive());
+  const bool sse = is_event_stream(res);
+
+  http::response_serializer<http::buffer_body> sr{res};
+  std::array<char, relay_buffer> buf;
+  res.body().data = nullptr;
+  res.body().size = 0;
+  res.body().more = true;
+  client.expires_after(opt.idle_timeout);
+  co_await http::async_write_header(client, sr,
+                                    asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    out.outcome = proxy_outcome::client_gone;
+    out.why = "client: " + ec.message();
+    co_return out;
+  }
+
+  relay r{client, client_buffer, up, ubuf, p, sr, buf, opt, {}, {}};
+  auto which = co_await (pump(r) || watch(r));
+  if (which.index() == 1) {
+    out.outcome = proxy_outcome::client_gone;
+    out.why = "client: " + r.client_ec.message();
+    co_return out;
+  }
+  switch (std::get<0>(which)) {
+    case pump_end::done:
+      out.outcome = proxy_outcome::done;
+      out.keep_alive = req.keep_alive();
+      break;
+    case pump_end::client_failed:
+      out.outcome = proxy_outcome::client_gone;
+      out.why = "client: " + r.client_ec.message();
+      break;
+    case pump_end::upstream_failed: {
+      out.outcome = proxy_outcome::after_first;
+      out.why = "worker " + std::to_string(answer.worker) +
+                ": its answer broke off: " + r.upstream_ec.message();
+      if (sse && !framed) {
+        // One last event says why; the chunked body is never finished,
+        // so the client's HTTP library sees the break too.
+        const std::string event =
+            "data: " +
+            openai_error_json(
+                "the worker failed mid-answer: " + r.upstream_ec.message(),
+                "upstream_error") +
+            "\n\n";
+        std::vector<char> bytes(event.begin(), event.end());
+        res.body().data = bytes.data();
+        res.body().size = bytes.size();
+        res.body().more = true;
+        error_code e;
+        client.expires_after(std::chrono::seconds(5));
+        co_await http::async_write(client, sr,
+                                   asio::redirect_error(use_awaitable, e));
+      }
+      break;
+    }
+  }
+  co_return out;
+}
+
+}  // namespace kvmesh::gateway

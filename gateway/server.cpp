@@ -1,0 +1,317 @@
+// The gateway's listener and routes (server.hpp): one coroutine per
+// connection on a strand of a small io_context pool, HTTP/1.1 keep-alive,
+// bounded bodies.
+#include "gateway/server.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/log.hpp"
+#include "gateway/completion.hpp"
+#include "gateway/context.hpp"
+#include "gateway/proxy.hpp"
+#include "gateway/respond.hpp"
+
+namespace kvmesh::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr size_t max_client_id = 256;
+constexpr size_t max_header_bytes = 64 * 1024;
+
+// "gw-" and 24 hex digits.
+std::string make_client_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char out[32];
+  std::snprintf(out, sizeof out, "gw-%016llx%08x",
+                static_cast<unsigned long long>(rng()),
+                static_cast<unsigned>(rng() & 0xffffffffu));
+  return out;
+}
+
+std::string_view path_of(std::string_view target) {
+  return target.substr(0, target.find('?'));
+}
+
+}  // namespace
+
+struct gateway_server::impl {
+  // Declared first, destroyed last: coroutine frames destroyed with the
+  // io_context still count in these.
+  std::unique_ptr<metrics::registry> own_registry;
+  metrics::registry* registry = nullptr;
+  std::unique_ptr<gateway_metrics> metrics;
+  callback_gate gate;
+  gateway_context ctx;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::vector<std::thread> threads;
+  int port = 0;
+
+  explicit impl(size_t threads_hint)
+      : io(static_cast<int>(std::max<size_t>(threads_hint, 1))) {}
+
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> session(tcp::socket socket);
+  answer models_answer() const;
+};
+
+asio::awaitable<void> gateway_server::impl::accept_loop() {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket s = co_await acceptor.async_accept(
+        asio::make_strand(io), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec) {
+      // Out of descriptors, say: wait a little rather than spin.
+      KVMESH_WARN("gateway: accept: %s", ec.message().c_str());
+      asio::steady_timer t(io, std::chrono::milliseconds(50));
+      co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    s.set_option(tcp::no_delay(true), ec);
+    auto ex = s.get_executor();
+    asio::co_spawn(ex, session(std::move(s)), asio::detached);
+  }
+}
+
+answer gateway_server::impl::models_answer() const {
+  nlohmann::ordered_json data = nlohmann::ordered_json::array();
+  for (const auto& m : ctx.mesh->models()) {
+    nlohmann::ordered_json e;
+    e["id"] = m.name;
+    e["object"] = "model";
+    e["created"] = m.created;
+    e["owned_by"] = "kvmesh";
+    e["root"] = m.lora ? m.parent : m.name;
+    e["parent"] =
+        m.lora ? nlohmann::ordered_json(m.parent) : nlohmann::ordered_json();
+    data.push_back(std::move(e));
+  }
+  nlohmann::ordered_json out;
+  out["object"] = "list";
+  out["data"] = std::move(data);
+  answer a;
+  a.body = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return a;
+}
+
+asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  const auto& opt = ctx.opt;
+  const auto write_timeout = opt.upstream_idle_timeout;
+  const std::string no_id;
+  for (;;) {
+    beast::error_code ec;
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(max_header_bytes);
+    parser.body_limit(opt.max_body_bytes);
+    stream.expires_after(opt.client_idle_timeout);
+    co_await http::async_read_header(
+        stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+    bool too_large = ec == http::error::body_limit;
+    if (ec && !too_large) {
+      // A hang-up or a timeout between requests is the normal end; bytes
+      // that are not HTTP get a 400.
+      if (parser.got_some() && ec != beast::error::timeout &&
+          ec != http::error::end_of_stream) {
+        ctx.metrics->bad_request("bad_http");
+        ctx.metrics->request("other", 400);
+        const answer a =
+            error_answer(400, "malformed HTTP request: " + ec.message());
+        co_await respond(stream, a, no_id, false, write_timeout);
+      }
+      break;
+    }
+    if (!too_large) {
+      auto& h = parser.get();
+      if (beast::iequals(h[http::field::expect], "100-continue")) {
+        static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
+        co_await asio::async_write(
+            stream.socket(), asio::buffer(cont),
+            asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) break;
+      }
+      co_await http::async_read(stream, buffer, parser,
+                                asio::redirect_error(asio::use_awaitable, ec));
+      too_large = ec == http::error::body_limit;
+      if (ec && !too_large) break;  // the client went mid-body
+    }
+    const std::string path(path_of(parser.get().target()));
+    const std::string route = path == "/v1/chat/completions"
+                                  ? "chat_completions"
+                              : path == "/v1/completions" ? "completions"
+                              : path == "/v1/models"      ? "models"
+                              : path == "/health"         ? "health"
+                                                          : "other";
+    if (too_large) {
+      ctx.metrics->bad_request("body_too_large");
+      ctx.metrics->request(route, 413);
+      answer a =
+          error_answer(413, "the request body is larger than " +
+                                std::to_string(opt.max_body_bytes) + " bytes");
+      if (co_await respond(stream, a, no_id, false, write_timeout))
+        co_await close_gracefully(stream, std::chrono::seconds(2));
+      co_return;
+    }
+    http::request<http::string_body> req = parser.release();
+    const bool keep = req.keep_alive();
+
+    std::string client_id(req[client_id_header]);
+    if (req.count(client_id_header) > 0 &&
+        (client_id.empty() || client_id.size() > max_client_id)) {
+      ctx.metrics->bad_request("bad_request_id");
+      ctx.metrics->request(route, 400);
+      const answer a = error_answer(
+          400, std::string(client_id_header) + " must hold 1 to 256 bytes",
+          client_id_header);
+      if (!co_await respond(stream, a, no_id, keep, write_timeout) || !keep)
+        break;
+      continue;
+    }
+    if (client_id.empty()) client_id = make_client_id();
+
+    const http::verb want =
+        (route == "chat_completions" || route == "completions")
+            ? http::verb::post
+            : http::verb::get;
+    served s;
+    if (route == "chat_completions" || route == "completions") {
+      if (req.method() == want) {
+        const openai_api api = route == "chat_completions"
+                                   ? openai_api::chat
+                                   : openai_api::completions;
+        s = co_await serve_completion(ctx, stream, buffer, req, api, client_id);
+        ctx.metrics->request(route, s.status);
+        if (!s.keep_alive) break;
+        continue;
+      }
+    }
+    answer a;
+    if (route == "other") {
+      a = error_answer(404, "no route " + path, {}, "unknown_url");
+    } else if (req.method() != want) {
+      a = error_answer(
+          405, std::string(req.method_string()) + " is not allowed on " + path);
+      a.headers.emplace_back("Allow",
+                             want == http::verb::post ? "POST" : "GET");
+    } else if (route == "models") {
+      a = models_answer();
+    } else {  // health
+      const bool up = ctx.mesh->ready();
+      a.status = up ? 200 : 503;
+      a.body = up ? R"({"status":"ok"})" : R"({"status":"not ready"})";
+    }
+    s.status = static_cast<int>(a.status);
+    s.keep_alive =
+        co_await respond(stream, a, client_id, keep, write_timeout) && keep;
+    ctx.metrics->request(route, s.status);
+    if (!s.keep_alive) break;
+  }
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream.close();
+}
+
+gateway_server::gateway_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+gateway_server::~gateway_server() {
+  auto& p = *impl_;
+  asio::post(p.io, [&p] {
+    beast::error_code ec;
+    p.acceptor.close(ec);
+  });
+  p.io.stop();
+  for (auto& t : p.threads)
+    if (t.joinable()) t.join();
+  // Coroutines waiting for the mesh or a tokenizer go now, while their
+  // executor lives; the rest go with the io_context.
+  p.gate.close();
+}
+
+int gateway_server::port() const {
+  return impl_->port;
+}
+
+metrics::registry& gateway_server::registry() {
+  return *impl_->registry;
+}
+
+expected<std::unique_ptr<gateway_server>> gateway_server::start(
+    gateway_mesh& mesh, const gateway_options& opt) {
+  if (opt.threads == 0)
+    return make_error(ec::invalid_argument, "gateway: threads must be > 0");
+  if (opt.block_tokens == 0)
+    return make_error(ec::invalid_argument, "gateway: block size must be > 0");
+  if (opt.max_body_bytes == 0)
+    return make_error(ec::invalid_argument,
+                      "gateway: the body limit must be > 0");
+  auto p = std::make_unique<impl>(opt.threads);
+  if (opt.registry) {
+    p->registry = opt.registry;
+  } else {
+    p->own_registry = std::make_unique<metrics::registry>();
+    p->registry = p->own_registry.get();
+  }
+  auto m = gateway_metrics::make(*p->registry);
+  if (!m) return m.err();
+  p->metrics = std::move(*m);
+  p->ctx.mesh = &mesh;
+  p->ctx.opt = opt;
+  p->ctx.metrics = p->metrics.get();
+  p->ctx.io = &p->io;
+  p->ctx.engine_tokenizer = make_engine_tokenizer(p->io);
+  p->ctx.gate = &p->gate;
+
+  beast::error_code err;
+  tcp::resolver resolver(p->io);
+  auto where = resolver.resolve(opt.host, std::to_string(opt.port),
+                                tcp::resolver::passive, err);
+  if (err || where.empty())
+    return make_error(
+        ec::invalid_argument,
+        "gateway: cannot resolve '" + opt.host + "': " + err.message());
+  const tcp::endpoint ep = where.begin()->endpoint();
+  p->acceptor.open(ep.protocol(), err);
+  if (!err) p->acceptor.set_option(tcp::acceptor::reuse_address(true), err);
+  if (!err) p->acceptor.bind(ep, err);
+  if (!err) p->acceptor.listen(asio::socket_base::max_listen_connections, err);
+  if (err)
+    return make_error(ec::io_error, "gateway: cannot listen on " + opt.host +
+                                        ":" + std::to_string(opt.port) + ": " +
+                                        err.message());
+  p->port = p->acceptor.local_endpoint().port();
+  impl* raw = p.get();
+  asio::co_spawn(p->io, raw->accept_loop(), asio::detached);
+  for (size_t i = 0; i < opt.threads; ++i)
+    p->threads.emplace_back([raw] { raw->io.run(); });
+  return std::unique_ptr<gateway_server>(new gateway_server(std::move(p)));
+}
+
+}  // namespace kvmesh::gateway

@@ -1,0 +1,63 @@
+// The prompt's exact token ids: the seam (prompt_tokenizer) and its first
+// implementation, which asks an engine serving the model (vLLM's POST
+// /tokenize). An in-process tokenizer replaces it per model later.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace kvmesh::gateway {
+
+struct tokenize_ask {
+  std::string model;  // as the client named it (an adapter's own name)
+  // The body of vLLM's POST /tokenize (see openai_body::tokenize_request):
+  // "messages" and the template's knobs for chat, "prompt" for
+  // completions. An in-process tokenizer reads the same members.
+  nlohmann::json request;
+  // Engines serving the model, any of which may be asked.
+  std::vector<std::string> endpoints;
+};
+
+struct tokenize_result {
+  std::vector<uint32_t> tokens;
+};
+
+class prompt_tokenizer {
+ public:
+  virtual ~prompt_tokenizer() = default;
+  // Calls `done` exactly once, on any thread, with the token ids, or an
+  // error: ec::invalid_argument when the prompt itself was refused (its
+  // message says why, for the client), anything else when no tokenizer
+  // could answer (the gateway then routes on an estimate).
+  virtual void tokenize(
+      tokenize_ask ask,
+      std::function<void(expected<tokenize_result>)> done) = 0;
+};
+
+struct engine_tokenizer_options {
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds timeout{10000};  // the whole call
+  size_t max_response_bytes = 64 << 20;
+};
+
+// Asks POST {endpoint}/tokenize of the ask's engines, one after the other
+// (starting from a rotating one) until one answers; runs on `io`.
+std::shared_ptr<prompt_tokenizer> make_engine_tokenizer(
+    boost::asio::io_context& io, engine_tokenizer_options opt = {});
+
+// The token ids of vLLM's /tokenize answer {"count", "tokens": [...], ...}.
+expected<std::vector<uint32_t>> parse_tokenize_answer(const std::string& body);
+
+}  // namespace kvmesh::gateway
