@@ -55,7 +55,8 @@ void append_utf8(uint32_t cp, std::string& s) {
 
 size_t table_size(size_t entries) {
   size_t n = 16;
-  while (n < entries * 2) n <<= 1;
+  while (n < entries * 2)
+    n <<= 1;
   return n;
 }
 
@@ -114,7 +115,8 @@ void bpe_model::put_pair(uint32_t a, uint32_t b, uint32_t rank, uint32_t id) {
 
 void bpe_model::put_bytes(std::string_view bytes, uint32_t id) {
   size_t i = XXH3_64bits(bytes.data(), bytes.size()) & bytes_mask_;
-  while (bytes_[i].used) i = (i + 1) & bytes_mask_;
+  while (bytes_[i].used)
+    i = (i + 1) & bytes_mask_;
   bytes_[i] = bytes_slot{static_cast<uint32_t>(arena_.size()),
                          static_cast<uint32_t>(bytes.size()), id, 1};
   arena_.append(bytes);
@@ -168,7 +170,8 @@ expected<bpe_model> bpe_model::build(
   m.pairs_.assign(size, pair_slot{kEmpty, 0, 0});
   m.pair_mask_ = size - 1;
   m.pair_shift_ = 64;
-  for (size_t s = size; s > 1; s >>= 1) --m.pair_shift_;
+  for (size_t s = size; s > 1; s >>= 1)
+    --m.pair_shift_;
   std::string joined;
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
@@ -226,13 +229,15 @@ void bpe_model::merge_short(const uint8_t* b, size_t n,
   constexpr uint32_t none = ~uint32_t{0};
   uint32_t sym[kShort], rank[kShort], merged[kShort];
   size_t m = n;
-  for (size_t i = 0; i < n; ++i) sym[i] = byte_id_[b[i]];
+  for (size_t i = 0; i < n; ++i)
+    sym[i] = byte_id_[b[i]];
   auto rate = [&](size_t j) {
     const pair_slot* s = find_pair(sym[j], sym[j + 1]);
     rank[j] = s ? s->rank : none;
     merged[j] = s ? s->id : 0;
   };
-  for (size_t j = 0; j + 1 < m; ++j) rate(j);
+  for (size_t j = 0; j + 1 < m; ++j)
+    rate(j);
   while (m > 1) {
     size_t best = 0;
     uint32_t r = rank[0];
@@ -328,7 +333,8 @@ void bpe_model::merge_long(const uint8_t* b, size_t n,
       }
     }
   }
-  for (int32_t i = 0; i >= 0; i = t.next[i]) out.push_back(t.sym[i]);
+  for (int32_t i = 0; i >= 0; i = t.next[i])
+    out.push_back(t.sym[i]);
   t.trim();
 }
 

@@ -67,7 +67,8 @@ class bpe_model {
   }
   void put_bytes(std::string_view bytes, uint32_t id);
   const bytes_slot* find_bytes(std::string_view bytes) const;
-  void merge_short(const uint8_t* b, size_t n, std::vector<uint32_t>& out) const;
+  void merge_short(const uint8_t* b, size_t n,
+                   std::vector<uint32_t>& out) const;
   void merge_long(const uint8_t* b, size_t n, std::vector<uint32_t>& out) const;
 
   uint32_t byte_id_[256] = {};

@@ -49,8 +49,8 @@ bool is_ascii_alnum(char c) {
 }
 
 error refuse(std::string what) {
-  return make_error(ec::invalid_argument,
-                    "tokenizer.json: Split regex " + what + " is not supported");
+  return make_error(ec::invalid_argument, "tokenizer.json: Split regex " +
+                                              what + " is not supported");
 }
 
 // Translates `p` into `out` or says which construct it refuses.
@@ -59,7 +59,7 @@ status translate(std::string_view p, std::string& out) {
   int ci = 0;                // open (?i: groups
   bool in_class = false;
   bool class_empty = false;
-  std::string run;        // ASCII letters just written inside (?i:
+  std::string run;            // ASCII letters just written inside (?i:
   bool can_quantify = false;  // the last item may take a quantifier
   size_t i = 0;
 
@@ -172,16 +172,19 @@ status translate(std::string_view p, std::string& out) {
     if (c == '*' || c == '+' || c == '?' || c == '{') {
       if (!can_quantify) {
         if (c == '{') return refuse("'{' that is not a quantifier");
-        return refuse(std::string("quantifier '") + c + "' with nothing to repeat");
+        return refuse(std::string("quantifier '") + c +
+                      "' with nothing to repeat");
       }
       if (ci > 0) return refuse("quantifier inside a (?i:) group");
       if (c == '{') {
         size_t j = i + 1, digits = 0;
-        while (j < p.size() && p[j] >= '0' && p[j] <= '9') ++j, ++digits;
+        while (j < p.size() && p[j] >= '0' && p[j] <= '9')
+          ++j, ++digits;
         if (digits == 0) return refuse("'{' that is not a quantifier {n,m}");
         if (j < p.size() && p[j] == ',') {
           ++j;
-          while (j < p.size() && p[j] >= '0' && p[j] <= '9') ++j;
+          while (j < p.size() && p[j] >= '0' && p[j] <= '9')
+            ++j;
         }
         if (j >= p.size() || p[j] != '}')
           return refuse("'{' that is not a quantifier {n,m}");
@@ -375,15 +378,16 @@ expected<split_regex> split_regex::compile(std::string_view oniguruma_pattern) {
                           " at offset " + std::to_string(off));
   uint32_t min_length = 0;
   pcre2_pattern_info(im->code, PCRE2_INFO_MINLENGTH, &min_length);
-  if (min_length == 0)
-    return refuse("that may match the empty string");
+  if (min_length == 0) return refuse("that may match the empty string");
   im->jit = pcre2_jit_compile(im->code, PCRE2_JIT_COMPLETE) == 0;
   split_regex r;
   r.impl_ = std::move(im);
   return r;
 }
 
-const std::string& split_regex::pcre2_pattern() const { return impl_->pattern; }
+const std::string& split_regex::pcre2_pattern() const {
+  return impl_->pattern;
+}
 
 expected<bool> split_regex::find(std::string_view subject, size_t start,
                                  size_t* begin, size_t* end) const {
@@ -391,16 +395,16 @@ expected<bool> split_regex::find(std::string_view subject, size_t start,
   if (!s.data || !s.context || !s.stack)
     return make_error(ec::capacity_exceeded, "PCRE2: out of memory");
   const auto* text = reinterpret_cast<PCRE2_SPTR>(subject.data());
-  const int rc =
-      impl_->jit ? pcre2_jit_match(impl_->code, text, subject.size(), start, 0,
-                                   s.data, s.context)
-                 : pcre2_match(impl_->code, text, subject.size(), start,
-                               PCRE2_NO_UTF_CHECK, s.data, s.context);
+  const int rc = impl_->jit
+                     ? pcre2_jit_match(impl_->code, text, subject.size(), start,
+                                       0, s.data, s.context)
+                     : pcre2_match(impl_->code, text, subject.size(), start,
+                                   PCRE2_NO_UTF_CHECK, s.data, s.context);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0)
-    return make_error(ec::capacity_exceeded,
-                      "tokenizer: Split regex match failed: " +
-                          pcre2_message(rc));
+    return make_error(
+        ec::capacity_exceeded,
+        "tokenizer: Split regex match failed: " + pcre2_message(rc));
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
   *begin = ov[0];
   *end = ov[1];

@@ -41,7 +41,8 @@ status only_keys(const json& o, std::initializer_list<const char*> keys,
                  const std::string& where) {
   for (auto it = o.begin(); it != o.end(); ++it) {
     bool known = false;
-    for (const char* k : keys) known = known || it.key() == k;
+    for (const char* k : keys)
+      known = known || it.key() == k;
     if (!known) return refuse("field '" + it.key() + "' in " + where);
   }
   return ok;
@@ -212,8 +213,7 @@ struct tokenizer::impl {
         return st;
       pos = e;
     }
-    if (pos < s.size())
-      return pre_tokenize(s.substr(pos), level + 1, out);
+    if (pos < s.size()) return pre_tokenize(s.substr(pos), level + 1, out);
     return ok;
   }
 
@@ -233,12 +233,11 @@ struct tokenizer::impl {
         const utf8proc_ssize_t n = utf8proc_map(
             reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
             static_cast<utf8proc_ssize_t>(s.size()), &dst,
-            static_cast<utf8proc_option_t>(UTF8PROC_STABLE |
-                                           UTF8PROC_COMPOSE));
+            static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
         if (n < 0)
-          return make_error(ec::invalid_argument,
-                            std::string("tokenizer: NFC failed: ") +
-                                utf8proc_errmsg(n));
+          return make_error(
+              ec::invalid_argument,
+              std::string("tokenizer: NFC failed: ") + utf8proc_errmsg(n));
         std::string normalized(reinterpret_cast<const char*>(dst),
                                static_cast<size_t>(n));
         std::free(dst);
@@ -260,9 +259,8 @@ struct tokenizer::impl {
     size_t start = 0;
     for (size_t i = 0; i < text.size();) {
       uint32_t id = 0;
-      const size_t len = starts[static_cast<unsigned char>(text[i])]
-                             ? match(text, i, &id)
-                             : 0;
+      const size_t len =
+          starts[static_cast<unsigned char>(text[i])] ? match(text, i, &id) : 0;
       if (len == 0) {
         ++i;
         continue;
@@ -288,12 +286,12 @@ expected<bpe_model> read_model(const json& m, impl& t) {
   if (!m.is_object()) return malformed("model is not an object");
   const std::string type = type_of(m);
   if (type != "BPE") return refuse("model type '" + type + "'");
-  if (status s = only_keys(m,
-                           {"type", "dropout", "unk_token",
-                            "continuing_subword_prefix", "end_of_word_suffix",
-                            "fuse_unk", "byte_fallback", "ignore_merges",
-                            "vocab", "merges"},
-                           "model BPE");
+  if (status s = only_keys(
+          m,
+          {"type", "dropout", "unk_token", "continuing_subword_prefix",
+           "end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges",
+           "vocab", "merges"},
+          "model BPE");
       !s)
     return s.err();
   if (auto it = m.find("dropout"); it != m.end() && !it->is_null() &&
@@ -344,14 +342,16 @@ expected<bpe_model> read_model(const json& m, impl& t) {
       const std::string& line = e.get_ref<const std::string&>();
       if (line.rfind("#version", 0) == 0) continue;  // HF skips these
       const size_t sp = line.find(' ');
-      if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
+      if (sp == std::string::npos ||
+          line.find(' ', sp + 1) != std::string::npos)
         return malformed("merge " + std::to_string(r) + " '" + line +
                          "' is not two tokens separated by one space");
       merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
     }
   }
   t.vocab_size = vocab.size();
-  for (const auto& [token, id] : vocab) t.ids.emplace(token, id);
+  for (const auto& [token, id] : vocab)
+    t.ids.emplace(token, id);
   return bpe_model::build(vocab, merges, *ignore);
 }
 
@@ -377,7 +377,8 @@ status read_added_tokens(const json& root, impl& t) {
       return malformed("an added token has no content string");
     const std::string content = c->get<std::string>();
     auto i = e.find("id");
-    if (i == e.end()) return malformed("added token '" + content + "' has no id");
+    if (i == e.end())
+      return malformed("added token '" + content + "' has no id");
     expected<uint32_t> id = id_value(*i, "added token '" + content + "' id");
     if (!id) return id.err();
     const std::string where = "added token '" + content + "'";
@@ -402,7 +403,8 @@ status read_added_tokens(const json& root, impl& t) {
     ++t.added;
     if (*special) ++t.special;
   }
-  for (const auto& [content, id] : seen) t.ids[content] = id;
+  for (const auto& [content, id] : seen)
+    t.ids[content] = id;
   return ok;
 }
 
@@ -424,20 +426,22 @@ status read_pre_tokenizer(const json& root, impl& t) {
   if (!p->is_object()) return malformed("pre_tokenizer is not an object");
   std::vector<const json*> steps;
   if (type_of(*p) == "Sequence") {
-    if (status s = only_keys(*p, {"type", "pretokenizers"},
-                             "pre_tokenizer Sequence");
+    if (status s =
+            only_keys(*p, {"type", "pretokenizers"}, "pre_tokenizer Sequence");
         !s)
       return s;
     auto list = p->find("pretokenizers");
     if (list == p->end() || !list->is_array())
       return malformed("pre_tokenizer Sequence has no pretokenizers array");
-    for (const json& step : *list) steps.push_back(&step);
+    for (const json& step : *list)
+      steps.push_back(&step);
   } else {
     steps.push_back(&*p);
   }
   bool byte_level = false;
   for (const json* step : steps) {
-    if (!step->is_object()) return malformed("a pre_tokenizer is not an object");
+    if (!step->is_object())
+      return malformed("a pre_tokenizer is not an object");
     const std::string type = type_of(*step);
     if (byte_level)
       return refuse("pre_tokenizer '" + type + "' after ByteLevel");
@@ -452,7 +456,8 @@ status read_pre_tokenizer(const json& root, impl& t) {
       auto regex = pattern->find("Regex");
       if (regex == pattern->end() || pattern->size() != 1 ||
           !regex->is_string())
-        return refuse("pre_tokenizer Split pattern other than {\"Regex\": ...}");
+        return refuse(
+            "pre_tokenizer Split pattern other than {\"Regex\": ...}");
       auto behavior = step->find("behavior");
       const std::string b = behavior != step->end() && behavior->is_string()
                                 ? behavior->get<std::string>()
@@ -463,14 +468,14 @@ status read_pre_tokenizer(const json& root, impl& t) {
                                   "pre_tokenizer Split");
           !s)
         return s;
-      expected<split_regex> re = split_regex::compile(regex->get<std::string>());
+      expected<split_regex> re =
+          split_regex::compile(regex->get<std::string>());
       if (!re) return re.err();
       t.splits.push_back(std::move(*re));
     } else if (type == "ByteLevel") {
-      if (status s = only_keys(*step,
-                               {"type", "add_prefix_space", "trim_offsets",
-                                "use_regex"},
-                               "pre_tokenizer ByteLevel");
+      if (status s = only_keys(
+              *step, {"type", "add_prefix_space", "trim_offsets", "use_regex"},
+              "pre_tokenizer ByteLevel");
           !s)
         return s;
       if (step->find("add_prefix_space") == step->end())
@@ -490,7 +495,8 @@ status read_pre_tokenizer(const json& root, impl& t) {
     }
   }
   if (!byte_level)
-    return refuse("a pre_tokenizer without ByteLevel (byte-level BPE needs it)");
+    return refuse(
+        "a pre_tokenizer without ByteLevel (byte-level BPE needs it)");
   return ok;
 }
 
@@ -512,8 +518,9 @@ status read_template(const json& p, impl& t) {
     if (auto seq = piece.find("Sequence"); seq != piece.end()) {
       auto id = seq->find("id");
       if (id == seq->end() || *id != "A" || seen_a)
-        return refuse("TemplateProcessing single template other than one "
-                      "Sequence A");
+        return refuse(
+            "TemplateProcessing single template other than one "
+            "Sequence A");
       seen_a = true;
       continue;
     }
@@ -533,7 +540,8 @@ status read_template(const json& p, impl& t) {
       return malformed("TemplateProcessing special token '" + n +
                        "' has no ids");
     for (const json& v : *ids) {
-      expected<uint32_t> id = id_value(v, "TemplateProcessing id of '" + n + "'");
+      expected<uint32_t> id =
+          id_value(v, "TemplateProcessing id of '" + n + "'");
       if (!id) return id.err();
       (seen_a ? t.suffix : t.prefix).push_back(*id);
     }
@@ -550,13 +558,14 @@ status read_post_processor(const json& p, impl& t, bool nested) {
   const std::string type = type_of(p);
   if (type == "ByteLevel") {
     // Offsets only: the ids are the sequence's.
-    return only_keys(p, {"type", "add_prefix_space", "trim_offsets", "use_regex"},
+    return only_keys(p,
+                     {"type", "add_prefix_space", "trim_offsets", "use_regex"},
                      "post_processor ByteLevel");
   }
   if (type == "TemplateProcessing") return read_template(p, t);
   if (type == "Sequence" && !nested) {
-    if (status s = only_keys(p, {"type", "processors"},
-                             "post_processor Sequence");
+    if (status s =
+            only_keys(p, {"type", "processors"}, "post_processor Sequence");
         !s)
       return s;
     auto list = p.find("processors");
@@ -584,11 +593,11 @@ expected<tokenizer> tokenizer::from_json(std::string_view text) {
   json root = json::parse(text.begin(), text.end(), nullptr, false);
   if (root.is_discarded()) return malformed("is not valid JSON");
   if (!root.is_object()) return malformed("is not a JSON object");
-  if (status s = only_keys(root,
-                           {"version", "truncation", "padding", "added_tokens",
-                            "normalizer", "pre_tokenizer", "post_processor",
-                            "decoder", "model"},
-                           "the top level");
+  if (status s = only_keys(
+          root,
+          {"version", "truncation", "padding", "added_tokens", "normalizer",
+           "pre_tokenizer", "post_processor", "decoder", "model"},
+          "the top level");
       !s)
     return s.err();
   if (auto v = root.find("version");
@@ -618,7 +627,8 @@ expected<tokenizer> tokenizer::load(const std::string& path) {
   if (!in) return make_error(ec::io_error, "tokenizer: cannot open " + path);
   std::ostringstream buf;
   buf << in.rdbuf();
-  if (in.bad()) return make_error(ec::io_error, "tokenizer: cannot read " + path);
+  if (in.bad())
+    return make_error(ec::io_error, "tokenizer: cannot read " + path);
   expected<tokenizer> t = from_json(buf.str());
   if (!t) return make_error(t.err().code, path + ": " + t.err().message);
   return t;
@@ -644,15 +654,17 @@ std::string tokenizer::describe() const {
   s += ", " + std::to_string(t.added) + " added tokens (" +
        std::to_string(t.special) + " special), normalizer " +
        (t.nfc ? "NFC" : "none");
-  s += ", " + std::to_string(t.splits.size()) + " Split regex (PCRE2, Unicode " +
-       split_regex::unicode_version() + ")";
+  s += ", " + std::to_string(t.splits.size()) +
+       " Split regex (PCRE2, Unicode " + split_regex::unicode_version() + ")";
   if (t.has_template && !(t.prefix_names.empty() && t.suffix_names.empty())) {
     s += ", adds";
-    for (const auto& n : t.prefix_names) s += " " + n;
+    for (const auto& n : t.prefix_names)
+      s += " " + n;
     s += " before";
     if (!t.suffix_names.empty()) {
       s += " and";
-      for (const auto& n : t.suffix_names) s += " " + n;
+      for (const auto& n : t.suffix_names)
+        s += " " + n;
       s += " after";
     }
     s += " the text";

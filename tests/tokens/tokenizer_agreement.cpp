@@ -78,11 +78,12 @@ bool check(const std::string& dir, const std::string& name) {
       if (shown) break;
       shown = true;
       size_t at = 0;
-      while (at < want.size() && at < got.size() && want[at] == got[at]) ++at;
+      while (at < want.size() && at < got.size() && want[at] == got[at])
+        ++at;
       std::cout << name << ": FIRST MISMATCH at line " << lines
                 << " (add_special_tokens " << (special ? "true" : "false")
-                << ")\n  text: " << escaped(text) << "\n  want: "
-                << show(want, at) << "\n  got:  "
+                << ")\n  text: " << escaped(text)
+                << "\n  want: " << show(want, at) << "\n  got:  "
                 << (s ? show(got, at) : "error: " + s.err().message) << "\n";
       break;
     }
@@ -94,10 +95,11 @@ bool check(const std::string& dir, const std::string& name) {
                "false) "
             << (all ? "PASS" : "FAIL") << "\n";
   if (seconds > 0)
-    std::printf("%s: encode speed %.2f MB/s, %.0f tokens/s (%zu bytes, %zu "
-                "tokens in %.3f s, one thread)\n",
-                name.c_str(), bytes / seconds / 1e6, tokens / seconds, bytes,
-                tokens, seconds);
+    std::printf(
+        "%s: encode speed %.2f MB/s, %.0f tokens/s (%zu bytes, %zu "
+        "tokens in %.3f s, one thread)\n",
+        name.c_str(), bytes / seconds / 1e6, tokens / seconds, bytes, tokens,
+        seconds);
   std::fflush(stdout);
   return all;
 }
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool all = true;
-  for (int i = 2; i < argc; ++i) all = check(argv[1], argv[i]) && all;
+  for (int i = 2; i < argc; ++i)
+    all = check(argv[1], argv[i]) && all;
   return all ? 0 : 1;
 }

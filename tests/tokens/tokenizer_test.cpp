@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,8 @@ json small(const std::vector<std::string>& tokens,
   for (unsigned b = 0; b < 256; ++b)
     vocab[bpe_model::byte_char(static_cast<uint8_t>(b))] = b;
   uint32_t id = 256;
-  for (const auto& t : tokens) vocab[t] = id++;
+  for (const auto& t : tokens)
+    vocab[t] = id++;
   return json{
       {"version", "1.0"},
       {"truncation", nullptr},
@@ -41,17 +43,17 @@ json small(const std::vector<std::string>& tokens,
       {"normalizer", nullptr},
       {"pre_tokenizer",
        {{"type", "Sequence"},
-        {"pretokenizers",
-         json::array(
-             {{{"type", "Split"},
-               {"pattern", {{"Regex", "(?i:'s)| ?\\p{L}+|\\p{N}+|\\s+|"
-                                      "[^\\s\\p{L}\\p{N}]+"}}},
-               {"behavior", "Isolated"},
-               {"invert", false}},
-              {{"type", "ByteLevel"},
-               {"add_prefix_space", false},
-               {"trim_offsets", true},
-               {"use_regex", false}}})}}},
+        {"pretokenizers", json::array({{{"type", "Split"},
+                                        {"pattern",
+                                         {{"Regex",
+                                           "(?i:'s)| ?\\p{L}+|\\p{N}+|\\s+|"
+                                           "[^\\s\\p{L}\\p{N}]+"}}},
+                                        {"behavior", "Isolated"},
+                                        {"invert", false}},
+                                       {{"type", "ByteLevel"},
+                                        {"add_prefix_space", false},
+                                        {"trim_offsets", true},
+                                        {"use_regex", false}}})}}},
       {"post_processor", nullptr},
       {"decoder", nullptr},
       {"model",
@@ -79,9 +81,10 @@ ids encode(const tokenizer& t, const std::string& text, bool special = false) {
   return out;
 }
 
+// Loads `j`; a load error fails the test (by an exception gtest reports).
 tokenizer make(const json& j) {
   auto t = tokenizer::from_json(j.dump());
-  if (!t) ADD_FAILURE() << t.err().message;
+  if (!t) throw std::runtime_error("load failed: " + t.err().message);
   return std::move(*t);
 }
 
@@ -165,14 +168,18 @@ TEST(tokenizer, template_adds_its_tokens_only_with_add_special_tokens) {
              {"use_regex", true}},
             {{"type", "TemplateProcessing"},
              {"single",
-              json::array({{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}},
-                           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                           {{"SpecialToken", {{"id", "<eos>"}, {"type_id", 0}}}}})},
+              json::array(
+                  {{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}},
+                   {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                   {{"SpecialToken", {{"id", "<eos>"}, {"type_id", 0}}}}})},
              {"pair", json::array()},
              {"special_tokens",
-              {{"<bos>", {{"id", "<bos>"}, {"ids", {256}}, {"tokens", {"<bos>"}}}},
+              {{"<bos>",
+                {{"id", "<bos>"}, {"ids", {256}}, {"tokens", {"<bos>"}}}},
                {"<eos>",
-                {{"id", "<eos>"}, {"ids", {257}}, {"tokens", {"<eos>"}}}}}}}})}};
+                {{"id", "<eos>"},
+                 {"ids", {257}},
+                 {"tokens", {"<eos>"}}}}}}}})}};
   tokenizer t = make(j);
   EXPECT_EQ(encode(t, "a", true), (ids{256, 'a', 257}));
   EXPECT_EQ(encode(t, "", true), (ids{256, 257}));
@@ -215,11 +222,16 @@ TEST(tokenizer, refused_features_are_named) {
     const char* message;
   };
   const std::vector<refused> cases = {
-      {"precompiled", [](json& j) {
-         j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", ""}};
+      {"precompiled",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Precompiled"},
+                            {"precompiled_charsmap", ""}};
        },
        "tokenizer.json: normalizer type 'Precompiled' is not supported"},
-      {"nfkc", [](json& j) { j["normalizer"] = {{"type", "NFKC"}}; },
+      {"nfkc",
+       [](json& j) {
+         j["normalizer"] = {{"type", "NFKC"}};
+       },
        "normalizer type 'NFKC' is not supported"},
       {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; },
        "model type 'WordPiece' is not supported"},
@@ -227,89 +239,107 @@ TEST(tokenizer, refused_features_are_named) {
        "model BPE with byte_fallback=true is not supported"},
       {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; },
        "model BPE dropout is not supported"},
-      {"prefix", [](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
+      {"prefix",
+       [](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
        "model BPE continuing_subword_prefix is not supported"},
-      {"metaspace", [](json& j) {
+      {"metaspace",
+       [](json& j) {
          j["pre_tokenizer"] = {{"type", "Metaspace"}};
        },
        "pre_tokenizer type 'Metaspace' is not supported"},
-      {"behavior", [](json& j) {
-         j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithPrevious";
+      {"behavior",
+       [](json& j) {
+         j["pre_tokenizer"]["pretokenizers"][0]["behavior"] =
+             "MergedWithPrevious";
        },
        "Split behavior 'MergedWithPrevious' is not supported"},
-      {"invert", [](json& j) {
-         j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true;
-       },
+      {"invert",
+       [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true; },
        "Split with invert=true is not supported"},
-      {"string pattern", [](json& j) {
+      {"string pattern",
+       [](json& j) {
          j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", " "}};
        },
        "Split pattern other than"},
-      {"\\w", [](json& j) {
-         j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "\\w+"}};
+      {"\\w",
+       [](json& j) {
+         j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {
+             {"Regex", "\\w+"}};
        },
        "Split regex escape '\\w' is not supported"},
-      {"possessive", [](json& j) {
+      {"possessive",
+       [](json& j) {
          j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "a++"}};
        },
        "possessive quantifier"},
-      {"anchor", [](json& j) {
+      {"anchor",
+       [](json& j) {
          j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "^a"}};
        },
        "anchor '^'"},
-      {"empty match", [](json& j) {
+      {"empty match",
+       [](json& j) {
          j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "a*"}};
        },
        "may match the empty string"},
-      {"ss fold", [](json& j) {
-         j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(?i:ss)"}};
+      {"ss fold",
+       [](json& j) {
+         j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {
+             {"Regex", "(?i:ss)"}};
        },
        "multi-character fold"},
-      {"byte level prefix", [](json& j) {
+      {"byte level prefix",
+       [](json& j) {
          j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
        },
        "pre_tokenizer ByteLevel with add_prefix_space=true is not supported"},
-      {"byte level regex", [](json& j) {
+      {"byte level regex",
+       [](json& j) {
          j["pre_tokenizer"]["pretokenizers"][1].erase("use_regex");
        },
        "pre_tokenizer ByteLevel with use_regex=true is not supported"},
-      {"no byte level", [](json& j) {
-         j["pre_tokenizer"]["pretokenizers"].erase(1);
-       },
+      {"no byte level",
+       [](json& j) { j["pre_tokenizer"]["pretokenizers"].erase(1); },
        "without ByteLevel"},
-      {"lstrip", [](json& j) {
+      {"lstrip",
+       [](json& j) {
          json a = added(256, "<x>");
          a["lstrip"] = true;
          j["added_tokens"] = json::array({a});
        },
        "added token '<x>' with lstrip=true is not supported"},
-      {"normalized", [](json& j) {
+      {"normalized",
+       [](json& j) {
          json a = added(256, "<x>");
          a["normalized"] = true;
          j["added_tokens"] = json::array({a});
        },
        "added token '<x>' with normalized=true is not supported"},
-      {"wrong id", [](json& j) {
-         j["added_tokens"] = json::array({added(300, "<x>")});
-       },
+      {"wrong id",
+       [](json& j) { j["added_tokens"] = json::array({added(300, "<x>")}); },
        "added token '<x>' with id 300 (HF tokenizers gives it id 256)"},
-      {"truncation", [](json& j) { j["truncation"] = {{"max_length", 8}}; },
+      {"truncation",
+       [](json& j) {
+         j["truncation"] = {{"max_length", 8}};
+       },
        "truncation is not supported"},
-      {"padding", [](json& j) { j["padding"] = {{"strategy", "BatchLongest"}}; },
+      {"padding",
+       [](json& j) {
+         j["padding"] = {{"strategy", "BatchLongest"}};
+       },
        "padding is not supported"},
       {"unknown field", [](json& j) { j["mystery"] = 1; },
        "field 'mystery' in the top level is not supported"},
-      {"roberta", [](json& j) {
+      {"roberta",
+       [](json& j) {
          j["post_processor"] = {{"type", "RobertaProcessing"}};
        },
        "post_processor type 'RobertaProcessing' is not supported"},
-      {"missing byte", [](json& j) {
-         j["model"]["vocab"].erase(bpe_model::byte_char(0));
-       },
+      {"missing byte",
+       [](json& j) { j["model"]["vocab"].erase(bpe_model::byte_char(0)); },
        "lacks the byte-level token of byte 0"},
-      {"merge out of vocab", [](json& j) {
-         j["model"]["merges"] = json::array({"a b"});
-       },
+      {"merge out of vocab",
+       [](json& j) { j["model"]["merges"] = json::array({"a b"}); },
        "merge 0 ('a' 'b') names 'ab', which is not in the vocab"},
   };
   for (const auto& c : cases) {
@@ -366,7 +396,8 @@ TEST(tokenizer_regex, case_insensitive_contractions_and_lookahead) {
   EXPECT_EQ(split_regex::compile("\\v")->pcre2_pattern(), "\\x0B");
 }
 
-// -- the real vocabularies (tests/npm) ------------------------------------------
+// -- the real vocabularies (tests/npm)
+// ------------------------------------------
 
 namespace {
 std::string model_path(const char* package) {
