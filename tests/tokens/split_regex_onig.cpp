@@ -109,9 +109,21 @@ int main(int argc, char** argv) {
     size_t checked = 0;
     auto same = [&](const std::string& s) {
       ++checked;
-      if (o.all(s) == all(*re, s)) return;
-      if (++failures <= 5)
-        std::cout << "MISMATCH on " << nlohmann::json(s).dump() << "\n";
+      const matches want = o.all(s), got = all(*re, s);
+      if (want == got) return;
+      if (++failures > 3) return;
+      size_t i = 0;
+      while (i < want.size() && i < got.size() && want[i] == got[i])
+        ++i;
+      auto at = [&](const matches& m) {
+        return i < m.size() ? "[" + std::to_string(m[i].first) + ", " +
+                                  std::to_string(m[i].second) + ")"
+                            : std::string("none");
+      };
+      std::string text = nlohmann::json(s).dump();
+      if (text.size() > 300) text = text.substr(0, 300) + "...";
+      std::cout << "MISMATCH on " << text << "\n  match " << i << ": Oniguruma "
+                << at(want) << ", PCRE2 " << at(got) << "\n";
     };
     // Every code point (surrogates aside) alone and beside letters, digits,
     // spaces, an apostrophe and itself.
