@@ -328,6 +328,11 @@ struct scratch {
     context = pcre2_match_context_create(nullptr);
     stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, nullptr);
     if (context && stack) pcre2_jit_stack_assign(context, nullptr, stack);
+    // PCRE2's default of 10 million steps fails one match over a 10 MB run
+    // of spaces (\s*[\r\n]+ backtracks through it once): the patterns are
+    // linear in their input, so the limit only needs to stay out of the way.
+    // (Oniguruma, in HF, gives up on such a run from about 16 MB.)
+    if (context) pcre2_set_match_limit(context, ~uint32_t{0});
   }
   ~scratch() {
     pcre2_jit_stack_free(stack);

@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -426,4 +428,69 @@ TEST(tokenizer, qwen2_5_by_hand) {
   EXPECT_EQ(encode(*t, "<tool_call>", true), (ids{151657}));
   EXPECT_NE(t->describe().find("Qwen 2"), std::string::npos) << t->describe();
   EXPECT_NE(t->describe().find("NFC"), std::string::npos);
+}
+
+TEST(tokenizer, ten_megabyte_inputs) {
+  auto t = tokenizer::load(model_path("tokenizer-llama3"));
+  ASSERT_TRUE(t) << t.err().message;
+  // Mixed text: many pieces. Each result equals the concatenation of its
+  // parts' results (the parts end on a newline, where pieces end too).
+  const std::string part =
+      "The router hashes every prompt into blocks. 路由器把提示分成块。 "
+      "def f(x):\n    return x + 42  # 🙂👍🏽\n";
+  std::string text;
+  while (text.size() < (10u << 20))
+    text += part;
+  const ids one = encode(*t, part);
+  const ids all = encode(*t, text);
+  ASSERT_EQ(all.size() % one.size(), 0u);
+  for (size_t i = 0; i < all.size(); ++i)
+    ASSERT_EQ(all[i], one[i % one.size()]) << i;
+  // One 4 MB run of spaces: one regex match over all of it, then one 4 MB
+  // pre-token through the heap merge.
+  const ids spaces = encode(*t, std::string(4u << 20, ' '));
+  EXPECT_FALSE(spaces.empty());
+  // One 3 MB \p{L}+ run (CJK, no spaces).
+  std::string cjk;
+  while (cjk.size() < (3u << 20))
+    cjk += "\xE4\xB8\xAD\xE6\x96\x87";
+  EXPECT_FALSE(encode(*t, cjk).empty());
+}
+
+TEST(tokenizer, threads_share_one_tokenizer) {
+  auto t = tokenizer::load(model_path("tokenizer-qwen2_5"));
+  ASSERT_TRUE(t) << t.err().message;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i)
+    texts.push_back(std::string(static_cast<size_t>(i) * 37, 'a') +
+                    " café e\xCC\x81 <|im_start|> 中文 " + std::to_string(i) +
+                    std::string(static_cast<size_t>(i) * 11, ' ') + "x");
+  std::vector<ids> want;
+  for (const auto& s : texts)
+    want.push_back(encode(*t, s, true));
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&] {
+      ids out;
+      for (int round = 0; round < 10; ++round)
+        for (size_t i = 0; i < texts.size(); ++i)
+          if (!t->encode(texts[i], true, out) || out != want[i]) ++wrong;
+    });
+  for (auto& th : threads)
+    th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(tokenizer_regex, a_ten_megabyte_run_is_one_match) {
+  // Past PCRE2's default match limit (\s*[\r\n]+ backtracks through the
+  // run once); Oniguruma in HF still matches it.
+  auto re = split_regex::compile("\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+");
+  ASSERT_TRUE(re);
+  const std::string spaces(10u << 20, ' ');
+  size_t b = 0, e = 0;
+  auto found = re->find(spaces, 0, &b, &e);
+  ASSERT_TRUE(found) << found.err().message;
+  EXPECT_TRUE(*found);
+  EXPECT_EQ(e - b, spaces.size());
 }
