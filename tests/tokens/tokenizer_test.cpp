@@ -198,6 +198,15 @@ TEST(tokenizer, nfc_composes_before_the_model) {
   // e + U+0301 is é (C3 A9); U+212B (Angstrom sign) is Å (C3 85).
   EXPECT_EQ(encode(t, "e\xCC\x81"), (ids{0xC3, 0xA9}));
   EXPECT_EQ(encode(t, "\xE2\x84\xAB"), (ids{0xC3, 0x85}));
+  // Only the stretches around unstable code points are normalized: at the
+  // start, between and after stable ones, a Hangul LV syllable with its T
+  // jamo (U+AC00 U+11A8 is U+AC01), a mark after a CJK ideograph (stays).
+  EXPECT_EQ(encode(t,
+                   "e\xCC\x81\xE4\xB8\xAD a\xCC\x88\xE4\xB8\xAD "
+                   "\xEA\xB0\x80\xE1\x86\xA8 x\xE4\xB8\xAD\xCC\x81"),
+            encode(t,
+                   "\xC3\xA9\xE4\xB8\xAD \xC3\xA4\xE4\xB8\xAD "
+                   "\xEA\xB0\x81 x\xE4\xB8\xAD\xCC\x81"));
   tokenizer raw = make(small({}, {}));
   EXPECT_EQ(encode(raw, "e\xCC\x81"), (ids{'e', 0xCC, 0x81}));
 }
