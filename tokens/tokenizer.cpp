@@ -553,6 +553,11 @@ status read_pre_tokenizer(const json& root, impl& t) {
   if (!byte_level)
     return refuse(
         "a pre_tokenizer without ByteLevel (byte-level BPE needs it)");
+  // The pipeline would run any number of Splits in turn, as HF does, but
+  // only one is checked against a reference: refused until one is.
+  if (t.splits.size() != 1)
+    return refuse("a pre_tokenizer with " + std::to_string(t.splits.size()) +
+                  " Splits (one is)");
   return ok;
 }
 

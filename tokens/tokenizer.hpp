@@ -22,8 +22,8 @@ namespace kvmesh {
 //   (leftmost, then longest), whether or not special tokens are added;
 //   lstrip, rstrip, single_word and normalized must be false.
 // - normalizer: null or NFC.
-// - pre_tokenizer: Sequence of Split (a Regex pattern, Isolated, not
-//   inverted; see split_regex.hpp for the regex syntax taken) ending with
+// - pre_tokenizer: Sequence of one Split (a Regex pattern, Isolated, not
+//   inverted; see split_regex.hpp for the regex syntax taken) and then
 //   ByteLevel (add_prefix_space and use_regex false).
 // - post_processor: null, ByteLevel, TemplateProcessing (its single
 //   template), or a Sequence of those.

@@ -309,6 +309,16 @@ TEST(tokenizer, refused_features_are_named) {
          j["pre_tokenizer"]["pretokenizers"][1].erase("use_regex");
        },
        "pre_tokenizer ByteLevel with use_regex=true is not supported"},
+      {"two splits",
+       [](json& j) {
+         auto& steps = j["pre_tokenizer"]["pretokenizers"];
+         const json split = steps[0];
+         steps.insert(steps.begin(), split);
+       },
+       "pre_tokenizer with 2 Splits (one is) is not supported"},
+      {"no split",
+       [](json& j) { j["pre_tokenizer"]["pretokenizers"].erase(0); },
+       "pre_tokenizer with 0 Splits"},
       {"no byte level",
        [](json& j) { j["pre_tokenizer"]["pretokenizers"].erase(1); },
        "without ByteLevel"},
