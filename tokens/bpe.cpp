@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -263,21 +264,16 @@ void bpe_model::merge_short(const uint8_t* b, size_t n,
 
 namespace {
 
-struct merge_item {
-  uint32_t rank;
-  uint32_t pos;
-  uint32_t id;
-};
-// A min-heap on (rank, pos) for std::push_heap and pop_heap.
-bool later(const merge_item& a, const merge_item& b) {
-  return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
-}
+// A candidate merge: (rank << 32) | position, so that the smallest is the
+// next to apply (lowest rank, then leftmost), as in HF's heap.
+using merge_key = uint64_t;
+constexpr std::greater<merge_key> later{};
 
 struct long_scratch {
   std::vector<uint32_t> sym;
   std::vector<int32_t> prev, next;
   std::vector<uint8_t> alive;
-  std::vector<merge_item> heap;
+  std::vector<merge_key> heap;
   void trim() {
     if (sym.capacity() > kKeepScratch) *this = long_scratch{};
   }
@@ -286,7 +282,9 @@ struct long_scratch {
 }  // namespace
 
 // HF's Word::merge_all: a heap of candidate merges by (rank, position);
-// an entry whose pair changed since it was pushed is skipped.
+// an entry whose pair changed since it was pushed is skipped. HF tells one
+// by the merged id; here by the rank, which is as exact: each rank belongs
+// to one pair (a pair listed twice keeps its last), each id to one token.
 void bpe_model::merge_long(const uint8_t* b, size_t n,
                            std::vector<uint32_t>& out) const {
   thread_local long_scratch t;
@@ -300,21 +298,24 @@ void bpe_model::merge_long(const uint8_t* b, size_t n,
     t.prev[i] = static_cast<int32_t>(i) - 1;
     t.next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
   }
+  auto key = [](uint32_t rank, size_t pos) {
+    return (merge_key{rank} << 32) | pos;
+  };
   for (size_t i = 0; i + 1 < n; ++i)
     if (const pair_slot* s = find_pair(t.sym[i], t.sym[i + 1]))
-      t.heap.push_back({s->rank, static_cast<uint32_t>(i), s->id});
+      t.heap.push_back(key(s->rank, i));
   std::make_heap(t.heap.begin(), t.heap.end(), later);
   while (!t.heap.empty()) {
     std::pop_heap(t.heap.begin(), t.heap.end(), later);
-    const merge_item top = t.heap.back();
+    const merge_key top = t.heap.back();
     t.heap.pop_back();
-    const uint32_t pos = top.pos;
+    const uint32_t pos = static_cast<uint32_t>(top);
     if (!t.alive[pos]) continue;
     const int32_t nx = t.next[pos];
     if (nx < 0) continue;
     const pair_slot* s = find_pair(t.sym[pos], t.sym[nx]);
-    if (!s || s->id != top.id) continue;  // stale
-    t.sym[pos] = top.id;
+    if (!s || s->rank != (top >> 32)) continue;  // stale
+    t.sym[pos] = s->id;
     t.alive[nx] = 0;
     const int32_t nn = t.next[nx];
     t.next[pos] = nn;
@@ -322,13 +323,13 @@ void bpe_model::merge_long(const uint8_t* b, size_t n,
     const int32_t pv = t.prev[pos];
     if (pv >= 0) {
       if (const pair_slot* q = find_pair(t.sym[pv], t.sym[pos])) {
-        t.heap.push_back({q->rank, static_cast<uint32_t>(pv), q->id});
+        t.heap.push_back(key(q->rank, static_cast<size_t>(pv)));
         std::push_heap(t.heap.begin(), t.heap.end(), later);
       }
     }
     if (nn >= 0) {
       if (const pair_slot* q = find_pair(t.sym[pos], t.sym[nn])) {
-        t.heap.push_back({q->rank, pos, q->id});
+        t.heap.push_back(key(q->rank, pos));
         std::push_heap(t.heap.begin(), t.heap.end(), later);
       }
     }
