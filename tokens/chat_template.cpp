@@ -5,6 +5,8 @@
 #include "tokens/chat_template.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -38,7 +40,11 @@ struct template_error : std::runtime_error {
 // Decodes one code point at s[i] (lenient: a stray byte is itself).
 uint32_t next_cp(std::string_view s, size_t& i) {
   auto c = static_cast<unsigned char>(s[i]);
-  int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+  int n = c < 0x80         ? 0
+          : (c >> 5) == 6  ? 1
+          : (c >> 4) == 14 ? 2
+          : (c >> 3) == 30 ? 3
+                           : -1;
   if (n <= 0 || i + n >= s.size()) {
     ++i;
     return c;
@@ -86,7 +92,8 @@ std::vector<std::string_view> code_points(std::string_view s) {
 
 size_t cp_count(std::string_view s) {
   size_t n = 0;
-  for (size_t i = 0; i < s.size();) next_cp(s, i), ++n;
+  for (size_t i = 0; i < s.size();)
+    next_cp(s, i), ++n;
   return n;
 }
 
@@ -141,19 +148,20 @@ std::string_view py_strip(std::string_view s, bool left, bool right,
       size_t i = 0;
       return py_space(next_cp(cp, i));
     }
-    return std::find(strip_set.begin(), strip_set.end(), cp) !=
-           strip_set.end();
+    return std::find(strip_set.begin(), strip_set.end(), cp) != strip_set.end();
   };
   auto cps = code_points(s);
   size_t b = 0, e = cps.size();
   if (left)
-    while (b < e && strippable(cps[b])) ++b;
+    while (b < e && strippable(cps[b]))
+      ++b;
   if (right)
-    while (e > b && strippable(cps[e - 1])) --e;
+    while (e > b && strippable(cps[e - 1]))
+      --e;
   if (b == e) return s.substr(0, 0);
   size_t start = static_cast<size_t>(cps[b].data() - s.data());
-  size_t end = static_cast<size_t>(cps[e - 1].data() - s.data()) +
-               cps[e - 1].size();
+  size_t end =
+      static_cast<size_t>(cps[e - 1].data() - s.data()) + cps[e - 1].size();
   return s.substr(start, end - start);
 }
 
@@ -177,13 +185,15 @@ std::string float_repr(double d) {
   std::string digits;
   for (size_t i = 0; i < epos; ++i)
     if (s[i] != '.') digits += s[i];
-  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  while (digits.size() > 1 && digits.back() == '0')
+    digits.pop_back();
   std::string out = neg ? "-" : "";
   if (exp >= -4 && exp < 16) {
     if (exp >= 0) {
-      std::string ip = digits.substr(0, std::min(digits.size(),
-                                                 static_cast<size_t>(exp + 1)));
-      while (ip.size() < static_cast<size_t>(exp + 1)) ip += '0';
+      std::string ip = digits.substr(
+          0, std::min(digits.size(), static_cast<size_t>(exp + 1)));
+      while (ip.size() < static_cast<size_t>(exp + 1))
+        ip += '0';
       std::string fp = digits.size() > static_cast<size_t>(exp + 1)
                            ? digits.substr(exp + 1)
                            : "0";
@@ -242,7 +252,7 @@ struct Value {
   std::shared_ptr<ValueList> list;
   std::shared_ptr<ValueDict> dict;  // dict, namespace attributes, loop fields
   std::shared_ptr<const Func> fn;
-  std::shared_ptr<bool> used;  // generator already iterated
+  std::shared_ptr<bool> used;              // generator already iterated
   std::shared_ptr<const std::string> why;  // undefined: what was missing
 };
 
@@ -351,11 +361,15 @@ Value from_json(const ojson& j) {
   }
 }
 
-size_t list_size(const Value& v) { return v.j ? v.j->size() : v.list->size(); }
+size_t list_size(const Value& v) {
+  return v.j ? v.j->size() : v.list->size();
+}
 Value list_at(const Value& v, size_t i) {
   return v.j ? from_json((*v.j)[i]) : (*v.list)[i];
 }
-size_t dict_size(const Value& v) { return v.j ? v.j->size() : v.dict->size(); }
+size_t dict_size(const Value& v) {
+  return v.j ? v.j->size() : v.dict->size();
+}
 std::optional<Value> dict_get(const Value& v, std::string_view key) {
   if (v.j) {
     auto it = v.j->find(key);
@@ -372,7 +386,8 @@ void dict_each(const Value& v, F f) {
     for (auto it = v.j->begin(); it != v.j->end(); ++it)
       f(std::string_view(it.key()), from_json(it.value()));
   } else {
-    for (auto& [k, val] : *v.dict) f(std::string_view(k), val);
+    for (auto& [k, val] : *v.dict)
+      f(std::string_view(k), val);
   }
 }
 const char* type_name(const Value& v) {
@@ -445,10 +460,11 @@ struct Expr {
   std::string name;  // name, attribute, filter, test, binary operator
   Value constant;    // constant (strings borrowed from `text`)
   std::string text;
-  bool negated = false;  // test
+  bool negated = false;     // test
   std::vector<ExprP> args;  // operands; call/filter/test: [base, positional...]
   std::vector<std::pair<std::string, ExprP>> kwargs;
   std::vector<std::string> ops;  // compare
+  int depth = 1;                 // of the subtree, bounded at parse
 };
 
 struct Node;
@@ -475,7 +491,7 @@ struct Node {
   ExprP filter;      // for ... if filter
   std::vector<std::pair<ExprP, Body>> branches;  // if: (condition, body)...
   Body body;
-  Body else_body;  // if without condition / for else
+  Body else_body;                   // if without condition / for else
   std::vector<std::string> params;  // macro
   std::vector<ExprP> defaults;      // macro: per param, or null
 };
@@ -516,8 +532,12 @@ constexpr int kMaxDepth = 100;
 bool word_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
-bool word_char(char c) { return word_start(c) || (c >= '0' && c <= '9'); }
-bool digit(char c) { return c >= '0' && c <= '9'; }
+bool word_char(char c) {
+  return word_start(c) || (c >= '0' && c <= '9');
+}
+bool digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 class Lexer {
  public:
@@ -635,15 +655,15 @@ class Lexer {
   // At "{%" + sign: is it {% raw %}? Consumes it if so.
   bool raw_block() {
     size_t p = pos_;
-    while (p < src_.size() && (src_[p] == ' ' || src_[p] == '\t' ||
-                               src_[p] == '\n'))
+    while (p < src_.size() &&
+           (src_[p] == ' ' || src_[p] == '\t' || src_[p] == '\n'))
       ++p;
     if (src_.compare(p, 3, "raw") != 0 ||
         (p + 3 < src_.size() && word_char(src_[p + 3])))
       return false;
     p += 3;
-    while (p < src_.size() && (src_[p] == ' ' || src_[p] == '\t' ||
-                               src_[p] == '\n'))
+    while (p < src_.size() &&
+           (src_[p] == ' ' || src_[p] == '\t' || src_[p] == '\n'))
       ++p;
     if (src_.compare(p, 3, "-%}") == 0) {
       line_ += count_nl(src_, pos_, p);
@@ -666,13 +686,13 @@ class Lexer {
       char sign = q < src_.size() && (src_[q] == '-' || src_[q] == '+')
                       ? src_[q++]
                       : '\0';
-      while (q < src_.size() && (src_[q] == ' ' || src_[q] == '\t' ||
-                                 src_[q] == '\n'))
+      while (q < src_.size() &&
+             (src_[q] == ' ' || src_[q] == '\t' || src_[q] == '\n'))
         ++q;
       if (src_.compare(q, 6, "endraw") != 0) continue;
       q += 6;
-      while (q < src_.size() && (src_[q] == ' ' || src_[q] == '\t' ||
-                                 src_[q] == '\n'))
+      while (q < src_.size() &&
+             (src_[q] == ' ' || src_[q] == '\t' || src_[q] == '\n'))
         ++q;
       char esign = '\0';
       if (q < src_.size() && (src_[q] == '-' || src_[q] == '+'))
@@ -750,8 +770,10 @@ class Lexer {
       }
       if (word_start(c)) {
         size_t b = pos_;
-        while (pos_ < src_.size() && word_char(src_[pos_])) ++pos_;
-        tokens_.push_back(Token{TT::name, src_.substr(b, pos_ - b), line_, 0, 0});
+        while (pos_ < src_.size() && word_char(src_[pos_]))
+          ++pos_;
+        tokens_.push_back(
+            Token{TT::name, src_.substr(b, pos_ - b), line_, 0, 0});
         continue;
       }
       if (c == '\'' || c == '"') {
@@ -796,9 +818,8 @@ class Lexer {
     auto digits = [&](auto ok) {
       size_t s = pos_;
       while (pos_ < src_.size() &&
-             (ok(src_[pos_]) ||
-              (src_[pos_] == '_' && pos_ > s && pos_ + 1 < src_.size() &&
-               ok(src_[pos_ + 1]))))
+             (ok(src_[pos_]) || (src_[pos_] == '_' && pos_ > s &&
+                                 pos_ + 1 < src_.size() && ok(src_[pos_ + 1]))))
         ++pos_;
       return pos_ > s;
     };
@@ -808,7 +829,7 @@ class Lexer {
         if (src_[k] != '_') s += src_[k];
       return s;
     };
-    if (src_[pos_] == '0' && pos_ + 1 < src_.size() &&
+    if (src_[pos_] == '0' && pos_ + 1 < src_.size() && src_[pos_ + 1] != '\0' &&
         std::strchr("bBoOxX", src_[pos_ + 1])) {
       char base_c = static_cast<char>(std::tolower(src_[pos_ + 1]));
       int base = base_c == 'b' ? 2 : base_c == 'o' ? 8 : 16;
@@ -822,7 +843,8 @@ class Lexer {
       errno = 0;
       long long v = std::strtoll(clean(s).c_str(), nullptr, base);
       if (errno) fail_at(line_, "integer literal too large");
-      tokens_.push_back(Token{TT::integer, src_.substr(b, pos_ - b), line_, v, 0});
+      tokens_.push_back(
+          Token{TT::integer, src_.substr(b, pos_ - b), line_, v, 0});
       return;
     }
     digits(digit);
@@ -847,7 +869,8 @@ class Lexer {
     }
     std::string s = clean(b);
     if (is_float) {
-      tokens_.push_back(Token{TT::floating, s, line_, 0, std::strtod(s.c_str(), nullptr)});
+      tokens_.push_back(
+          Token{TT::floating, s, line_, 0, std::strtod(s.c_str(), nullptr)});
     } else {
       errno = 0;
       long long v = std::strtoll(s.c_str(), nullptr, 10);
@@ -878,37 +901,67 @@ class Lexer {
       char e = src_[pos_ + 1];
       pos_ += 2;
       auto hex = [&](int n) {
-        if (pos_ + n > src_.size()) fail_at(line, "truncated \\x, \\u or \\U escape");
+        if (pos_ + n > src_.size())
+          fail_at(line, "truncated \\x, \\u or \\U escape");
         uint32_t v = 0;
         for (int k = 0; k < n; ++k) {
           char h = src_[pos_ + k];
           if (!std::isxdigit(static_cast<unsigned char>(h)))
             fail_at(line, "truncated \\x, \\u or \\U escape");
-          v = v * 16 + static_cast<uint32_t>(
-                           std::isdigit(static_cast<unsigned char>(h))
-                               ? h - '0'
-                               : std::tolower(h) - 'a' + 10);
+          v = v * 16 +
+              static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                        ? h - '0'
+                                        : std::tolower(h) - 'a' + 10);
         }
         pos_ += n;
         if (v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-          fail_at(line, "escape of a surrogate or beyond Unicode is not supported");
+          fail_at(line,
+                  "escape of a surrogate or beyond Unicode is not supported");
         put_cp(out, v);
       };
       switch (e) {
-        case '\n': ++line_; break;  // line continuation
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
-        case 'x': hex(2); break;
-        case 'u': hex(4); break;
-        case 'U': hex(8); break;
+        case '\n':
+          ++line_;
+          break;  // line continuation
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'x':
+          hex(2);
+          break;
+        case 'u':
+          hex(4);
+          break;
+        case 'U':
+          hex(8);
+          break;
         case 'N':
           fail_at(line, "the \\N{...} escape is not supported");
         default:
@@ -920,7 +973,9 @@ class Lexer {
               v = v * 8 + static_cast<uint32_t>(src_[pos_++] - '0');
             put_cp(out, v);
           } else if (static_cast<unsigned char>(e) >= 0x80) {
-            fail_at(line, "a backslash before a non-ASCII character is not supported");
+            fail_at(
+                line,
+                "a backslash before a non-ASCII character is not supported");
           } else {
             out += '\\';  // Python keeps an unknown escape as it is
             out += e;
@@ -939,28 +994,29 @@ class Lexer {
 // ---------------------------------------------------------------- parser
 
 const std::set<std::string, std::less<>> kFilters = {
-    "abs",    "capitalize", "count",  "d",       "default",   "first",
-    "float",  "indent",     "int",    "items",   "join",      "last",
-    "length", "list",       "lower",  "map",     "reject",    "rejectattr",
-    "replace", "reverse",   "safe",   "select",  "selectattr", "string",
-    "title",  "tojson",     "trim",   "upper",   "unique",    "dictsort"};
+    "abs",     "capitalize", "count", "d",      "default",    "first",
+    "float",   "indent",     "int",   "items",  "join",       "last",
+    "length",  "list",       "lower", "map",    "reject",     "rejectattr",
+    "replace", "reverse",    "safe",  "select", "selectattr", "string",
+    "title",   "tojson",     "trim",  "upper",  "unique",     "dictsort"};
 const std::set<std::string, std::less<>> kTests = {
-    "defined",  "undefined", "none",     "boolean",     "false",  "true",
-    "integer",  "float",     "number",   "string",      "mapping", "iterable",
-    "sequence", "callable",  "sameas",   "in",          "eq",     "equalto",
-    "==",       "ne",        "!=",       "lt",          "lessthan", "<",
-    "le",       "<=",        "gt",       "greaterthan", ">",      "ge",
-    ">=",       "odd",       "even",     "divisibleby", "lower",  "upper"};
+    "defined",  "undefined", "none",   "boolean",     "false",    "true",
+    "integer",  "float",     "number", "string",      "mapping",  "iterable",
+    "sequence", "callable",  "sameas", "in",          "eq",       "equalto",
+    "==",       "ne",        "!=",     "lt",          "lessthan", "<",
+    "le",       "<=",        "gt",     "greaterthan", ">",        "ge",
+    ">=",       "odd",       "even",   "divisibleby", "lower",    "upper"};
 // Tests that take an argument.
 const std::set<std::string, std::less<>> kTestsWithArg = {
-    "sameas", "in", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<",
-    "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "divisibleby"};
+    "sameas", "in",          "eq",       "equalto", "==", "ne",
+    "!=",     "lt",          "lessthan", "<",       "le", "<=",
+    "gt",     "greaterthan", ">",        "ge",      ">=", "divisibleby"};
 const std::set<std::string, std::less<>> kGlobals = {
     "range", "namespace", "dict", "raise_exception", "strftime_now"};
 const std::set<std::string, std::less<>> kMethods = {
-    "startswith", "endswith", "strip", "lstrip", "rstrip", "split",
-    "upper",      "lower",    "title", "capitalize", "replace", "items",
-    "keys",       "values",   "get"};
+    "startswith", "endswith", "strip", "lstrip", "rstrip",
+    "split",      "upper",    "lower", "title",  "capitalize",
+    "replace",    "items",    "keys",  "values", "get"};
 
 class Parser {
  public:
@@ -969,6 +1025,11 @@ class Parser {
   Body run() {
     Body body = subparse({});
     if (cur().t != TT::eof) fail_at(cur().line, "unexpected tag");
+    for (auto& n : body)
+      check_depth(*n, 0);
+    if (!safe_lines_.empty())
+      fail_at(safe_lines_.front(),
+              "filter 'safe' is only supported as the last filter of a {{ }}");
     // Calls name a global function or one of the template's macros.
     for (auto& [name, line] : called_)
       if (!kGlobals.count(name) && !macros_.count(name))
@@ -977,6 +1038,48 @@ class Parser {
   }
 
  private:
+  // Bounds the evaluator's recursion: chains like a+a+...+a or x|f|f|...|f
+  // nest as deep as they are long.
+  static constexpr int kMaxExprDepth = 200;
+  static void check_depth(const Expr& e, int d) {
+    if (d > kMaxExprDepth)
+      fail_at(e.line, "expression nested deeper than " +
+                          std::to_string(kMaxExprDepth) + " levels");
+    for (auto& a : e.args)
+      if (a) check_depth(*a, d + 1);
+    for (auto& kv : e.kwargs)
+      check_depth(*kv.second, d + 1);
+  }
+  static void check_depth(const Node& n, int d) {
+    for (const ExprP* e : {&n.expr, &n.target, &n.filter})
+      if (*e) check_depth(**e, d);
+    for (auto& [c, b] : n.branches) {
+      check_depth(*c, d);
+      for (auto& x : b)
+        check_depth(*x, d);
+    }
+    for (const Body* b : {&n.body, &n.else_body})
+      for (auto& x : *b)
+        check_depth(*x, d);
+    for (auto& e : n.defaults)
+      if (e) check_depth(*e, d);
+  }
+
+  // Computes a finished node's depth from its (finished) children, so that
+  // no tree deeper than kMaxExprDepth is ever built.
+  static ExprP seal(ExprP e) {
+    int d = 0;
+    for (auto& a : e->args)
+      if (a) d = std::max(d, a->depth);
+    for (auto& kv : e->kwargs)
+      d = std::max(d, kv.second->depth);
+    e->depth = d + 1;
+    if (e->depth > kMaxExprDepth)
+      fail_at(e->line, "expression nested deeper than " +
+                           std::to_string(kMaxExprDepth) + " levels");
+    return e;
+  }
+
   const Token& cur() const { return t_[p_]; }
   const Token& peek(size_t n = 1) const {
     return t_[std::min(p_ + n, t_.size() - 1)];
@@ -1004,8 +1107,8 @@ class Parser {
   }
   void expect_op(const char* op) {
     if (!is_op(op))
-      fail_at(cur().line, std::string("expected '") + op + "', got " +
-                              describe(cur()));
+      fail_at(cur().line,
+              std::string("expected '") + op + "', got " + describe(cur()));
     next();
   }
   std::string expect_name() {
@@ -1035,9 +1138,13 @@ class Parser {
     while (true) {
       const Token& tk = cur();
       if (tk.t == TT::eof) {
-        if (!ends.empty())
-          fail_at(tk.line, "unexpected end of template, expected '" +
-                               ends.front() + "'");
+        if (!ends.empty()) {
+          std::string want = ends.front();
+          for (auto& e : ends)
+            if (e.rfind("end", 0) == 0) want = e;
+          fail_at(tk.line,
+                  "unexpected end of template, expected '" + want + "'");
+        }
         return body;
       }
       if (tk.t == TT::text) {
@@ -1053,6 +1160,14 @@ class Parser {
         n->k = NK::output;
         n->line = tk.line;
         n->expr = parse_tuple(true);
+        // Markup in a template without autoescape prints as its text, but
+        // Markup + str escapes the str: only printing it is supported.
+        if (n->expr->k == EK::filter && n->expr->name == "safe" &&
+            n->expr->args.size() == 1 && n->expr->kwargs.empty()) {
+          safe_lines_.pop_back();
+          ExprP base = std::move(n->expr->args[0]);
+          n->expr = std::move(base);
+        }
         if (cur().t != TT::var_end)
           fail_at(cur().line, "expected '}}', got " + describe(cur()));
         next();
@@ -1075,7 +1190,8 @@ class Parser {
   NodeP statement() {
     const Token& tk = cur();
     int line = tk.line;
-    if (tk.t != TT::name) fail_at(line, "expected a tag name, got " + describe(tk));
+    if (tk.t != TT::name)
+      fail_at(line, "expected a tag name, got " + describe(tk));
     std::string tag = tk.v;
     DepthGuard guard(*this, line);
     next();
@@ -1101,7 +1217,9 @@ class Parser {
     } else if (tag == "for") {
       n->k = NK::for_;
       n->target = parse_assign_target(true);
-      if (!is_name("in")) fail_at(cur().line, "expected 'in' in the for tag, got " + describe(cur()));
+      if (!is_name("in"))
+        fail_at(cur().line,
+                "expected 'in' in the for tag, got " + describe(cur()));
       next();
       n->expr = parse_tuple(false, /*no_cond=*/true);
       if (is_name("if")) {
@@ -1130,7 +1248,8 @@ class Parser {
       } else {
         if (n->target->k != EK::name)
           fail_at(line, "a set block assigns one name");
-        if (is_op("|")) fail_at(line, "filters on a set block are not supported");
+        if (is_op("|"))
+          fail_at(line, "filters on a set block are not supported");
         expect_block_end();
         n->k = NK::set_block;
         n->body = subparse({"endset"});
@@ -1217,7 +1336,8 @@ class Parser {
     }
     if (paren) expect_op(")");
     for (auto& a : t->args)
-      if (a->k != EK::name) fail_at(line, "assigning to several attributes is not supported");
+      if (a->k != EK::name)
+        fail_at(line, "assigning to several attributes is not supported");
     return t;
   }
 
@@ -1237,7 +1357,7 @@ class Parser {
         break;
       t->args.push_back(no_cond ? parse_or() : parse_expression(with_cond));
     }
-    return t;
+    return seal(std::move(t));
   }
 
   ExprP parse_expression(bool with_cond = true) {
@@ -1256,7 +1376,7 @@ class Parser {
         next();
         c->args.push_back(parse_expression(true));
       }
-      e = std::move(c);
+      e = seal(std::move(c));
     }
     return e;
   }
@@ -1268,7 +1388,7 @@ class Parser {
     e->name = std::move(op);
     e->args.push_back(std::move(l));
     e->args.push_back(std::move(r));
-    return e;
+    return seal(std::move(e));
   }
 
   ExprP parse_or() {
@@ -1295,7 +1415,7 @@ class Parser {
       e->k = EK::not_;
       e->line = line;
       e->args.push_back(parse_not());
-      return e;
+      return seal(std::move(e));
     }
     return parse_compare();
   }
@@ -1328,7 +1448,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->args.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? seal(std::move(cmp)) : std::move(first);
   }
   ExprP parse_math1() {
     ExprP l = parse_concat();
@@ -1372,6 +1492,7 @@ class Parser {
       node->k = neg ? EK::neg : EK::pos;
       node->line = line;
       node->args.push_back(parse_unary(false));
+      node = seal(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -1408,7 +1529,8 @@ class Parser {
       auto e = std::make_unique<Expr>();
       e->k = EK::constant;
       e->line = line;
-      while (cur().t == TT::string) e->text += next().v;  // 'a' 'b' is 'ab'
+      while (cur().t == TT::string)
+        e->text += next().v;  // 'a' 'b' is 'ab'
       e->constant = v_borrow(e->text);
       return e;
     }
@@ -1438,7 +1560,7 @@ class Parser {
         t->args.push_back(parse_expression(true));
       }
       expect_op(")");
-      return t;
+      return seal(std::move(t));
     }
     if (is_op("[")) {
       next();
@@ -1453,7 +1575,7 @@ class Parser {
         l->args.push_back(parse_expression(true));
       }
       next();
-      return l;
+      return seal(std::move(l));
     }
     if (is_op("{")) {
       next();
@@ -1470,7 +1592,7 @@ class Parser {
         d->args.push_back(parse_expression(true));
       }
       next();
-      return d;
+      return seal(std::move(d));
     }
     fail_at(line, "unexpected " + describe(tk));
   }
@@ -1490,13 +1612,13 @@ class Parser {
           e->args.push_back(nullptr);
           e->args.push_back(constant(v_int(next().i), line));
           e->args[0] = std::move(node);
-          node = std::move(e);
+          node = seal(std::move(e));
           continue;
         } else {
           fail_at(line, "expected an attribute name after '.'");
         }
         e->args.push_back(std::move(node));
-        node = std::move(e);
+        node = seal(std::move(e));
       } else if (is_op("[")) {
         next();
         node = parse_subscript(std::move(node), line);
@@ -1532,7 +1654,7 @@ class Parser {
       e->args.push_back(std::move(first));
     }
     expect_op("]");
-    return e;
+    return seal(std::move(e));
   }
 
   // Arguments of a call, filter or test into e->args (after the base) and
@@ -1575,7 +1697,7 @@ class Parser {
     }
     e->args.push_back(std::move(callee));
     parse_args(*e);
-    return e;
+    return seal(std::move(e));
   }
 
   ExprP parse_filter_expr(ExprP node) {
@@ -1592,9 +1714,10 @@ class Parser {
         }
         if (!kFilters.count(e->name))
           fail_at(e->line, "filter '" + e->name + "' is not supported");
+        if (e->name == "safe") safe_lines_.push_back(e->line);
         e->args.push_back(std::move(node));
         if (is_op("(")) parse_args(*e);
-        node = std::move(e);
+        node = seal(std::move(e));
       } else if (is_name("is")) {
         next();
         auto e = std::make_unique<Expr>();
@@ -1631,7 +1754,7 @@ class Parser {
           fail_at(e->line, "test '" + e->name + "' takes no argument");
         if (kTestsWithArg.count(e->name) && nargs != 1)
           fail_at(e->line, "test '" + e->name + "' takes one argument");
-        node = std::move(e);
+        node = seal(std::move(e));
       } else if (is_op("(")) {
         node = parse_call(std::move(node));
       } else {
@@ -1647,6 +1770,7 @@ class Parser {
   int macro_depth_ = 0;
   std::set<std::string> macros_;
   std::vector<std::pair<std::string, int>> called_;
+  std::vector<int> safe_lines_;
 };
 
 // ---------------------------------------------------------------- runtime
@@ -1780,7 +1904,10 @@ struct Renderer {
     if (depth > 512) fail_at(line, "value nested too deeply");
     switch (v.t) {
       case VT::undefined:
-        if (repr) fail_at(line, "printing an undefined value inside a container is not supported");
+        if (repr)
+          fail_at(line,
+                  "printing an undefined value inside a container is not "
+                  "supported");
         return;
       case VT::none:
         out += "None";
@@ -1859,13 +1986,27 @@ struct Renderer {
       uint32_t c = next_cp(s, i);
       char buf[16];
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
         default:
           if (c < 0x20) {
             std::snprintf(buf, sizeof buf, "\\u%04x", c);
@@ -1900,7 +2041,8 @@ struct Renderer {
     auto newline = [&](int lv) {
       if (!f.indent) return;
       out += '\n';
-      for (int k = 0; k < lv; ++k) out += *f.indent;
+      for (int k = 0; k < lv; ++k)
+        out += *f.indent;
     };
     switch (v.t) {
       case VT::none:
@@ -2002,7 +2144,7 @@ struct Renderer {
     return v.t == VT::boolean || v.t == VT::integer || v.t == VT::floating;
   }
   static double num(const Value& v) {
-    return v.t == VT::floating ? v.f
+    return v.t == VT::floating  ? v.f
            : v.t == VT::integer ? static_cast<double>(v.i)
                                 : (v.b ? 1.0 : 0.0);
   }
@@ -2025,6 +2167,7 @@ struct Renderer {
         return a.sv == b.sv;
       case VT::list: {
         if (a.lt != b.lt) return false;
+        if (a.j && a.j == b.j) return true;
         if (a.lt == LT::generator || a.lt == LT::view)
           return a.list == b.list && a.j == b.j;
         size_t n = list_size(a);
@@ -2092,8 +2235,10 @@ struct Renderer {
         return false;
       case VT::string:
         if (item.t != VT::string)
-          fail_at(line, std::string("'in <string>' requires string as left operand, not ") +
-                            type_name(item));
+          fail_at(line,
+                  std::string(
+                      "'in <string>' requires string as left operand, not ") +
+                      type_name(item));
         return c.sv.find(item.sv) != std::string_view::npos;
       case VT::list: {
         for (const Value& x : items(c, line))
@@ -2102,7 +2247,8 @@ struct Renderer {
       }
       case VT::dict:
         if (item.t == VT::list || item.t == VT::dict)
-          fail_at(line, std::string("unhashable type: '") + type_name(item) + "'");
+          fail_at(line,
+                  std::string("unhashable type: '") + type_name(item) + "'");
         return item.t == VT::string && dict_get(c, item.sv).has_value();
       default:
         fail_at(line, std::string("argument of type '") + type_name(c) +
@@ -2117,17 +2263,21 @@ struct Renderer {
       case VT::undefined:
         return out;
       case VT::string:
-        for (auto cp : code_points(v.sv)) out.push_back(v_sub(v, cp));
+        for (auto cp : code_points(v.sv))
+          out.push_back(v_sub(v, cp));
         return out;
       case VT::list: {
         if (v.lt == LT::generator) {
           if (*v.used)
-            fail_at(line, "a filter's result (a one-shot generator) used twice is not supported");
+            fail_at(line,
+                    "a filter's result (a one-shot generator) used twice is "
+                    "not supported");
           *v.used = true;
         }
         size_t n = list_size(v);
         out.reserve(n);
-        for (size_t k = 0; k < n; ++k) out.push_back(list_at(v, k));
+        for (size_t k = 0; k < n; ++k)
+          out.push_back(list_at(v, k));
         return out;
       }
       case VT::dict: {
@@ -2136,13 +2286,14 @@ struct Renderer {
           for (auto it = v.j->begin(); it != v.j->end(); ++it)
             out.push_back(v_borrow(it.key()));
         } else {
-          for (auto& kv : *v.dict) out.push_back(v_str(kv.first));
+          for (auto& kv : *v.dict)
+            out.push_back(v_str(kv.first));
         }
         return out;
       }
       default:
-        fail_at(line, std::string("'") + type_name(v) +
-                          "' object is not iterable");
+        fail_at(line,
+                std::string("'") + type_name(v) + "' object is not iterable");
     }
   }
 
@@ -2177,18 +2328,21 @@ struct Renderer {
     static const std::set<std::string, std::less<>> dict_unsupported = {
         "copy", "fromkeys", "clear", "pop", "popitem", "setdefault", "update"};
     static const std::set<std::string, std::less<>> list_methods = {
-        "append", "clear", "copy",   "count", "extend", "index",
+        "append", "clear", "copy",   "count",   "extend", "index",
         "insert", "pop",   "remove", "reverse", "sort"};
     static const std::set<std::string, std::less<>> str_methods = {
-        "capitalize", "casefold", "center", "count", "encode", "endswith",
-        "expandtabs", "find", "format", "format_map", "index", "isalnum",
-        "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier",
-        "islower", "isnumeric", "isprintable", "isspace", "istitle",
-        "isupper", "join", "ljust", "lower", "lstrip", "maketrans",
-        "partition", "removeprefix", "removesuffix", "replace", "rfind",
-        "rindex", "rjust", "rpartition", "rsplit", "rstrip", "split",
-        "splitlines", "startswith", "strip", "swapcase", "title",
-        "translate", "upper", "zfill"};
+        "capitalize",   "casefold",     "center",       "count",
+        "encode",       "endswith",     "expandtabs",   "find",
+        "format",       "format_map",   "index",        "isalnum",
+        "isalpha",      "isascii",      "isdecimal",    "isdigit",
+        "isidentifier", "islower",      "isnumeric",    "isprintable",
+        "isspace",      "istitle",      "isupper",      "join",
+        "ljust",        "lower",        "lstrip",       "maketrans",
+        "partition",    "removeprefix", "removesuffix", "replace",
+        "rfind",        "rindex",       "rjust",        "rpartition",
+        "rsplit",       "rstrip",       "split",        "splitlines",
+        "startswith",   "strip",        "swapcase",     "title",
+        "translate",    "upper",        "zfill"};
     if (!name.empty() && name[0] == '_')
       fail_at(line, "access to attribute '" + name + "' is unsafe");
     switch (obj.t) {
@@ -2241,7 +2395,8 @@ struct Renderer {
           return getattr(obj, std::string(key.sv), line);
         }
         if (key.t == VT::list || key.t == VT::dict)
-          fail_at(line, std::string("unhashable type: '") + type_name(key) + "'");
+          fail_at(line,
+                  std::string("unhashable type: '") + type_name(key) + "'");
         return v_undef("'dict object' has no element " + str(key, line));
       case VT::ns:
       case VT::loop:
@@ -2283,7 +2438,8 @@ struct Renderer {
   Value slice(const Value& obj, const Value* start, const Value* stop,
               const Value* stepv, int line) {
     if (obj.t == VT::undefined) undefined_error(obj, line);
-    auto bound = [&](const Value* v, const char* what) -> std::optional<int64_t> {
+    auto bound = [&](const Value* v,
+                     const char* what) -> std::optional<int64_t> {
       if (!v || v->t == VT::none) return std::nullopt;
       if (v->t != VT::integer && v->t != VT::boolean)
         fail_at(line, std::string("slice ") + what + " must be an integer");
@@ -2294,9 +2450,9 @@ struct Renderer {
     int64_t st = s.value_or(1);
     if (st == 0) fail_at(line, "slice step cannot be zero");
     bool is_str = obj.t == VT::string;
-    if (!is_str && !(obj.t == VT::list && (obj.lt == LT::list ||
-                                           obj.lt == LT::tuple ||
-                                           obj.lt == LT::range)))
+    if (!is_str &&
+        !(obj.t == VT::list &&
+          (obj.lt == LT::list || obj.lt == LT::tuple || obj.lt == LT::range)))
       return v_undef(std::string("'") + type_name(obj) +
                      "' object is not subscriptable");
     std::vector<std::string_view> cps;
@@ -2325,9 +2481,9 @@ struct Renderer {
   Value call_value(const Value& f, Args& args, int line) {
     if (f.t == VT::undefined) undefined_error(f, line);
     if (f.t != VT::func)
-      fail_at(line, std::string("'") + type_name(f) + "' object is not callable");
-    if (++call_depth > 64)
-      fail_at(line, "calls nested deeper than 64 levels");
+      fail_at(line,
+              std::string("'") + type_name(f) + "' object is not callable");
+    if (++call_depth > 32) fail_at(line, "calls nested deeper than 32 levels");
     args.line = line;
     if (args.what.empty()) args.what = f.fn->name + "()";
     Value r = f.fn->call(*this, args);
@@ -2362,7 +2518,8 @@ struct Renderer {
   static std::string py_capitalize(std::string_view s, int line) {
     std::string out = ascii_case(s, line, "capitalize", 0);
     if (!out.empty())
-      out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
+      out[0] =
+          static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
     return out;
   }
 
@@ -2416,8 +2573,8 @@ struct Renderer {
       skip_ws();
       while (i < src.size()) {
         if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-          // the rest, its trailing whitespace stripped
-          out.push_back(v_sub(s, py_strip(src.substr(i), false, true)));
+          // the rest, as it is
+          out.push_back(v_sub(s, src.substr(i)));
           return v_list(std::move(out));
         }
         size_t b = i;
@@ -2472,7 +2629,8 @@ struct Renderer {
       if (name == "values") {
         a.allow({});
         ValueList out;
-        dict_each(self, [&](std::string_view, const Value& v) { out.push_back(v); });
+        dict_each(self,
+                  [&](std::string_view, const Value& v) { out.push_back(v); });
         return v_list(std::move(out), LT::view);
       }
       if (name == "get") {
@@ -2485,7 +2643,9 @@ struct Renderer {
         return d ? *d : v_none();
       }
     }
-    if (self.t != VT::string) fail_at(line, "method '" + name + "' of a " + type_name(self) + " is not supported");
+    if (self.t != VT::string)
+      fail_at(line, "method '" + name + "' of a " + type_name(self) +
+                        " is not supported");
     if (name == "startswith" || name == "endswith") {
       a.allow({"prefix"});
       auto arg = a.get(0, "prefix");
@@ -2495,7 +2655,8 @@ struct Renderer {
         opts.push_back(arg->sv);
       } else if (arg->t == VT::list && arg->lt == LT::tuple) {
         for (auto& x : items(*arg, line)) {
-          if (x.t != VT::string) fail_at(line, name + "(): tuple items must be strings");
+          if (x.t != VT::string)
+            fail_at(line, name + "(): tuple items must be strings");
           opts.push_back(x.sv);
         }
       } else {
@@ -2519,12 +2680,14 @@ struct Renderer {
         cs = need_str(chars, line, name + "() argument");
         cp = &cs;
       }
-      return v_sub(self, py_strip(self.sv, name != "rstrip", name != "lstrip", cp));
+      return v_sub(self,
+                   py_strip(self.sv, name != "rstrip", name != "lstrip", cp));
     }
     if (name == "split") {
       a.allow({"sep", "maxsplit"});
       auto ms = a.get(1, "maxsplit");
-      if (ms && ms->t != VT::integer) fail_at(line, "split(): maxsplit must be an integer");
+      if (ms && ms->t != VT::integer)
+        fail_at(line, "split(): maxsplit must be an integer");
       return py_split(self, a.get(0, "sep"), ms ? ms->i : -1, line);
     }
     if (name == "upper" || name == "lower") {
@@ -2544,7 +2707,8 @@ struct Renderer {
       auto o = need_str(a.get(0, "old"), line, "replace() old");
       auto n = need_str(a.get(1, "new"), line, "replace() new");
       auto c = a.get(2, "count");
-      if (c && c->t != VT::integer) fail_at(line, "replace(): count must be an integer");
+      if (c && c->t != VT::integer)
+        fail_at(line, "replace(): count must be an integer");
       return py_replace(self, o, n, c ? c->i : -1, line);
     }
     fail_at(line, "method '" + name + "' is not supported");
@@ -2554,86 +2718,107 @@ struct Renderer {
 
   void install_builtins() {
     builtins.set("range", v_func("range", [](Renderer& r, Args& a) {
-      a.allow({"start", "stop", "step"});
-      for (auto& v : a.pos)
-        if (v.t != VT::integer && v.t != VT::boolean)
-          fail_at(a.line, "range() arguments must be integers");
-      int64_t b = 0, e = 0, s = 1;
-      if (a.pos.size() == 1) {
-        e = inum(a.pos[0]);
-      } else if (a.pos.size() >= 2) {
-        b = inum(a.pos[0]);
-        e = inum(a.pos[1]);
-        if (a.pos.size() == 3) s = inum(a.pos[2]);
-      } else {
-        fail_at(a.line, "range() takes 1 to 3 arguments");
-      }
-      if (s == 0) fail_at(a.line, "range() arg 3 must not be zero");
-      ValueList out;
-      for (int64_t k = b; s > 0 ? k < e : k > e; k += s) {
-        if (out.size() >= 1'000'000)
-          fail_at(a.line, "range() of more than 1000000 items is refused");
-        out.push_back(v_int(k));
-      }
-      (void)r;
-      return v_list(std::move(out), LT::range);
-    }));
-    builtins.set("namespace", v_func("namespace", [](Renderer& r, Args& a) {
-      ValueDict d;
-      if (a.pos.size() > 1) fail_at(a.line, "namespace() takes at most one positional argument");
-      if (a.pos.size() == 1) {
-        if (a.pos[0].t != VT::dict) fail_at(a.line, "namespace() argument must be a dict");
-        dict_each(a.pos[0], [&](std::string_view k, const Value& v) {
-          d.emplace_back(std::string(k), v);
-        });
-      }
-      for (auto& [k, v] : a.kw) {
-        bool found = false;
-        for (auto& [dk, dv] : d)
-          if (dk == k) dv = v, found = true;
-        if (!found) d.emplace_back(k, v);
-      }
-      (void)r;
-      return v_dict(std::move(d), VT::ns);
-    }));
+                   a.allow({"start", "stop", "step"});
+                   for (auto& v : a.pos)
+                     if (v.t != VT::integer && v.t != VT::boolean)
+                       fail_at(a.line, "range() arguments must be integers");
+                   int64_t b = 0, e = 0, s = 1;
+                   if (a.pos.size() == 1) {
+                     e = inum(a.pos[0]);
+                   } else if (a.pos.size() >= 2) {
+                     b = inum(a.pos[0]);
+                     e = inum(a.pos[1]);
+                     if (a.pos.size() == 3) s = inum(a.pos[2]);
+                   } else {
+                     fail_at(a.line, "range() takes 1 to 3 arguments");
+                   }
+                   if (s == 0)
+                     fail_at(a.line, "range() arg 3 must not be zero");
+                   ValueList out;
+                   for (int64_t k = b; s > 0 ? k < e : k > e; k += s) {
+                     if (out.size() >= 1'000'000)
+                       fail_at(a.line,
+                               "range() of more than 1000000 items is refused");
+                     out.push_back(v_int(k));
+                   }
+                   (void)r;
+                   return v_list(std::move(out), LT::range);
+                 }));
+    builtins.set(
+        "namespace", v_func("namespace", [](Renderer& r, Args& a) {
+          ValueDict d;
+          if (a.pos.size() > 1)
+            fail_at(a.line,
+                    "namespace() takes at most one positional argument");
+          if (a.pos.size() == 1) {
+            if (a.pos[0].t != VT::dict)
+              fail_at(a.line, "namespace() argument must be a dict");
+            dict_each(a.pos[0], [&](std::string_view k, const Value& v) {
+              d.emplace_back(std::string(k), v);
+            });
+          }
+          for (auto& [k, v] : a.kw) {
+            bool found = false;
+            for (auto& [dk, dv] : d)
+              if (dk == k) dv = v, found = true;
+            if (!found) d.emplace_back(k, v);
+          }
+          (void)r;
+          return v_dict(std::move(d), VT::ns);
+        }));
     builtins.set("dict", v_func("dict", [](Renderer& r, Args& a) {
-      ValueDict d;
-      if (!a.pos.empty()) fail_at(a.line, "dict() with positional arguments is not supported");
-      for (auto& [k, v] : a.kw) d.emplace_back(k, v);
-      (void)r;
-      return v_dict(std::move(d));
-    }));
-    builtins.set("raise_exception", v_func("raise_exception", [](Renderer& r, Args& a) -> Value {
-      a.allow({"message"});
-      auto m = a.get(0, "message");
-      fail_at(a.line, "raise_exception: " + (m ? r.str(*m, a.line) : std::string()));
-    }));
-    builtins.set("strftime_now", v_func("strftime_now", [](Renderer& r, Args& a) {
-      a.allow({"format"});
-      auto f = r.need_str(a.get(0, "format"), a.line, "strftime_now() format");
-      for (size_t k = 0; k + 1 < f.size(); ++k) {
-        if (f[k] != '%') continue;
-        char c = f[k + 1];
-        if (c == 'f' || c == 'z' || c == 'Z' || c == ':' || c == 'E' || c == 'O')
-          fail_at(a.line, std::string("strftime_now(): %") + c + " is not supported");
-        ++k;
-      }
-      auto now = r.opt.now.value_or(std::chrono::system_clock::now());
-      std::time_t t = std::chrono::system_clock::to_time_t(now);
-      std::tm tm{};
-      localtime_r(&t, &tm);
-      std::string fmt(f);
-      std::string out(fmt.size() * 8 + 64, '\0');
-      size_t n = fmt.empty() ? 0 : std::strftime(out.data(), out.size(), fmt.c_str(), &tm);
-      if (n == 0 && !fmt.empty()) fail_at(a.line, "strftime_now(): the formatted date is empty or too long");
-      out.resize(n);
-      return v_str(std::move(out));
-    }));
+                   ValueDict d;
+                   if (!a.pos.empty())
+                     fail_at(
+                         a.line,
+                         "dict() with positional arguments is not supported");
+                   for (auto& [k, v] : a.kw)
+                     d.emplace_back(k, v);
+                   (void)r;
+                   return v_dict(std::move(d));
+                 }));
+    builtins.set("raise_exception",
+                 v_func("raise_exception", [](Renderer& r, Args& a) -> Value {
+                   a.allow({"message"});
+                   auto m = a.get(0, "message");
+                   fail_at(a.line, "raise_exception: " +
+                                       (m ? r.str(*m, a.line) : std::string()));
+                 }));
+    builtins.set(
+        "strftime_now", v_func("strftime_now", [](Renderer& r, Args& a) {
+          a.allow({"format"});
+          auto f =
+              r.need_str(a.get(0, "format"), a.line, "strftime_now() format");
+          for (size_t k = 0; k + 1 < f.size(); ++k) {
+            if (f[k] != '%') continue;
+            char c = f[k + 1];
+            if (c == 'f' || c == 'z' || c == 'Z' || c == ':' || c == 'E' ||
+                c == 'O')
+              fail_at(a.line, std::string("strftime_now(): %") + c +
+                                  " is not supported");
+            ++k;
+          }
+          auto now = r.opt.now.value_or(std::chrono::system_clock::now());
+          std::time_t t = std::chrono::system_clock::to_time_t(now);
+          std::tm tm{};
+          localtime_r(&t, &tm);
+          std::string fmt(f);
+          std::string out(fmt.size() * 8 + 64, '\0');
+          size_t n = fmt.empty() ? 0
+                                 : std::strftime(out.data(), out.size(),
+                                                 fmt.c_str(), &tm);
+          if (n == 0 && !fmt.empty())
+            fail_at(a.line,
+                    "strftime_now(): the formatted date is empty or too long");
+          out.resize(n);
+          return v_str(std::move(out));
+        }));
   }
 
   // ------------------------------------------------------------ tests
 
-  bool test(const std::string& name, const Value& v, const std::vector<Value>& args, int line) {
+  bool test(const std::string& name, const Value& v,
+            const std::vector<Value>& args, int line) {
     auto arg = [&]() -> const Value& { return args.at(0); };
     if (name == "defined") return v.t != VT::undefined;
     if (name == "undefined") return v.t == VT::undefined;
@@ -2656,15 +2841,21 @@ struct Renderer {
     if (name == "callable") return v.t == VT::func;
     if (name == "sameas") {
       const Value& o = arg();
-      if (v.t == VT::none || v.t == VT::boolean || o.t == VT::none || o.t == VT::boolean)
+      if (v.t == VT::none || v.t == VT::boolean || o.t == VT::none ||
+          o.t == VT::boolean)
         return v.t == o.t && (v.t == VT::none || v.b == o.b);
-      fail_at(line, "'sameas' on values other than None, True and False is not supported");
+      fail_at(line,
+              "'sameas' on values other than None, True and False is not "
+              "supported");
     }
     if (name == "in") return contains(arg(), v, line);
-    if (name == "eq" || name == "equalto" || name == "==") return equal(v, arg(), line);
+    if (name == "eq" || name == "equalto" || name == "==")
+      return equal(v, arg(), line);
     if (name == "ne" || name == "!=") return !equal(v, arg(), line);
-    if (name == "lt" || name == "lessthan" || name == "<") return less(v, arg(), line);
-    if (name == "gt" || name == "greaterthan" || name == ">") return less(arg(), v, line);
+    if (name == "lt" || name == "lessthan" || name == "<")
+      return less(v, arg(), line);
+    if (name == "gt" || name == "greaterthan" || name == ">")
+      return less(arg(), v, line);
     if (name == "le" || name == "<=") return compare("<=", v, arg(), line);
     if (name == "ge" || name == ">=") return compare(">=", v, arg(), line);
     if (name == "odd" || name == "even" || name == "divisibleby") {
@@ -2674,12 +2865,14 @@ struct Renderer {
       if (name == "odd") return x % 2 != 0;
       if (name == "even") return x % 2 == 0;
       const Value& d = arg();
-      if (d.t != VT::integer || d.i == 0) fail_at(line, "divisibleby needs a non-zero integer");
+      if (d.t != VT::integer || d.i == 0)
+        fail_at(line, "divisibleby needs a non-zero integer");
       return x % d.i == 0;
     }
     if (name == "lower" || name == "upper") {
       std::string s = str(v, line);
-      if (!is_ascii(s)) fail_at(line, "test '" + name + "' on non-ASCII text is not supported");
+      if (!is_ascii(s))
+        fail_at(line, "test '" + name + "' on non-ASCII text is not supported");
       bool cased = false;
       for (char c : s) {
         if (std::islower(static_cast<unsigned char>(c))) {
@@ -2704,10 +2897,14 @@ struct Renderer {
     size_t p = 0;
     while (true) {
       size_t q = path.find('.', p);
-      std::string_view part = path.substr(p, q == std::string_view::npos ? std::string_view::npos : q - p);
-      bool all_digits = !part.empty() && std::all_of(part.begin(), part.end(), digit);
-      Value key = all_digits ? v_int(std::strtoll(std::string(part).c_str(), nullptr, 10))
-                             : v_str(std::string(part));
+      std::string_view part = path.substr(
+          p, q == std::string_view::npos ? std::string_view::npos : q - p);
+      bool all_digits =
+          !part.empty() && std::all_of(part.begin(), part.end(), digit);
+      Value key =
+          all_digits
+              ? v_int(std::strtoll(std::string(part).c_str(), nullptr, 10))
+              : v_str(std::string(part));
       v = getitem(v, key, line);
       if (dflt && v.t == VT::undefined) v = *dflt;
       if (q == std::string_view::npos) break;
@@ -2739,7 +2936,9 @@ struct Renderer {
       if (auto e = a.get(0, "ensure_ascii")) f.ascii = truthy(*e);
       if (auto in = a.get(1, "indent"); in && in->t != VT::none) {
         if (in->t == VT::integer)
-          f.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(in->i, 1000))), ' ');
+          f.indent = std::string(static_cast<size_t>(std::max<int64_t>(
+                                     0, std::min<int64_t>(in->i, 1000))),
+                                 ' ');
         else if (in->t == VT::string)
           f.indent = std::string(in->sv);
         else
@@ -2764,7 +2963,8 @@ struct Renderer {
     }
     if (name == "upper" || name == "lower") {
       a.allow({});
-      return v_str(ascii_case(str(v, line), line, name.c_str(), name == "upper"));
+      return v_str(
+          ascii_case(str(v, line), line, name.c_str(), name == "upper"));
     }
     if (name == "capitalize") {
       a.allow({});
@@ -2776,7 +2976,8 @@ struct Renderer {
       std::string s = ascii_case(str(v, line), line, "title", 0);
       bool start = true;
       for (char& c : s) {
-        if (start) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        if (start)
+          c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
         start = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' ||
                 c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x1f);
       }
@@ -2808,11 +3009,15 @@ struct Renderer {
     }
     if (name == "first" || name == "last") {
       a.allow({});
-      if (v.t == VT::undefined) return v_undef("No " + name + " item, sequence was empty.");
+      if (v.t == VT::undefined)
+        return v_undef("No " + name + " item, sequence was empty.");
       if (name == "last" && v.t == VT::list && v.lt == LT::generator)
-        fail_at(line, "filter 'last' of a generator: 'generator' object is not reversible");
+        fail_at(line,
+                "filter 'last' of a generator: 'generator' object is not "
+                "reversible");
       ValueList xs = items(v, line);
-      if (xs.empty()) return v_undef("No " + name + " item, sequence was empty.");
+      if (xs.empty())
+        return v_undef("No " + name + " item, sequence was empty.");
       return name == "first" ? xs.front() : xs.back();
     }
     if (name == "string") {
@@ -2834,20 +3039,27 @@ struct Renderer {
       if (v.t == VT::integer) return v;
       if (v.t == VT::boolean) return v_int(v.b);
       if (v.t == VT::floating) {
-        if (!std::isfinite(v.f)) fail_at(line, "int(): cannot convert an infinite or NaN float");
+        if (!std::isfinite(v.f))
+          fail_at(line, "int(): cannot convert an infinite or NaN float");
         return v_int(static_cast<int64_t>(v.f));
       }
       if (v.t == VT::string) {
         std::string s(py_strip(v.sv, true, true));
         std::string clean;
-        for (size_t k = 0; k < s.size(); ++k)
-          if (s[k] != '_' || (k > 0 && k + 1 < s.size() && std::isalnum(static_cast<unsigned char>(s[k - 1])) && std::isalnum(static_cast<unsigned char>(s[k + 1]))))
-            clean += s[k];
+        // Python allows one underscore between digits ("1_000").
+        for (size_t k = 0; k < s.size(); ++k) {
+          bool joins = s[k] == '_' && k > 0 && k + 1 < s.size() &&
+                       std::isalnum(static_cast<unsigned char>(s[k - 1])) &&
+                       std::isalnum(static_cast<unsigned char>(s[k + 1]));
+          if (!joins) clean += s[k];
+        }
         if (!clean.empty() && is_ascii(clean)) {
           char* end = nullptr;
           errno = 0;
           long long x = std::strtoll(clean.c_str(), &end, base);
-          if (!errno && end && *end == '\0' && clean.find(' ') == std::string::npos) return v_int(x);
+          if (!errno && end && *end == '\0' &&
+              clean.find(' ') == std::string::npos)
+            return v_int(x);
           double d = std::strtod(clean.c_str(), &end);
           if (end && *end == '\0' && std::isfinite(d) && base == 10 &&
               clean.find_first_of("xXpP") == std::string::npos)
@@ -2876,12 +3088,14 @@ struct Renderer {
       if (v.t == VT::integer) return v_int(v.i < 0 ? -v.i : v.i);
       if (v.t == VT::boolean) return v_int(v.b);
       if (v.t == VT::floating) return v_float(std::fabs(v.f));
-      fail_at(line, std::string("bad operand type for abs(): '") + type_name(v) + "'");
+      fail_at(line, std::string("bad operand type for abs(): '") +
+                        type_name(v) + "'");
     }
     if (name == "items") {
       a.allow({});
       if (v.t == VT::undefined) return v_list({}, LT::generator);
-      if (v.t != VT::dict) fail_at(line, "Can only get item pairs from a mapping.");
+      if (v.t != VT::dict)
+        fail_at(line, "Can only get item pairs from a mapping.");
       Value r = dict_items(v);
       r.lt = LT::generator;
       r.used = std::make_shared<bool>(false);
@@ -2896,7 +3110,8 @@ struct Renderer {
       if (v.t == VT::string) {
         auto cps = code_points(v.sv);
         std::string out;
-        for (size_t k = cps.size(); k-- > 0;) out.append(cps[k]);
+        for (size_t k = cps.size(); k-- > 0;)
+          out.append(cps[k]);
         return v_str(std::move(out));
       }
       if (v.t == VT::list && v.lt == LT::generator) {
@@ -2904,7 +3119,9 @@ struct Renderer {
         std::reverse(xs.begin(), xs.end());
         return v_list(std::move(xs));
       }
-      if (v.t != VT::list) fail_at(line, "filter 'reverse' of a " + std::string(type_name(v)) + " is not supported");
+      if (v.t != VT::list)
+        fail_at(line, "filter 'reverse' of a " + std::string(type_name(v)) +
+                          " is not supported");
       ValueList xs = items(v, line);
       std::reverse(xs.begin(), xs.end());
       return v_list(std::move(xs), LT::generator);
@@ -2920,9 +3137,13 @@ struct Renderer {
     if (name == "indent") {
       a.allow({"width", "first", "blank"});
       auto w = a.get(0, "width");
-      std::string ind = !w ? std::string(4, ' ')
-                        : w->t == VT::string ? std::string(w->sv)
-                                             : std::string(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(inum(*w), 1000))), ' ');
+      std::string ind =
+          !w ? std::string(4, ' ')
+          : w->t == VT::string
+              ? std::string(w->sv)
+              : std::string(static_cast<size_t>(std::max<int64_t>(
+                                0, std::min<int64_t>(inum(*w), 1000))),
+                            ' ');
       auto fa = a.get(1, "first");
       auto ba = a.get(2, "blank");
       bool first = fa && truthy(*fa), blank = ba && truthy(*ba);
@@ -2960,11 +3181,14 @@ struct Renderer {
       bool attr = name.size() > 6;
       bool keep_if = name[0] == 's';
       std::vector<Value> pos = a.pos;
-      if (!a.kw.empty()) fail_at(line, "filter '" + name + "' with keyword arguments is not supported");
+      if (!a.kw.empty())
+        fail_at(line, "filter '" + name +
+                          "' with keyword arguments is not supported");
       size_t at = 0;
       std::string path;
       if (attr) {
-        if (pos.empty()) fail_at(line, "filter '" + name + "' needs an attribute");
+        if (pos.empty())
+          fail_at(line, "filter '" + name + "' needs an attribute");
         path = str(pos[0], line);
         at = 1;
       }
@@ -2972,15 +3196,20 @@ struct Renderer {
       std::vector<Value> targs;
       if (pos.size() > at) {
         tname = str(pos[at], line);
-        if (!kTests.count(tname)) fail_at(line, "test '" + tname + "' is not supported");
-        targs.assign(pos.begin() + static_cast<std::ptrdiff_t>(at + 1), pos.end());
+        if (!kTests.count(tname))
+          fail_at(line, "test '" + tname + "' is not supported");
+        targs.assign(pos.begin() + static_cast<std::ptrdiff_t>(at + 1),
+                     pos.end());
         if (kTestsWithArg.count(tname) != targs.size())
-          fail_at(line, "test '" + tname + "' takes " + (kTestsWithArg.count(tname) ? "one argument" : "no argument"));
+          fail_at(line, "test '" + tname + "' takes " +
+                            (kTestsWithArg.count(tname) ? "one argument"
+                                                        : "no argument"));
       }
       ValueList out;
       for (Value& x : items(v, line)) {
         Value probe = attr ? attr_path(x, path, line) : x;
-        bool ok = tname.empty() ? truthy(probe) : test(tname, probe, targs, line);
+        bool ok =
+            tname.empty() ? truthy(probe) : test(tname, probe, targs, line);
         if (ok == keep_if) out.push_back(x);
       }
       return v_list(std::move(out), LT::generator);
@@ -2989,18 +3218,25 @@ struct Renderer {
       ValueList out;
       std::optional<Value> attr, dflt;
       for (auto& [k, val] : a.kw) {
-        if (k == "attribute") attr = val;
-        else if (k == "default") dflt = val;
-        else if (!a.pos.empty()) fail_at(line, "filter 'map' got an unexpected argument '" + k + "'");
+        if (k == "attribute")
+          attr = val;
+        else if (k == "default")
+          dflt = val;
+        else if (!a.pos.empty())
+          fail_at(line, "filter 'map' got an unexpected argument '" + k + "'");
       }
       if (attr) {
-        if (!a.pos.empty()) fail_at(line, "filter 'map' with both attribute and a filter");
+        if (!a.pos.empty())
+          fail_at(line, "filter 'map' with both attribute and a filter");
         std::string path = str(*attr, line);
-        for (Value& x : items(v, line)) out.push_back(attr_path(x, path, line, dflt));
+        for (Value& x : items(v, line))
+          out.push_back(attr_path(x, path, line, dflt));
       } else {
-        if (a.pos.empty()) fail_at(line, "filter 'map' needs a filter name or attribute=");
+        if (a.pos.empty())
+          fail_at(line, "filter 'map' needs a filter name or attribute=");
         std::string fname = str(a.pos[0], line);
-        if (!kFilters.count(fname)) fail_at(line, "filter '" + fname + "' is not supported");
+        if (!kFilters.count(fname))
+          fail_at(line, "filter '" + fname + "' is not supported");
         for (Value& x : items(v, line)) {
           Args sub;
           sub.pos.assign(a.pos.begin() + 1, a.pos.end());
@@ -3019,7 +3255,8 @@ struct Renderer {
       ValueList out, keys;
       for (Value& x : items(v, line)) {
         Value key = at ? attr_path(x, str(*at, line), line) : x;
-        if (!sensitive && key.t == VT::string) key = v_str(ascii_case(key.sv, line, "unique", 0));
+        if (!sensitive && key.t == VT::string)
+          key = v_str(ascii_case(key.sv, line, "unique", 0));
         bool seen = false;
         for (auto& k : keys)
           if (equal(k, key, line)) seen = true;
@@ -3038,17 +3275,20 @@ struct Renderer {
       auto rev = a.get(2, "reverse");
       bool sensitive = cs && truthy(*cs);
       bool by_value = by && by->t == VT::string && by->sv == "value";
-      if (by && !(by->t == VT::string && (by->sv == "key" || by->sv == "value")))
+      if (by &&
+          !(by->t == VT::string && (by->sv == "key" || by->sv == "value")))
         fail_at(line, "dictsort: by must be 'key' or 'value'");
       ValueList xs = items(dict_items(v), line);
       auto key = [&](const Value& pair) {
         Value k = list_at(pair, by_value ? 1 : 0);
-        if (!sensitive && k.t == VT::string) return v_str(ascii_case(k.sv, line, "dictsort", 0));
+        if (!sensitive && k.t == VT::string)
+          return v_str(ascii_case(k.sv, line, "dictsort", 0));
         return k;
       };
-      std::stable_sort(xs.begin(), xs.end(), [&](const Value& x, const Value& y) {
-        return less(key(x), key(y), line);
-      });
+      std::stable_sort(xs.begin(), xs.end(),
+                       [&](const Value& x, const Value& y) {
+                         return less(key(x), key(y), line);
+                       });
       if (rev && truthy(*rev)) std::reverse(xs.begin(), xs.end());
       return v_list(std::move(xs));
     }
@@ -3093,29 +3333,36 @@ struct Renderer {
       }
       int64_t a = inum(l), b = inum(r), out = 0;
       if (op == "+") {
-        if (__builtin_add_overflow(a, b, &out)) fail_at(line, "integer overflow");
+        if (__builtin_add_overflow(a, b, &out))
+          fail_at(line, "integer overflow");
         return v_int(out);
       }
       if (op == "-") {
-        if (__builtin_sub_overflow(a, b, &out)) fail_at(line, "integer overflow");
+        if (__builtin_sub_overflow(a, b, &out))
+          fail_at(line, "integer overflow");
         return v_int(out);
       }
       if (op == "*") {
-        if (__builtin_mul_overflow(a, b, &out)) fail_at(line, "integer overflow");
+        if (__builtin_mul_overflow(a, b, &out))
+          fail_at(line, "integer overflow");
         return v_int(out);
       }
       if (op == "**") {
-        if (b < 0) return v_float(std::pow(static_cast<double>(a), static_cast<double>(b)));
+        if (b < 0)
+          return v_float(
+              std::pow(static_cast<double>(a), static_cast<double>(b)));
         int64_t res = 1;
         for (int64_t k = 0; k < b; ++k) {
-          if (__builtin_mul_overflow(res, a, &res)) fail_at(line, "integer overflow");
+          if (__builtin_mul_overflow(res, a, &res))
+            fail_at(line, "integer overflow");
           if (res == 0 || res == 1) break;
         }
         return v_int(res);
       }
       if (b == 0) fail_at(line, "integer division or modulo by zero");
       if (op == "//" || op == "%") {
-        if (a == std::numeric_limits<int64_t>::min() && b == -1) fail_at(line, "integer overflow");
+        if (a == std::numeric_limits<int64_t>::min() && b == -1)
+          fail_at(line, "integer overflow");
         int64_t q = a / b, m = a % b;
         if (m != 0 && ((m < 0) != (b < 0))) {
           --q;
@@ -3137,7 +3384,8 @@ struct Renderer {
       if (l.t == VT::list && r.t == VT::list && l.lt == r.lt &&
           (l.lt == LT::list || l.lt == LT::tuple)) {
         ValueList xs = items(l, line);
-        for (auto& x : items(r, line)) xs.push_back(x);
+        for (auto& x : items(r, line))
+          xs.push_back(x);
         return v_list(std::move(xs), l.lt);
       }
       return type_err();
@@ -3147,17 +3395,24 @@ struct Renderer {
       const Value& cnt = &seq == &l ? r : l;
       if ((cnt.t == VT::integer || cnt.t == VT::boolean) &&
           (seq.t == VT::string ||
-           (seq.t == VT::list && (seq.lt == LT::list || seq.lt == LT::tuple)))) {
+           (seq.t == VT::list &&
+            (seq.lt == LT::list || seq.lt == LT::tuple)))) {
         int64_t n = std::max<int64_t>(0, inum(cnt));
         if (seq.t == VT::string) {
-          check_size(static_cast<size_t>(std::min<int64_t>(n, 1 << 30)) * seq.sv.size(), line);
+          check_size(static_cast<size_t>(std::min<int64_t>(n, 1 << 30)) *
+                         seq.sv.size(),
+                     line);
           std::string s;
-          for (int64_t k = 0; k < n; ++k) s.append(seq.sv);
+          for (int64_t k = 0; k < n; ++k)
+            s.append(seq.sv);
           return v_str(std::move(s));
         }
-        check_size(static_cast<size_t>(std::min<int64_t>(n, 1 << 30)) * list_size(seq), line);
+        check_size(
+            static_cast<size_t>(std::min<int64_t>(n, 1 << 30)) * list_size(seq),
+            line);
         ValueList base = items(seq, line), xs;
-        for (int64_t k = 0; k < n; ++k) xs.insert(xs.end(), base.begin(), base.end());
+        for (int64_t k = 0; k < n; ++k)
+          xs.insert(xs.end(), base.begin(), base.end());
         return v_list(std::move(xs), seq.lt);
       }
       return type_err();
@@ -3204,7 +3459,8 @@ struct Renderer {
       case EK::test: {
         Value v = eval(*e.args[0]);
         Args a = eval_args(e);
-        for (auto& kv : a.kw) a.pos.push_back(kv.second);
+        for (auto& kv : a.kw)
+          a.pos.push_back(kv.second);
         bool r = test(e.name, v, a.pos, e.line);
         return v_bool(e.negated ? !r : r);
       }
@@ -3218,7 +3474,8 @@ struct Renderer {
                               type_name(v) + "'");
         if (e.k == EK::pos) return v.t == VT::boolean ? v_int(v.b) : v;
         if (v.t == VT::floating) return v_float(-v.f);
-        if (inum(v) == std::numeric_limits<int64_t>::min()) fail_at(e.line, "integer overflow");
+        if (inum(v) == std::numeric_limits<int64_t>::min())
+          fail_at(e.line, "integer overflow");
         return v_int(-inum(v));
       }
       case EK::not_:
@@ -3248,11 +3505,13 @@ struct Renderer {
       case EK::cond:
         if (truthy(eval(*e.args[1]))) return eval(*e.args[0]);
         if (e.args.size() > 2) return eval(*e.args[2]);
-        return v_undef("the inline if expression has no else and its condition was false");
+        return v_undef(
+            "the inline if expression has no else and its condition was false");
       case EK::list:
       case EK::tuple: {
         ValueList xs;
-        for (auto& a : e.args) xs.push_back(eval(*a));
+        for (auto& a : e.args)
+          xs.push_back(eval(*a));
         return v_list(std::move(xs), e.k == EK::tuple ? LT::tuple : LT::list);
       }
       case EK::dict: {
@@ -3260,7 +3519,8 @@ struct Renderer {
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
           Value key = eval(*e.args[k]);
           if (key.t != VT::string)
-            fail_at(e.line, "dict literal keys other than strings are not supported");
+            fail_at(e.line,
+                    "dict literal keys other than strings are not supported");
           Value val = eval(*e.args[k + 1]);
           bool found = false;
           for (auto& [dk, dv] : d)
@@ -3276,8 +3536,10 @@ struct Renderer {
   Args eval_args(const Expr& e) {
     Args a;
     a.line = e.line;
-    for (size_t k = 1; k < e.args.size(); ++k) a.pos.push_back(eval(*e.args[k]));
-    for (auto& [key, ex] : e.kwargs) a.kw.emplace_back(key, eval(*ex));
+    for (size_t k = 1; k < e.args.size(); ++k)
+      a.pos.push_back(eval(*e.args[k]));
+    for (auto& [key, ex] : e.kwargs)
+      a.kw.emplace_back(key, eval(*ex));
     return a;
   }
 
@@ -3305,7 +3567,8 @@ struct Renderer {
     if (xs.size() != target.args.size())
       fail_at(line, "cannot unpack " + std::to_string(xs.size()) +
                         " values into " + std::to_string(target.args.size()));
-    for (size_t k = 0; k < xs.size(); ++k) assign(*target.args[k], xs[k], line);
+    for (size_t k = 0; k < xs.size(); ++k)
+      assign(*target.args[k], xs[k], line);
   }
 
   void emit(std::string& out, std::string_view s, int line) {
@@ -3419,46 +3682,50 @@ struct Renderer {
 
   void define_macro(const Node& n) {
     const Node* def = &n;
-    scopes.back().set(n.text, v_func(n.text, [def](Renderer& r, Args& a) {
-      if (a.pos.size() > def->params.size())
-        fail_at(a.line, "macro '" + def->text + "' takes not more than " +
-                            std::to_string(def->params.size()) + " arguments");
-      Scope s;
-      for (size_t k = 0; k < def->params.size(); ++k) {
-        const std::string& p = def->params[k];
-        std::optional<Value> v;
-        if (k < a.pos.size()) v = a.pos[k];
-        for (auto& [key, val] : a.kw)
-          if (key == p) v = val;
-        if (!v) {
-          if (def->defaults[k]) {
-            r.scopes.push_back(s);
-            v = r.eval(*def->defaults[k]);
-            r.scopes.pop_back();
-          } else {
-            v = v_undef("parameter '" + p + "' was not provided");
+    scopes.back().set(
+        n.text, v_func(n.text, [def](Renderer& r, Args& a) {
+          if (a.pos.size() > def->params.size())
+            fail_at(a.line, "macro '" + def->text + "' takes not more than " +
+                                std::to_string(def->params.size()) +
+                                " arguments");
+          Scope s;
+          for (size_t k = 0; k < def->params.size(); ++k) {
+            const std::string& p = def->params[k];
+            std::optional<Value> v;
+            if (k < a.pos.size()) v = a.pos[k];
+            for (auto& [key, val] : a.kw)
+              if (key == p) v = val;
+            if (!v) {
+              if (def->defaults[k]) {
+                r.scopes.push_back(s);
+                v = r.eval(*def->defaults[k]);
+                r.scopes.pop_back();
+              } else {
+                v = v_undef("parameter '" + p + "' was not provided");
+              }
+            }
+            s.set(p, *v);
           }
-        }
-        s.set(p, *v);
-      }
-      for (auto& [key, val] : a.kw)
-        if (std::find(def->params.begin(), def->params.end(), key) == def->params.end())
-          fail_at(a.line, "macro '" + def->text + "' takes no keyword argument '" + key + "'");
-      // The macro sees the template's top level and its arguments.
-      std::vector<Scope> saved;
-      saved.swap(r.scopes);
-      r.scopes.push_back(saved.front());
-      r.scopes.push_back(std::move(s));
-      std::string out;
-      try {
-        r.exec(def->body, out);
-      } catch (...) {
-        r.scopes.swap(saved);
-        throw;
-      }
-      r.scopes.swap(saved);
-      return v_str(std::move(out));
-    }));
+          for (auto& [key, val] : a.kw)
+            if (std::find(def->params.begin(), def->params.end(), key) ==
+                def->params.end())
+              fail_at(a.line, "macro '" + def->text +
+                                  "' takes no keyword argument '" + key + "'");
+          // The macro sees the template's top level and its arguments.
+          std::vector<Scope> saved;
+          saved.swap(r.scopes);
+          r.scopes.push_back(saved.front());
+          r.scopes.push_back(std::move(s));
+          std::string out;
+          try {
+            r.exec(def->body, out);
+          } catch (...) {
+            r.scopes.swap(saved);
+            throw;
+          }
+          r.scopes.swap(saved);
+          return v_str(std::move(out));
+        }));
   }
 };
 
