@@ -3645,6 +3645,7 @@ struct Renderer {
     if (n.filter) {
       ValueList kept;
       for (auto& x : xs) {
+        step(n.line);
         scopes.emplace_back();
         assign(*n.target, x, n.line);
         bool ok = truthy(eval(*n.filter));
@@ -3659,6 +3660,7 @@ struct Renderer {
     }
     auto len = static_cast<int64_t>(xs.size());
     for (int64_t k = 0; k < len; ++k) {
+      step(n.line);  // an empty body costs its iterations too
       scopes.emplace_back();
       ValueDict loop = {
           {"index", v_int(k + 1)},

@@ -317,8 +317,9 @@ TEST_P(PythonCases, RendersAsPythonJinja) {
   auto got = render(c.source, ojson::parse(c.context));
   if (c.want == nullptr) {
     EXPECT_FALSE(got) << "Python raises; kvmesh renders: " << *got;
-    if (!got)
+    if (!got) {
       EXPECT_EQ(got.err().code, ec::invalid_argument) << got.err().message;
+    }
   } else {
     ASSERT_TRUE(got) << got.err().message;
     EXPECT_EQ(*got, c.want);
