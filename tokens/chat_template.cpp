@@ -141,28 +141,40 @@ bool is_ascii(std::string_view s) {
 // `chars`.
 std::string_view py_strip(std::string_view s, bool left, bool right,
                           const std::string_view* chars = nullptr) {
-  std::vector<std::string_view> strip_set;
-  if (chars) strip_set = code_points(*chars);
-  auto strippable = [&](std::string_view cp) {
-    if (!chars) {
-      size_t i = 0;
-      return py_space(next_cp(cp, i));
-    }
-    return std::find(strip_set.begin(), strip_set.end(), cp) != strip_set.end();
+  std::vector<uint32_t> set;
+  if (chars)
+    for (size_t i = 0; i < chars->size();)
+      set.push_back(next_cp(*chars, i));
+  auto strippable = [&](uint32_t c) {
+    return chars ? std::find(set.begin(), set.end(), c) != set.end()
+                 : py_space(c);
   };
-  auto cps = code_points(s);
-  size_t b = 0, e = cps.size();
-  if (left)
-    while (b < e && strippable(cps[b]))
-      ++b;
-  if (right)
-    while (e > b && strippable(cps[e - 1]))
-      --e;
-  if (b == e) return s.substr(0, 0);
-  size_t start = static_cast<size_t>(cps[b].data() - s.data());
-  size_t end =
-      static_cast<size_t>(cps[e - 1].data() - s.data()) + cps[e - 1].size();
-  return s.substr(start, end - start);
+  // Scans from the ends only: a long content costs what it strips.
+  size_t b = 0, e = s.size();
+  if (left) {
+    while (b < e) {
+      size_t i = b;
+      if (!strippable(next_cp(s, i))) break;
+      b = i;
+    }
+  }
+  if (right) {
+    while (e > b) {
+      size_t st = e - 1;
+      while (st > b && e - st < 4 &&
+             (static_cast<unsigned char>(s[st]) & 0xc0) == 0x80)
+        --st;
+      size_t i = st;
+      uint32_t c = next_cp(s, i);
+      if (i != e) {  // not one code point: the stray last byte alone
+        st = e - 1;
+        c = static_cast<unsigned char>(s[st]);
+      }
+      if (!strippable(c)) break;
+      e = st;
+    }
+  }
+  return s.substr(b, e - b);
 }
 
 // ---------------------------------------------------------------- numbers
