@@ -5,6 +5,7 @@
 //
 // usage: chat_template_check REF.jsonl [PYTHON.jsonl]
 // Exit 0 if every conversation agrees (the same text, or both raise).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
     templates.emplace(name, std::move(*t));
   }
   std::map<std::string, tally> tallies;
+  std::vector<double> micros;  // every render's time
   size_t failures = 0, number = 1;
   auto report = [&](const char* who, const std::string& name, size_t n,
                     const std::string& want, bool want_raise,
@@ -134,9 +136,11 @@ int main(int argc, char** argv) {
     ++t.total;
     auto start = std::chrono::steady_clock::now();
     auto got = templates.at(name).render(rec["context"], opts);
-    t.seconds +=
+    double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
+    t.seconds += took;
+    micros.push_back(took * 1e6);
     bool ok = true;
     if (rec.contains("error")) {
       if (got) {
@@ -189,6 +193,14 @@ int main(int argc, char** argv) {
       "render\n",
       total, agree, py.is_open() ? " with both references" : "",
       total ? seconds * 1e6 / static_cast<double>(total) : 0.0);
+  if (!micros.empty()) {
+    std::sort(micros.begin(), micros.end());
+    std::printf(
+        "render time per conversation: median %.1f us, p99 %.1f us, "
+        "max %.1f us\n",
+        micros[micros.size() / 2], micros[micros.size() * 99 / 100],
+        micros.back());
+  }
   std::printf("%zu passed, %zu failed\n", agree, total - agree);
   return failures == 0 && total > 0 ? 0 : 1;
 }

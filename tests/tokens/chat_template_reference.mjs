@@ -133,14 +133,14 @@ function body() {
   if (r < 0.12) return pick(code);
   if (r < 0.15) return "#" + sentence(int(1, 4));
   if (r < 0.2) return sentence(int(1, 8)) + "?";
-  if (r < 0.205) {
+  if (r < 0.202) {
     // very long: tens of kilobytes
     const xs = [];
     const n = int(2000, 6000);
     for (let i = 0; i < n; ++i) xs.push(pick(words));
     return "long " + xs.join(" ") + " end";
   }
-  if (r < 0.23) {
+  if (r < 0.212) {
     const xs = [];
     for (let i = 0; i < int(100, 400); ++i) xs.push(pick(words));
     return "w " + xs.join(" ") + " w";
