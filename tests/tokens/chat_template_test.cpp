@@ -384,6 +384,32 @@ TEST(ChatTemplate, SyntaxErrorsNameTheirLine) {
             "chat template line 1: test 'defined' takes no argument");
 }
 
+// What parse cannot see (it depends on the values) refuses at render, with
+// its name, rather than rendering something approximate.
+TEST(ChatTemplate, ValueDependentGapsRefuseAtRender) {
+  auto refuses = [](const std::string& source, const char* ctx,
+                    const std::string& what) {
+    auto got = render(source, ojson::parse(ctx));
+    ASSERT_FALSE(got) << source << " rendered " << *got;
+    EXPECT_NE(got.err().message.find(what), std::string::npos)
+        << got.err().message;
+  };
+  refuses("{{ s | upper }}", R"({"s": "straße"})",
+          "upper of non-ASCII text is not supported");
+  refuses("{{ '%s!' % name }}", R"({"name": "x"})",
+          "printf-style string formatting ('%') is not supported");
+  refuses("{{ d.pop }}", R"({"d": {"pop": 1}})",
+          "the dict method 'pop' is not supported");
+  refuses("{{ s.zfill }}", R"({"s": "1"})",
+          "the str method 'zfill' is not supported");
+  refuses("{% for m in ms %}{{ loop.depth }}{% endfor %}", R"({"ms": [1]})",
+          "loop.depth is not supported");
+  refuses("{{ x is sameas 1 }}", R"({"x": 1})", "'sameas' on values");
+  refuses("{{ 10 ** 40 }}", "{}", "integer overflow");
+  refuses("{% set g = ms | select %}{{ g | list }}{{ g | list }}",
+          R"({"ms": [1]})", "used twice is not supported");
+}
+
 TEST(ChatTemplate, SafeAsTheLastFilterPrintsTheText) {
   auto got = render("{{ '<b>' | safe }}", ojson::object());
   ASSERT_TRUE(got) << got.err().message;
