@@ -21,6 +21,8 @@ void add_bench(CLI::App& app, std::function<int()>& run);
 // cmd_index.cpp) and its clients (cmd_route.cpp, cmd_admin.cpp, cmd_top.cpp).
 void add_agent(CLI::App& app, std::function<int()>& run);
 void add_router(CLI::App& app, std::function<int()>& run);
+// The OpenAI-compatible front door over the mesh (cmd_gateway.cpp).
+void add_gateway(CLI::App& app, std::function<int()>& run);
 void add_index(CLI::App& app, std::function<int()>& run);
 void add_route(CLI::App& app, std::function<int()>& run);
 void add_admin(CLI::App& app, std::function<int()>& run);

@@ -52,6 +52,7 @@ void add_commands(CLI::App& app, std::function<int()>& run) {
   kvmesh::cli::add_bench(app, run);
   kvmesh::cli::add_agent(app, run);
   kvmesh::cli::add_router(app, run);
+  kvmesh::cli::add_gateway(app, run);
   kvmesh::cli::add_index(app, run);
   kvmesh::cli::add_route(app, run);
   kvmesh::cli::add_admin(app, run);

@@ -75,6 +75,14 @@ std::string error_body(const std::string& why) {
       .dump();
 }
 
+// The engine did not answer a byte: 502, said in a header too, so that a
+// gateway routes the request again elsewhere.
+void engine_unreachable(httplib::Response& res, const std::string& why) {
+  res.status = 502;
+  res.set_header(engine_unreachable_header, "1");
+  res.set_content(error_body(why), "application/json");
+}
+
 bool parse_id(const std::string& text, uint64_t& out) {
   if (text.empty() || text.size() > 20 ||
       text.find_first_not_of("0123456789") != std::string::npos)
@@ -176,11 +184,8 @@ void openai_front::impl::proxy(const httplib::Request& req,
       cli->Post(req.path, upstream_headers(req), req.body, "application/json");
   if (!r) {
     ++unreachable;
-    res.status = 502;
-    res.set_content(
-        error_body("engine at " + opt.engine_url +
-                   " unreachable: " + httplib::to_string(r.error())),
-        "application/json");
+    engine_unreachable(res, "engine at " + opt.engine_url + " unreachable: " +
+                                httplib::to_string(r.error()));
     return;
   }
   // Without streaming the first token is seen with the last.
@@ -237,10 +242,8 @@ void openai_front::impl::stream(const httplib::Request& req,
     lock.unlock();
     stop_reader();
     ++unreachable;
-    res.status = 502;
-    res.set_content(
-        error_body("engine at " + opt.engine_url + " unreachable: " + why),
-        "application/json");
+    engine_unreachable(res,
+                       "engine at " + opt.engine_url + " unreachable: " + why);
     return;
   }
   if (ch->status != 200) {
@@ -311,11 +314,8 @@ void openai_front::impl::pass_get(const httplib::Request& req,
 void openai_front::impl::answer_passed(const httplib::Result& r,
                                        httplib::Response& res) {
   if (!r) {
-    res.status = 502;
-    res.set_content(
-        error_body("engine at " + opt.engine_url +
-                   " unreachable: " + httplib::to_string(r.error())),
-        "application/json");
+    engine_unreachable(res, "engine at " + opt.engine_url + " unreachable: " +
+                                httplib::to_string(r.error()));
     return;
   }
   res.status = r->status;

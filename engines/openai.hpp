@@ -10,6 +10,12 @@
 
 namespace kvmesh {
 
+// Response header of a worker's front whose engine failed before answering
+// a byte (refused, reset, timed out): the request never started there, and
+// a gateway may route it again elsewhere.
+inline constexpr const char* engine_unreachable_header =
+    "X-Kvmesh-Engine-Unreachable";
+
 struct openai_request {
   bool stream = false;
   // The prompt's blocks and size: token ids (a completions prompt of

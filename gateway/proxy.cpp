@@ -3,6 +3,8 @@
 // while the client's socket is watched for a hang-up.
 #include "gateway/proxy.hpp"
 
+#include "engines/openai.hpp"
+
 #include <array>
 #include <variant>
 #include <vector>
@@ -173,6 +175,15 @@ asio::awaitable<proxy_result> proxy_request(
               ": reading its answer: " + ec.message();
     co_return out;
   }
+  // A worker's front whose engine answered nothing: as if the worker had
+  // refused the connection, the request never started there.
+  if (p.get().result() == http::status::bad_gateway &&
+      p.get().find(engine_unreachable_header) != p.get().end()) {
+    out.outcome = proxy_outcome::before_first;
+    out.why = "worker " + std::to_string(answer.worker) +
+              ": its engine did not answer";
+    co_return out;
+  }
   if (first_byte) first_byte();
 
   // The worker's header, minus its hop's; framed for the client's hop.
@@ -190,6 +201,10 @@ asio::awaitable<proxy_result> proxy_request(
   }
   res.version(11);
   res.set(client_id_header, client_id);
+  // Which GPU and which of the mesh's requests served it: what a client or
+  // an operator needs to follow it in the decision logs and `kvmesh admin`.
+  res.set(worker_header, std::to_string(answer.worker));
+  res.set(mesh_id_header, std::to_string(answer.request));
   const bool framed = p.content_length().has_value();
   if (!framed && p.is_done())
     res.content_length(0);  // no body at all (a 204, say)

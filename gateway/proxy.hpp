@@ -58,5 +58,7 @@ boost::asio::awaitable<proxy_result> proxy_request(
 inline constexpr const char* client_id_header = "X-Request-Id";
 // Header naming the mesh's request id (route_answer.request) to the worker.
 inline constexpr const char* mesh_id_header = "X-Kvmesh-Request-Id";
+// Response header: the worker (GPU) that served the request.
+inline constexpr const char* worker_header = "X-Kvmesh-Worker";
 
 }  // namespace kvmesh::gateway

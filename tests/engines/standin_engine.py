@@ -355,6 +355,13 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if e.args.store_prompts and e.pub is not None:
+            # As vLLM with prefix caching: the prompt's full blocks are
+            # cached once prefilled, and announced as KV events.
+            ids = prompt_ids(req)
+            if ids:
+                with e.lock:
+                    e.store(ids, "GPU", False)
         e.waiting += 1
         time.sleep(e.first_token_s)  # queued and prefilled
         e.waiting -= 1
@@ -478,6 +485,18 @@ def piece(i):
     return f" tok{i}" if i % 3 else f" t\u00e9{i}"
 
 
+def prompt_ids(req):
+    """The token ids of a completion body, as /tokenize gives them: a
+    prompt of ids as it is, text and messages by the byte tokenizer."""
+    prompt = req.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        return prompt
+    try:
+        return [b + 1000 for b in render(req).encode("utf-8")]
+    except (KeyError, TypeError):
+        return []
+
+
 def render(req):
     """The text the stand-in's template makes of a /tokenize body."""
     if "messages" in req:
@@ -510,6 +529,9 @@ def main():
     p.add_argument("--hashes", choices=["bytes", "int", "sint"],
                    default="bytes")
     p.add_argument("--gpu-blocks", type=int, default=1000)
+    p.add_argument("--store-prompts", action="store_true",
+                   help="cache each completion's prompt blocks and publish "
+                        "them as KV events, as vLLM does")
     args = p.parse_args()
     ENGINE = Engine(args)
     if ENGINE.replay is not None:

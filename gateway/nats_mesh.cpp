@@ -1,0 +1,265 @@
+// The gateway's mesh over NATS: heartbeats kept per worker, decisions
+// matched to their routes by the reply subject's number.
+#include "gateway/nats_mesh.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "core/log.hpp"
+#include "messages/codec.hpp"
+#include "messages/member_checks.hpp"
+
+namespace kvmesh::gateway {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// A decision's failure as the error the gateway maps to its HTTP status
+// (gateway/mesh.hpp).
+error failure_error(const decision& d) {
+  switch (d.failure) {
+    case route_failure::unknown_model:
+      return make_error(ec::not_found, d.error);
+    case route_failure::overloaded:
+      return make_error(ec::capacity_exceeded, d.error);
+    case route_failure::no_workers:
+    case route_failure::refused:
+    case route_failure::other:
+      break;
+  }
+  return make_error(ec::conflict, d.error);
+}
+
+}  // namespace
+
+struct nats_mesh::impl {
+  nats_bus* bus = nullptr;
+  nats_mesh_options opt;
+  std::string inbox;  // _INBOX.gateway.<name>.
+  uint64_t beats_sub = 0;
+  uint64_t inbox_sub = 0;
+
+  struct seen {
+    std::string agent;
+    std::string endpoint;
+    std::vector<served_model> models;
+    bool out = false;  // draining or unhealthy: takes no awards
+    steady::time_point at;
+  };
+  struct waiting {
+    steady::time_point deadline;
+    std::function<void(expected<route_answer>)> done;
+  };
+  mutable std::mutex mu;
+  std::unordered_map<uint32_t, seen> workers;
+  std::map<uint64_t, waiting> pending;
+  uint64_t next_id = 0;
+  uint64_t bad_beats = 0;
+  uint64_t bad_decisions = 0;
+  bool stopping = false;
+  std::condition_variable cv;
+  std::thread sweeper;
+
+  void on_beat(const nats_message& m) {
+    auto s = decode<worker_status>(m.payload);
+    const std::string agent = agent_of(m.subject, opt.subj.worker_beat_root());
+    std::lock_guard<std::mutex> g(mu);
+    // The routers count and log what they refuse; here it is only left out.
+    if (!s || s->agent != agent ||
+        check_worker_beat(*s) != member_fault::none) {
+      ++bad_beats;
+      return;
+    }
+    auto it = workers.find(s->worker);
+    if (it == workers.end()) {
+      if (workers.size() >= opt.max_workers) return;
+      it = workers.emplace(s->worker, seen{}).first;
+    } else if (it->second.agent != s->agent &&
+               steady::now() - it->second.at < opt.stale) {
+      return;  // a live worker's id is its agent's (as the directory rules)
+    }
+    auto& w = it->second;
+    w.agent = std::move(s->agent);
+    w.endpoint = std::move(s->endpoint);
+    w.models = std::move(s->models);
+    w.out = s->draining || s->unhealthy || s->gone;
+    w.at = steady::now();
+  }
+
+  void on_decision(const nats_message& m) {
+    if (m.subject.size() <= inbox.size()) return;
+    uint64_t id = 0;
+    for (size_t i = inbox.size(); i < m.subject.size(); ++i) {
+      const char c = m.subject[i];
+      if (c < '0' || c > '9') return;
+      id = id * 10 + static_cast<uint64_t>(c - '0');
+    }
+    std::function<void(expected<route_answer>)> done;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      auto it = pending.find(id);
+      if (it == pending.end()) return;  // timed out already
+      done = std::move(it->second.done);
+      pending.erase(it);
+    }
+    auto d = decode<decision>(m.payload);
+    if (!d) {
+      {
+        std::lock_guard<std::mutex> g(mu);
+        ++bad_decisions;
+      }
+      done(make_error(
+          ec::parse_error,
+          "the router's decision does not decode: " + d.err().message));
+      return;
+    }
+    if (!d->error.empty()) {
+      done(failure_error(*d));
+      return;
+    }
+    done(route_answer{d->worker, d->request, d->endpoint});
+  }
+
+  // Answers the routes whose decision did not come in time.
+  void sweep_loop() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      cv.wait_for(lock, std::chrono::milliseconds(20));
+      const auto now = steady::now();
+      std::vector<std::function<void(expected<route_answer>)>> late;
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (it->second.deadline > now) {
+          ++it;
+          continue;
+        }
+        late.push_back(std::move(it->second.done));
+        it = pending.erase(it);
+      }
+      if (late.empty()) continue;
+      lock.unlock();
+      for (auto& f : late)
+        f(make_error(ec::timeout, "no decision from a router in " +
+                                      std::to_string(opt.timeout.count()) +
+                                      " ms"));
+      lock.lock();
+    }
+  }
+};
+
+expected<std::unique_ptr<nats_mesh>> nats_mesh::start(
+    nats_bus& bus, const nats_mesh_options& o) {
+  if (auto st = check_name("gateway name", o.name); !st) return st.err();
+  auto p = std::make_shared<impl>();
+  p->bus = &bus;
+  p->opt = o;
+  p->inbox = "_INBOX.gateway." + o.name + ".";
+  std::random_device rd;
+  // Route ids are the mesh's request ids: a random start keeps two
+  // gateways' apart; 63 bits for clients with signed integers.
+  p->next_id = ((uint64_t{rd()} << 32) ^ rd()) & 0x3fffffffffffffffull;
+  std::weak_ptr<impl> weak = p;
+  auto beats = bus.subscribe(o.subj.worker_beats(), "", [weak](nats_message m) {
+    if (auto q = weak.lock()) q->on_beat(m);
+  });
+  if (!beats) return beats.err();
+  p->beats_sub = *beats;
+  auto inbox = bus.subscribe(p->inbox + "*", "", [weak](nats_message m) {
+    if (auto q = weak.lock()) q->on_decision(m);
+  });
+  if (!inbox) {
+    (void)bus.unsubscribe(p->beats_sub);
+    return inbox.err();
+  }
+  p->inbox_sub = *inbox;
+  p->sweeper = std::thread([q = p.get()] { q->sweep_loop(); });
+  return std::unique_ptr<nats_mesh>(new nats_mesh(std::move(p)));
+}
+
+nats_mesh::nats_mesh(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+
+nats_mesh::~nats_mesh() {
+  (void)impl_->bus->unsubscribe(impl_->inbox_sub);
+  (void)impl_->bus->unsubscribe(impl_->beats_sub);
+  std::map<uint64_t, impl::waiting> left;
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->stopping = true;
+    left.swap(impl_->pending);
+  }
+  impl_->cv.notify_all();
+  impl_->sweeper.join();
+  for (auto& [id, w] : left)
+    w.done(make_error(ec::timeout, "the gateway is stopping"));
+}
+
+std::vector<pool_model> nats_mesh::models() const {
+  std::map<std::string, pool_model> by_name;
+  const auto now = steady::now();
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    for (const auto& [id, w] : impl_->workers) {
+      if (w.out || now - w.at > impl_->opt.stale) continue;
+      for (const auto& m : w.models) {
+        auto& p = by_name[m.name];
+        p.name = m.name;
+        p.parent = m.parent;
+        p.lora = !m.parent.empty();
+        if (!w.endpoint.empty() &&
+            std::find(p.endpoints.begin(), p.endpoints.end(), w.endpoint) ==
+                p.endpoints.end())
+          p.endpoints.push_back(w.endpoint);
+      }
+    }
+  }
+  std::vector<pool_model> out;
+  out.reserve(by_name.size());
+  for (auto& [name, p] : by_name)
+    out.push_back(std::move(p));
+  return out;
+}
+
+void nats_mesh::route(route_ask ask,
+                      std::function<void(expected<route_answer>)> done) {
+  route_request_msg r;
+  r.blocks = std::move(ask.blocks);
+  r.input_tokens = ask.input_tokens;
+  r.output_tokens = ask.output_tokens;
+  r.block_tokens = ask.block_tokens;
+  // The pool is the adapter's for a LoRA request: workers announce each
+  // loaded adapter under its own name.
+  r.model = ask.lora.empty() ? std::move(ask.model) : std::move(ask.lora);
+  r.client_id = std::move(ask.client_id);
+  r.exclude = std::move(ask.exclude_workers);
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    r.id = impl_->next_id++;
+    impl_->pending.emplace(
+        r.id, impl::waiting{steady::now() + impl_->opt.timeout, done});
+  }
+  auto st = impl_->bus->publish(impl_->opt.subj.route(), encode(r),
+                                impl_->inbox + std::to_string(r.id));
+  if (st) return;
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    if (impl_->pending.erase(r.id) == 0) return;  // answered meanwhile
+  }
+  done(make_error(ec::io_error,
+                  "cannot send the route request: " + st.err().message));
+}
+
+bool nats_mesh::ready() const {
+  if (!impl_->bus->connected()) return false;
+  const auto now = steady::now();
+  std::lock_guard<std::mutex> g(impl_->mu);
+  for (const auto& [id, w] : impl_->workers)
+    if (!w.out && now - w.at <= impl_->opt.stale) return true;
+  return false;
+}
+
+}  // namespace kvmesh::gateway

@@ -1,0 +1,51 @@
+// The gateway's mesh over NATS: model pools from the workers' heartbeats,
+// route requests to the routers with their decisions awaited off-thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cluster/nats.hpp"
+#include "cluster/subjects.hpp"
+#include "core/error.hpp"
+#include "gateway/mesh.hpp"
+
+namespace kvmesh::gateway {
+
+struct nats_mesh_options {
+  subjects subj;
+  // Unique per gateway process: its decisions come on
+  // _INBOX.gateway.<name>.<n>.
+  std::string name = "gateway";
+  // How long a decision may take (a router waits out silent bidders and
+  // refused awards within it).
+  std::chrono::milliseconds timeout{5000};
+  // A worker unheard for this long is out of models() (the routers' own
+  // rule: 2.5 heartbeats of 1 s).
+  std::chrono::milliseconds stale{2500};
+  // Workers it keeps at most (limits.max_workers): a flood of forged
+  // heartbeats cannot grow it past this.
+  size_t max_workers = 16384;
+};
+
+class nats_mesh final : public gateway_mesh {
+ public:
+  static expected<std::unique_ptr<nats_mesh>> start(nats_bus& bus,
+                                                    const nats_mesh_options& o);
+  // Unsubscribes; routes still awaited are answered with an error.
+  ~nats_mesh() override;
+  std::vector<pool_model> models() const override;
+  void route(route_ask ask,
+             std::function<void(expected<route_answer>)> done) override;
+  bool ready() const override;
+
+  struct impl;
+
+ private:
+  explicit nats_mesh(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace kvmesh::gateway

@@ -1,0 +1,157 @@
+#!/bin/bash
+# `kvmesh gateway` end to end, on real processes: a nats-server, an index
+# shard, a router, two agents beside stand-ins for vLLM (its OpenAI API,
+# /tokenize, /v1/models and KV events for the tokens it received) and the
+# gateway; the official OpenAI SDK as the client (tests/npm). Checks chat
+# and completions, streaming and not, /v1/models, a 404 for an unknown
+# model, a conversation's second turn on its first turn's GPU, and faults:
+# an engine dead before its first byte (served elsewhere), one dying
+# mid-stream (the client sees an error, the gateway serves on).
+# usage: gateway_mesh_test.sh KVMESH_BINARY STANDIN_SCRIPT PYTHON3 NPM_DIR
+set -uo pipefail
+bin=$1
+standin=$2
+py=$3
+npm_dir=$4
+fails=0
+tmp=$(mktemp -d)
+pids=()
+
+. "$(dirname "$0")/../cli/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+
+start_nats
+"$bin" index --nats "$url" --shard 0/1 --db "$tmp/db" --heartbeat-ms 200 \
+  >"$tmp/index.log" 2>&1 &
+pids+=($!)
+"$bin" router --nats "$url" --block-tokens 4 --heartbeat-ms 200 \
+  >"$tmp/router.log" 2>&1 &
+pids+=($!)
+
+# Two GPUs: a stand-in engine and its agent each.
+declare -A engine_http
+for w in 0 1; do
+  pub=$(free_port)
+  engine_http[$w]=$(free_port)
+  "$py" "$standin" --pub-port "$pub" --http-port "${engine_http[$w]}" \
+    --block-size 4 --topic kv-events --layout map --hashes bytes \
+    --gpu-blocks 2000 --store-prompts >"$tmp/standin$w.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 50); do
+    grep -q ready "$tmp/standin$w.log" && break
+    sleep 0.1
+  done
+  "$bin" agent --nats "$url" --engine vllm --kv-events "tcp://127.0.0.1:$pub" \
+    --kv-topic kv-events --engine-url "http://127.0.0.1:${engine_http[$w]}" \
+    --block-tokens 4 --worker-id "$w" --name "gpu$w" --front-host 127.0.0.1 \
+    --front-port "$(free_port)" --heartbeat-ms 200 --metrics-ms 200 \
+    >"$tmp/agent$w.log" 2>&1 &
+  pids+=($!)
+done
+gw_port=$(free_port)
+gw_metrics=$(free_port)
+"$bin" gateway --nats "$url" --listen "127.0.0.1:$gw_port" --block-tokens 4 \
+  --heartbeat-ms 200 --metrics-port "$gw_metrics" \
+  --metrics-address 127.0.0.1 >"$tmp/gateway.log" 2>&1 &
+pids+=($!)
+base=http://127.0.0.1:$gw_port/v1
+
+# Ready: both workers live at the routers and in the gateway's models.
+if poll 20 admin --nats "$url" workers --json -- \
+  "assert len([w for w in d['workers'] if w['state'] == 'live']) == 2" &&
+  python3 - "$gw_metrics" <<'EOF'
+import sys, time, urllib.request
+end = time.time() + 20
+while time.time() < end:
+    try:
+        with urllib.request.urlopen(
+                f"http://127.0.0.1:{sys.argv[1]}/readyz", timeout=2) as r:
+            if r.status == 200:
+                sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.2)
+sys.exit(1)
+EOF
+then
+  ok mesh_and_gateway_ready
+else
+  fail mesh_and_gateway_ready "$(tail -5 "$tmp/gateway.log")"
+  exit 1
+fi
+
+# -- the SDK -------------------------------------------------------------------
+if node "$here/openai_client.mjs" "$npm_dir" "$base" standin \
+  >"$tmp/sdk.out" 2>"$tmp/sdk.err"; then
+  ok openai_sdk "$(cat "$tmp/sdk.out")"
+else
+  fail openai_sdk "$(cat "$tmp/sdk.err") $(tail -5 "$tmp/gateway.log")"
+fi
+sed 's/^/  /' "$tmp/sdk.err"
+
+# -- faults --------------------------------------------------------------------
+# curl_chat STREAM: one chat request through the gateway; the status in
+# $code, the body in $body.
+curl_chat() {
+  body=$(curl -s -D "$tmp/headers" -o - -w '\n%{http_code}' "$base/chat/completions" \
+    -H 'Content-Type: application/json' \
+    -d "{\"model\": \"standin\", \"stream\": $1, \"max_tokens\": 6,
+         \"messages\": [{\"role\": \"user\", \"content\": \"fault $RANDOM\"}]}")
+  code=${body##*$'\n'}
+  body=${body%$'\n'*}
+}
+ctl() {
+  curl -s "http://127.0.0.1:${engine_http[$1]}/control" -d "$2" >/dev/null
+}
+
+# The engine the mesh prefers now drops what it gets without a byte: each
+# request it is awarded goes to the other GPU instead, and all are served.
+curl_chat false
+preferred=$(grep -i '^x-kvmesh-worker:' "$tmp/headers" | tr -dc 0-9)
+ctl "$preferred" '{"op": "fail", "mode": "drop", "count": 100}'
+served=0
+for _ in 1 2 3 4; do
+  curl_chat false
+  [ "$code" = 200 ] && served=$((served + 1))
+done
+dropped=$(curl -s "http://127.0.0.1:${engine_http[$preferred]}/control" \
+  -d '{"op": "stats"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["dropped"])')
+ctl "$preferred" '{"op": "fail", "mode": "drop", "count": 0}'
+if [ "$dropped" -ge 1 ] && [ "$served" = 4 ]; then
+  ok dead_before_first_byte_is_rerouted "$served of 4 served, $dropped dropped by worker $preferred"
+else
+  fail dead_before_first_byte_is_rerouted "$served of 4 served, $dropped dropped by worker '$preferred': $body"
+fi
+
+ctl 0 '{"op": "fail", "mode": "mid_stream", "count": 5, "after": 2}'
+ctl 1 '{"op": "fail", "mode": "mid_stream", "count": 5, "after": 2}'
+curl_chat true
+if [ "$code" = 200 ] && ! grep -q '\[DONE\]' <<<"$body"; then
+  ok dying_mid_stream_cuts_the_stream
+else
+  fail dying_mid_stream_cuts_the_stream "$code: $body"
+fi
+ctl 0 '{"op": "fail", "mode": "mid_stream", "count": 0}'
+ctl 1 '{"op": "fail", "mode": "mid_stream", "count": 0}'
+curl_chat false
+if [ "$code" = 200 ]; then
+  ok gateway_serves_after_faults
+else
+  fail gateway_serves_after_faults "$code: $body"
+fi
+
+# Bad bodies: 4xx in OpenAI's error shape, never a crash.
+for bad in 'not json' '{"messages": []}' '{"model": 5, "messages": []}' \
+  '{"model": "standin", "messages": "hi"}'; do
+  body=$(curl -s -w '\n%{http_code}' "$base/chat/completions" \
+    -H 'Content-Type: application/json' -d "$bad")
+  code=${body##*$'\n'}
+  if [ "$code" = 400 ] && grep -q '"error"' <<<"$body"; then
+    ok "bad_body_is_400 ($bad)"
+  else
+    fail "bad_body_is_400 ($bad)" "$body"
+  fi
+done
+
+if [ "$fails" -eq 0 ]; then echo "all passed"; else echo "$fails failed"; fi
+[ "$fails" -eq 0 ]
