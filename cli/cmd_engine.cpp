@@ -1,16 +1,21 @@
 // `kvmesh engine`: replays a trace through one simulated GPU (the engine
-// model) in virtual time and reports what happened.
+// model) in virtual time and reports what happened, or (--serve) serves
+// simulated GPUs in real time behind vLLM's HTTP API and KV events.
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "core/block_hash.hpp"
 #include "cli/commands.hpp"
+#include "cli/mesh_flags.hpp"
 #include "cli/number_flags.hpp"
+#include "cluster/sim_engine_server.hpp"
+#include "core/block_hash.hpp"
 #include "core/engine.hpp"
+#include "core/log.hpp"
 #include "core/sim.hpp"
 #include "core/trace.hpp"
+#include "harness/process.hpp"
 
 namespace kvmesh::cli {
 
@@ -18,6 +23,8 @@ namespace {
 
 struct engine_options {
   std::string trace;
+  std::string serve;  // HOST:PORT: serve instead of replaying
+  sim_engine_server_options server;
   size_t requests = 0;  // 0: all
   double speedup = 1.0;
   engine_config engine;
@@ -28,7 +35,43 @@ void print_summary(const char* name, const summary& s) {
               s.mean, s.p50, s.p90, s.p99);
 }
 
+int serve_engine(engine_options opt) {
+  const char* cmd = "engine";
+  sim_engine_server_options& so = opt.server;
+  if (!split_listen(opt.serve, so.host, so.port))
+    return usage_error(
+        cmd, "--serve: '" + opt.serve + "' is not HOST:PORT (port 0 to 65535)");
+  so.engine = opt.engine;
+  log::set_proc("engine");
+  harness::block_signals({SIGINT, SIGTERM});
+  auto server = sim_engine_server::start(so);
+  if (!server) return start_error(cmd, server.err());
+  KVMESH_INFO(
+      "serves model %s on http://%s:%d as vLLM would: %u simulated GPU(s), "
+      "%u-token blocks, %lu GPU blocks each%s%s",
+      so.model.c_str(), so.host.c_str(), (*server)->port(), so.ranks,
+      so.engine.block_tokens,
+      static_cast<unsigned long>(so.engine.cache.gpu_blocks),
+      so.kv_events.empty() ? "" : ", KV events on ", so.kv_events.c_str());
+  // One line on stdout for scripts that started it on port 0.
+  if (so.port == 0) {
+    std::printf("ready http_port=%d\n", (*server)->port());
+    std::fflush(stdout);
+  }
+  harness::wait_for_stop();
+  const sim_engine_counters c = (*server)->counters();
+  KVMESH_INFO("stopping: %lu requests, %lu finished, %lu refused, %lu steps",
+              static_cast<unsigned long>(c.requests),
+              static_cast<unsigned long>(c.finished),
+              static_cast<unsigned long>(c.refused),
+              static_cast<unsigned long>(c.steps));
+  return 0;
+}
+
 int run_engine(engine_options opt) {
+  if (!opt.serve.empty()) return serve_engine(std::move(opt));
+  if (opt.trace.empty())
+    return usage_error("engine", "--trace or --serve is required");
   auto trace = load_trace(opt.trace);
   if (!trace) {
     std::fprintf(stderr, "kvmesh engine: %s\n", trace.err().message.c_str());
@@ -86,9 +129,46 @@ void add_engine(CLI::App& app, std::function<int()>& run) {
   // ~1000 blocks of 512 tokens; host memory and disk hold 4x and 16x that.
   opt->engine.cache = {1024, 4096, 16384};
   auto* cmd = app.add_subcommand(
-      "engine", "replay a trace through one simulated GPU (the engine model)");
-  cmd->add_option("--trace", opt->trace, "JSONL trace (Mooncake format)")
-      ->required();
+      "engine",
+      "replay a trace through one simulated GPU (the engine model), or "
+      "serve simulated GPUs as vLLM serves real ones (--serve)");
+  auto* trace =
+      cmd->add_option("--trace", opt->trace, "JSONL trace (Mooncake format)");
+  cmd->add_option("--serve", opt->serve,
+                  "HOST:PORT: serve the engine model in real time behind "
+                  "vLLM's HTTP API (OpenAI completions and chat, /tokenize, "
+                  "/v1/models, /metrics, /health) until SIGINT/SIGTERM")
+      ->excludes(trace);
+  sim_engine_server_options& so = opt->server;
+  cmd->add_option("--model", so.model, "--serve: the model name it serves")
+      ->capture_default_str();
+  cmd->add_option("--data-parallel-size", so.ranks,
+                  "--serve: simulated GPUs, one data-parallel rank each "
+                  "(X-data-parallel-rank picks one)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--kv-events", so.kv_events,
+                  "--serve: publish vLLM's KV events on tcp://HOST:PORT "
+                  "(rank r on PORT + r)");
+  cmd->add_option("--kv-topic", so.kv_topic, "--serve: the KV events' topic");
+  cmd->add_option("--time-scale", so.time_scale,
+                  "--serve: engine milliseconds per wall-clock millisecond")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--default-max-tokens", so.default_max_tokens,
+                  "--serve: output tokens of a request that names no "
+                  "max_tokens")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", so.max_model_len,
+                  "--serve: prompt plus output tokens at most (0: the GPU "
+                  "tier's tokens)")
+      ->capture_default_str();
+  cmd->add_option("--http-threads", so.threads,
+                  "--serve: concurrent requests (each streaming one holds a "
+                  "thread)")
+      ->check(positive)
+      ->capture_default_str();
   cmd->add_option("--requests", opt->requests, "replay the first N (0: all)")
       ->capture_default_str();
   cmd->add_option("--speedup", opt->speedup, "divide arrival times by X")

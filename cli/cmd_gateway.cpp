@@ -36,21 +36,6 @@ struct gateway_node {
   ~gateway_node() { server.reset(); }
 };
 
-// HOST:PORT, the port 1 to 65535 (or 0: any free one).
-bool split_listen(const std::string& s, std::string& host, int& port) {
-  const auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  host = s.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  const std::string p = s.substr(colon + 1);
-  if (p.empty() || p.size() > 5 ||
-      p.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  port = std::stoi(p);
-  return port <= 65535;
-}
-
 int run_gateway(gateway_flags f) {
   const char* cmd = "gateway";
   set_wire_limits(f.limits);

@@ -20,8 +20,9 @@
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
 #include "cli/commands.hpp"
-#include "cli/number_flags.hpp"
 #include "cli/config.hpp"
+#include "cli/mesh_flags.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/report.hpp"
 #include "core/log.hpp"
 #include "core/secret.hpp"
@@ -50,6 +51,10 @@ struct up_options {
   uint32_t heartbeat_ms = 1000;
   uint32_t threads = 0;  // each started process's; 0: split the host
   bool durable = false;
+  // HOST:PORT: the mesh serves the OpenAI API there (a gateway), its GPUs
+  // simulated engines served as vLLM serves real ones.
+  std::string gateway;
+  std::string model = "kvmesh-sim";
   // Flags of one mode only, to reject them in the other.
   std::vector<CLI::Option*> replay_only;
   std::vector<CLI::Option*> mesh_only;
@@ -209,6 +214,11 @@ std::string check_mesh_options(const up_options& o) {
              ": replays run only --embedded so far (one process)";
   if (auto st = validate(cfg); !st) return st.err().message;
   if (auto st = check_prefix(o.prefix); !st) return st.err().message;
+  std::string host;
+  int port = 0;
+  if (!o.gateway.empty() && !split_listen(o.gateway, host, port))
+    return "--gateway: '" + o.gateway + "' is not HOST:PORT (port 0 to 65535)";
+  if (o.model.empty()) return "--model: empty";
   return harness::check_layout(o.shards, o.agents, cfg.workers);
 }
 
@@ -277,6 +287,24 @@ harness::launch_options launch_of(const up_options& o, const std::string& exe,
   return lo;
 }
 
+// With --gateway: the loopback ports of each agent's served engine (HTTP,
+// and one KV event port per rank); "" when there are.
+std::string plan_served_engines(const up_options& o,
+                                harness::launch_options& lo) {
+  if (o.gateway.empty()) return {};
+  lo.gateway_listen = o.gateway;
+  lo.model = o.model;
+  for (uint32_t a = 0; a < o.agents; ++a) {
+    auto http = harness::free_loopback_port();
+    if (!http) return http.err().message;
+    auto kv = harness::free_loopback_port(
+        harness::agent_share(o.cfg.workers, o.agents, a));
+    if (!kv) return kv.err().message;
+    lo.engines.push_back({*http, *kv});
+  }
+  return {};
+}
+
 // Until a signal, or until a child ends: none should on its own. The exit
 // code: 0 after a signal, 1 when a child ended.
 int supervise(harness::child_mesh& m) {
@@ -337,8 +365,12 @@ int run_up_mesh(const up_options& o) {
                 c.hosts.empty() ? "" : (" " + c.hosts).c_str());
     std::fflush(stdout);
   };
-  if (auto why = harness::start_mesh(m, launch_of(o, *exe, m, threads), print);
-      !why.empty()) {
+  harness::launch_options lo = launch_of(o, *exe, m, threads);
+  if (auto why = plan_served_engines(o, lo); !why.empty()) {
+    m.stop();
+    return die(why);
+  }
+  if (auto why = harness::start_mesh(m, lo, print); !why.empty()) {
     KVMESH_ERROR("%s", why.c_str());
     m.stop();
     return 1;
@@ -348,6 +380,11 @@ int run_up_mesh(const up_options& o) {
       "shard(s) on %s (data %s%s); Ctrl-C stops",
       cfg.workers, o.agents, cfg.routers, o.shards, redact_url(m.url).c_str(),
       m.dir.c_str(), m.temp.path.empty() ? "" : ", removed at exit");
+  if (!o.gateway.empty()) {
+    std::printf("OpenAI API: http://%s/v1 (model %s)\n", o.gateway.c_str(),
+                o.model.c_str());
+    std::fflush(stdout);
+  }
   return supervise(m);
 }
 
@@ -414,7 +451,14 @@ void add_up(CLI::App& app, std::function<int()>& run) {
           ->capture_default_str(),
       cmd->add_flag("--durable", o->durable,
                     "routers take the durable JetStream queue too (the "
-                    "nats-server up starts has JetStream on)")};
+                    "nats-server up starts has JetStream on)"),
+      cmd->add_option("--gateway", o->gateway,
+                      "HOST:PORT: serve the OpenAI API there (a gateway); "
+                      "each agent then drives simulated GPUs served as "
+                      "vLLM serves real ones (kvmesh engine --serve)"),
+      cmd->add_option("--model", o->model,
+                      "with --gateway: the model the simulated GPUs serve")
+          ->capture_default_str()};
   // Of the mesh mode too: a config file serving both modes may hold them.
   add_nats_security(*cmd, o->security);
   cmd->callback([o, &run] { run = [o] { return run_up(*o); }; });

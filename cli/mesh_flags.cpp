@@ -17,7 +17,6 @@ namespace kvmesh::cli {
 
 namespace {
 
-
 // The process's metrics endpoint, when --metrics-port asks for one: bound
 // before the node joins the mesh, so that a port in use stops the process
 // before anybody counts on it. Scrapes ask the node once watch() is called.
@@ -45,7 +44,6 @@ bool numeric(const std::string& s) {
 }
 
 }  // namespace
-
 
 void add_bus_flags(CLI::App& cmd, bus_flags& b) {
   cmd.add_option("--nats", b.nats,
@@ -249,6 +247,20 @@ void print_columns(const table& rows) {
     }
     std::printf("%s\n", line.c_str());
   }
+}
+
+bool split_listen(const std::string& s, std::string& host, int& port) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  host = s.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const std::string p = s.substr(colon + 1);
+  if (p.empty() || p.size() > 5 ||
+      p.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  port = std::stoi(p);
+  return port <= 65535;
 }
 
 }  // namespace kvmesh::cli

@@ -56,6 +56,10 @@ void add_threads_flag(CLI::App& cmd, uint32_t& threads);
 // wire (messages/limits.hpp, docs/reliability.md), one [limits] key each.
 void add_limit_flags(CLI::App& cmd, wire_limits& l);
 
+// HOST:PORT, the host in brackets for IPv6 ([::1]:8080), the port 0 to
+// 65535 (0: any free one): what --listen and --serve take.
+bool split_listen(const std::string& s, std::string& host, int& port);
+
 // -- exit codes --------------------------------------------------------------
 
 // Exit codes: 2 for a bad flag or value (as CLI11's errors, see main.cpp),

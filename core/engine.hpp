@@ -97,6 +97,13 @@ class engine {
   // generated; appends what happened to `out`.
   void finish_step(std::vector<engine_event>& out);
 
+  // Calls f(request id, tokens generated so far) for each running sequence:
+  // a server streams each request's tokens as its steps produce them.
+  template <class F>
+  void each_running(F&& f) const {
+    for (uint32_t slot : running_)
+      f(seqs_[slot].req.id, seqs_[slot].generated);
+  }
   bool busy() const { return !running_.empty() || !waiting_.empty(); }
   bool in_step() const { return step_end_ >= 0; }
   size_t waiting() const { return waiting_.size(); }

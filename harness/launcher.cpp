@@ -55,6 +55,41 @@ std::vector<std::string> router_args(const launch_options& o, uint32_t r,
   return argv;
 }
 
+// `kvmesh engine --serve` for agent `first`'s `n` GPUs: the engines of
+// `kvmesh sim`'s fleet (worker `first`'s; a fleet of mixed speeds gets its
+// first rank's), one data-parallel rank each.
+std::vector<std::string> served_engine_args(const launch_options& o,
+                                            const std::string& http,
+                                            const std::string& kv,
+                                            uint32_t first, uint32_t n) {
+  const sim_config& cfg = o.fleet;
+  const engine_config e = fleet_engine_config(cfg, first);
+  return {o.exe,
+          "engine",
+          "--serve",
+          http,
+          "--model",
+          o.model,
+          "--data-parallel-size",
+          arg(n),
+          "--kv-events",
+          kv,
+          "--block-tokens",
+          arg(cfg.block_tokens),
+          "--gpu-blocks",
+          arg(e.cache.gpu_blocks),
+          "--host-blocks",
+          arg(e.cache.host_blocks),
+          "--disk-blocks",
+          arg(e.cache.disk_blocks),
+          "--speed",
+          arg(e.speed),
+          "--model-factor",
+          arg(cfg.model_factor),
+          "--time-scale",
+          arg(o.time_scale)};
+}
+
 }  // namespace
 
 std::string arg(double v) {
@@ -134,7 +169,34 @@ std::vector<planned_child> mesh_commands(const launch_options& o) {
   for (uint32_t a = 0; a < o.agents; ++a) {
     const uint32_t n = agent_share(o.fleet.workers, o.agents, a);
     const std::string name = "agent-" + std::to_string(first);
-    auto own = sim_agent_args(o.fleet, name, first, n, o.time_scale);
+    std::vector<std::string> own;
+    if (a < o.engines.size()) {
+      const auto& e = o.engines[a];
+      const std::string http = "127.0.0.1:" + arg(e.http_port);
+      const std::string kv = "tcp://127.0.0.1:" + arg(e.kv_port);
+      out.push_back({"engine", "engine-" + std::to_string(first),
+                     served_engine_args(o, http, kv, first, n),
+                     "workers " + std::to_string(first) + "-" +
+                         std::to_string(first + n - 1)});
+      own = {"--engine",
+             "vllm",
+             "--name",
+             name,
+             "--engine-url",
+             "http://" + http,
+             "--kv-events",
+             kv,
+             "--data-parallel-size",
+             arg(n),
+             "--worker-id",
+             arg(first),
+             "--block-tokens",
+             arg(o.fleet.block_tokens),
+             "--front-host",
+             "127.0.0.1"};
+    } else {
+      own = sim_agent_args(o.fleet, name, first, n, o.time_scale);
+    }
     own.insert(own.end(), beat.begin(), beat.end());
     add("agent", name, std::move(own),
         "workers " + std::to_string(first) + "-" +
@@ -144,6 +206,24 @@ std::vector<planned_child> mesh_commands(const launch_options& o) {
   for (uint32_t r = 0; r < o.fleet.routers; ++r) {
     const std::string name = "router-" + std::to_string(r);
     add("router", name, router_args(o, r, name), "");
+  }
+  if (!o.gateway_listen.empty()) {
+    // Not add(): the gateway's threads are its --http-threads.
+    std::vector<std::string> argv{o.exe,
+                                  "gateway",
+                                  "--nats",
+                                  o.url,
+                                  "--prefix",
+                                  o.prefix,
+                                  "--name",
+                                  "gateway-0",
+                                  "--listen",
+                                  o.gateway_listen,
+                                  "--block-tokens",
+                                  arg(o.fleet.block_tokens),
+                                  "--heartbeat-ms",
+                                  arg(o.heartbeat_ms)};
+    out.push_back({"gateway", "gateway-0", std::move(argv), ""});
   }
   return out;
 }

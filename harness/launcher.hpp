@@ -85,6 +85,18 @@ struct launch_options {
   bool heartbeat_first = false;
   // Each child's stdout and stderr go to DIR/NAME.log; else they are ours.
   bool logs_in_dir = false;
+  // Non-empty: the mesh serves the OpenAI API. Each agent then drives a
+  // simulated engine served as vLLM serves a GPU (`kvmesh engine --serve`,
+  // one data-parallel rank per worker) on these loopback ports, one entry
+  // per agent, as it would a real engine; a gateway listens on
+  // gateway_listen.
+  struct served_engine {
+    int http_port = 0;
+    int kv_port = 0;  // rank r publishes on kv_port + r
+  };
+  std::vector<served_engine> engines;
+  std::string gateway_listen;
+  std::string model = "kvmesh-sim";
 };
 
 // Whether `shards` index shards and `agents` agents can run `workers`
@@ -93,7 +105,7 @@ std::string check_layout(uint32_t shards, uint32_t agents, uint32_t workers);
 
 // One child of the mesh, as it will be started.
 struct planned_child {
-  std::string role;  // index, agent, router
+  std::string role;  // index, engine, agent, router, gateway
   std::string name;  // shard-0, agent-0, router-0
   std::vector<std::string> argv;
   std::string hosts;  // an agent's workers ("workers 0-3"), else empty

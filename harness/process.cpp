@@ -184,24 +184,50 @@ expected<std::string> self_exe() {
   return p.string();
 }
 
-expected<int> free_loopback_port() {
+namespace {
+
+// A socket bound to 127.0.0.1:`port` (0: the kernel's choice), or -1.
+int bind_loopback(int port, int& bound) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return make_error(ec::io_error,
-                      std::string("socket: ") + std::strerror(errno));
+  if (fd < 0) return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
+  a.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(a);
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    const std::string why = std::strerror(errno);
     close(fd);
-    return make_error(ec::io_error, "no free loopback port: " + why);
+    return -1;
   }
-  close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
+  bound = ntohs(a.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+expected<int> free_loopback_port(uint32_t run) {
+  run = std::max(run, 1u);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    int first = 0;
+    const int fd = bind_loopback(0, first);
+    if (fd < 0)
+      return make_error(ec::io_error, std::string("no free loopback port: ") +
+                                          std::strerror(errno));
+    std::vector<int> fds{fd};
+    bool free = first + run - 1 <= 65535;
+    for (uint32_t i = 1; free && i < run; ++i) {
+      int got = 0;
+      const int next = bind_loopback(first + static_cast<int>(i), got);
+      free = next >= 0;
+      if (free) fds.push_back(next);
+    }
+    for (int f : fds)
+      close(f);
+    if (free) return first;
+  }
+  return make_error(ec::io_error, "no " + std::to_string(run) +
+                                      " consecutive free loopback ports");
 }
 
 bool loopback_accepting(int port) {

@@ -59,8 +59,10 @@ void stop_children(std::vector<pid_t>& pids, std::chrono::milliseconds grace,
 // The path of the running binary (/proc/self/exe), to start its siblings.
 expected<std::string> self_exe();
 
-// A loopback port nobody listens on right now (the kernel's choice).
-expected<int> free_loopback_port();
+// A loopback port nobody listens on right now (the kernel's choice), and
+// with it the `run` - 1 after it (a data-parallel engine's ranks take
+// consecutive ports).
+expected<int> free_loopback_port(uint32_t run = 1);
 
 // Whether something accepts TCP connections on 127.0.0.1:`port`.
 bool loopback_accepting(int port);

@@ -58,7 +58,7 @@ expect weights_bad_credit 2 "^--c-host: must be a number from 0 to 1, got '2'" -
 # A required option missing; the mesh's commands say where else it may
 # come from.
 expect hash_missing_option 2 '^--tokens is required' -- hash --block-tokens 4
-expect engine_missing_option 2 '^--trace is required' -- engine
+expect engine_missing_option 2 'trace or --serve is required' -- engine
 expect index_missing_option 2 '^--shard is required' -- index --nats "$dead"
 expect route_missing_option 2 'KVMESH_\* variable or the --config file' -- \
   route --block-tokens 4 --tokens 1,2,3,4
