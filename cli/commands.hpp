@@ -30,6 +30,9 @@ void add_top(CLI::App& app, std::function<int()>& run);
 // A fixed-rate load generator that records every request's fate
 // (cmd_load.cpp), for scripts/chaos.
 void add_load(CLI::App& app, std::function<int()>& run);
+// `completion bash|zsh` and `man`, made from every command's flags
+// (cmd_completion.cpp); registered last, they see the whole tree.
+void add_completion(CLI::App& app, std::function<int()>& run);
 // Adds the `nats-auth` verb to `kvmesh config` (it needs the mesh's names,
 // which the config library does not link).
 void add_nats_auth(CLI::App& config, std::function<int()>& run);

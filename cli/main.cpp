@@ -60,6 +60,7 @@ void add_commands(CLI::App& app, std::function<int()>& run) {
   kvmesh::cli::add_load(app, run);
   kvmesh::cli::add_config(app, run);
   kvmesh::cli::add_nats_auth(*app.get_subcommand("config"), run);
+  kvmesh::cli::add_completion(app, run);
 }
 
 }  // namespace
@@ -67,9 +68,14 @@ void add_commands(CLI::App& app, std::function<int()>& run) {
 int main(int argc, char** argv) {
   CLI::App app{"kvmesh: routes LLM requests to GPUs priced in cache blocks"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "kvmesh 0.1.0");
+  const std::string version = "kvmesh " KVMESH_VERSION;
+  app.set_version_flag("--version", version);
   std::function<int()> run;
   add_commands(app, run);
+  // `kvmesh router --version` as well as `kvmesh --version`.
+  for (CLI::App* sub :
+       app.get_subcommands([](const CLI::App*) { return true; }))
+    sub->set_version_flag("--version", version);
   kvmesh::cli::set_command_factory(add_commands);
   kvmesh::cli::enable_config(app);
   try {
