@@ -337,12 +337,24 @@ void sim_engine_server::impl::completion(const httplib::Request& req,
                  std::to_string(tokens->size()) + " in the messages, " +
                  std::to_string(max_tokens) + " in the completion).");
   bool stream = false, usage = false;
-  if (auto s = body.find("stream"); s != body.end() && s->is_boolean())
-    stream = s->get<bool>();
+  if (auto v = body.find("stream"); v != body.end() && !v->is_null()) {
+    if (!v->is_boolean())
+      return refuse(400, "stream must be a boolean", "stream");
+    stream = v->get<bool>();
+  }
   if (auto so = body.find("stream_options");
-      so != body.end() && so->is_object())
-    if (auto u = so->find("include_usage"); u != so->end() && u->is_boolean())
+      so != body.end() && !so->is_null()) {
+    if (!so->is_object())
+      return refuse(400, "stream_options must be an object", "stream_options");
+    if (auto u = so->find("include_usage"); u != so->end() && !u->is_null()) {
+      if (!u->is_boolean())
+        return refuse(400, "stream_options.include_usage must be a boolean",
+                      "stream_options");
       usage = u->get<bool>();
+    }
+  }
+  if (auto n = body.find("n"); n != body.end() && !n->is_null() && *n != 1)
+    return refuse(400, "n: the simulated engine answers one choice only", "n");
   std::string why;
   rank_engine* r = pick(req, why);
   if (!r) return refuse(400, why);
@@ -603,6 +615,7 @@ expected<std::unique_ptr<sim_engine_server>> sim_engine_server::start(
   }
   impl* raw = p.get();
   const size_t threads = std::max<size_t>(opt.threads, 2);
+  p->server.set_payload_max_length(64 << 20);  // vLLM's is larger; enough
   p->server.new_task_queue = [threads] {
     return new httplib::ThreadPool(threads);
   };

@@ -174,7 +174,15 @@ TEST(sim_engine_server, refuses_bad_requests_with_vllm_errors) {
                      {{"X-data-parallel-rank", "3"}});
   ASSERT_TRUE(rank);
   EXPECT_EQ(rank->status, 400);
-  EXPECT_EQ(s.server->counters().refused, 5u);
+  auto stream =
+      s.post("/v1/completions", {{"prompt", "abcd"}, {"stream", "yes"}});
+  ASSERT_TRUE(stream);
+  EXPECT_EQ(stream->status, 400);
+  EXPECT_EQ(json::parse(stream->body)["error"]["param"], "stream");
+  auto n = s.post("/v1/completions", {{"prompt", "abcd"}, {"n", 2}});
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->status, 400);
+  EXPECT_EQ(s.server->counters().refused, 7u);
   EXPECT_EQ(s.server->counters().requests, 0u);
 }
 
