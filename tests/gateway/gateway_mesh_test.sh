@@ -4,11 +4,12 @@
 # /tokenize, /v1/models and KV events for the tokens it received) and the
 # gateway; the official OpenAI SDK as the client (tests/npm). Checks chat
 # and completions, streaming and not, /v1/models, a 404 for an unknown
-# model, a conversation's second turn on its first turn's GPU, and faults:
-# an engine dead before its first byte (served elsewhere), one dying
-# mid-stream (the client sees an error, the gateway serves on), a client
-# that goes away in its request's prefill or mid-stream (the engine aborts
-# it, the worker's queue empties).
+# model, a conversation's second turn on its first turn's GPU, the
+# client's X-Request-Id on every hop (the engine, the router's decision,
+# the logs), and faults: an engine dead before its first byte (served
+# elsewhere), one dying mid-stream (the client sees an error, the gateway
+# serves on), a client that goes away in its request's prefill or
+# mid-stream (the engine aborts it, the worker's queue empties).
 # usage: gateway_mesh_test.sh KVMESH_BINARY STANDIN_SCRIPT PYTHON3 NPM_DIR
 set -uo pipefail
 bin=$1
@@ -26,8 +27,9 @@ start_nats
 "$bin" index --nats "$url" --shard 0/1 --db "$tmp/db" --heartbeat-ms 200 \
   >"$tmp/index.log" 2>&1 &
 pids+=($!)
+# Debug: the router logs each decision.
 "$bin" router --nats "$url" --block-tokens 4 --heartbeat-ms 200 \
-  >"$tmp/router.log" 2>&1 &
+  --log-level debug >"$tmp/router.log" 2>&1 &
 pids+=($!)
 
 # Two GPUs: a stand-in engine and its agent each.
@@ -142,7 +144,7 @@ else
   fail gateway_serves_after_faults "$code: $body"
 fi
 
-# -- a client that goes away ---------------------------------------------------
+# -- request ids ---------------------------------------------------------------
 # seen_until SECONDS ID PYTHON: polls both stand-ins' record of the request
 # whose X-Request-Id is ID (their "seen") every 0.1 s until PYTHON holds of
 # it as `r`, `w` the worker whose engine has it; prints w. 1 (the last
@@ -176,6 +178,37 @@ while True:
 EOF
 }
 
+# The client's X-Request-Id, any string: echoed to it, passed on to the
+# engine (vLLM takes it as its own request id), carried in the route
+# request and its decision, and in the router's log lines about the
+# request, beside the mesh's own number for it (the gateway's: below).
+rid="chat 7/abc-123"
+curl -s -D "$tmp/headers" -o "$tmp/body" "$base/chat/completions" \
+  -H 'Content-Type: application/json' -H "X-Request-Id: $rid" \
+  -d '{"model": "standin", "max_tokens": 3,
+       "messages": [{"role": "user", "content": "whose id is this?"}]}'
+echoed=$(sed -n 's/^x-request-id: \(.*\)\r$/\1/Ip' "$tmp/headers")
+mesh=$(sed -n 's/^x-kvmesh-request-id: \([0-9]*\)\r$/\1/Ip' "$tmp/headers")
+if [ "$echoed" = "$rid" ] && [ -n "$mesh" ]; then
+  ok request_id_echoed "mesh request $mesh"
+else
+  fail request_id_echoed "$(cat "$tmp/headers")"
+fi
+if seen_until 5 "$rid" "assert r['headers']['x-request-id'] == '$rid'" \
+  >/dev/null 2>"$tmp/seen.err"; then
+  ok request_id_reaches_the_engine
+else
+  fail request_id_reaches_the_engine "$(cat "$tmp/seen.err")"
+fi
+if grep -Fq "decides request $mesh (client id \"$rid\"): worker" \
+  "$tmp/router.log"; then
+  ok request_id_in_the_routers_decision
+else
+  fail request_id_in_the_routers_decision \
+    "$(grep -F decides "$tmp/router.log" | tail -3)"
+fi
+
+# -- a client that goes away ---------------------------------------------------
 # A client that goes away has its request cancelled on every hop: the
 # gateway closes its connection to the worker's front, the front its
 # connection to the engine, which aborts the request (vLLM does so when a
