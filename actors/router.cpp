@@ -181,6 +181,9 @@ void won(rpointer self, const auction_ptr& a, uint32_t w, uint64_t count,
   d.prices = a->prices;
   d.endpoint = endpoint;
   d.client_id = a->request.client_id;
+  KVMESH_DEBUG("router %s decides %s: worker %u (%u auction%s)",
+               st.opt.name.c_str(), request_name(a->request).c_str(), w,
+               a->round, a->round == 1 ? "" : "s");
   a->promise.deliver(std::move(d));
   ended(self);
 }
@@ -202,11 +205,9 @@ void withdraw(rpointer self, auction_ptr a, uint32_t w, uint32_t attempt) {
             // Logged: unanswered awards are rare, and scripts/chaos reads
             // how they ended.
             KVMESH_INFO(
-                "worker %u %s request %llu after its award went "
-                "unanswered (router %s)",
+                "worker %u %s %s after its award went unanswered (router %s)",
                 w, r.withdrawn ? "withdrew" : "runs",
-                static_cast<unsigned long long>(a->request.id),
-                self->state.opt.name.c_str());
+                request_name(a->request).c_str(), self->state.opt.name.c_str());
             if (!r.withdrawn) {
               won(self, a, w, r.count, r.endpoint);
               return;

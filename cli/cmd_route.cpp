@@ -1,5 +1,4 @@
 // `kvmesh route`: one request routed through the mesh, its decision printed.
-#include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -18,7 +17,7 @@ namespace {
 struct route_flags {
   bus_flags bus;
   bool durable = false;
-  uint64_t request_id = 0;
+  std::string request_id;  // the client's own id (clientId)
   CLI::Option* request_id_opt = nullptr;
   uint32_t timeout_ms = default_timeout_ms;
   uint32_t block_tokens = default_block_tokens;
@@ -29,7 +28,6 @@ struct route_flags {
   std::string salt;
   uint32_t output_tokens = 0;
   std::string model;
-  std::string client_id;
   bool json = false;
 };
 
@@ -41,9 +39,10 @@ uint64_t random_request_id() {
 }
 
 void print_decision(const decision& d) {
-  std::printf("request %" PRIu64 " -> worker %u%s%s (%u auction%s)\n",
-              d.request, d.worker, d.endpoint.empty() ? "" : " at ",
-              d.endpoint.c_str(), d.auctions, d.auctions == 1 ? "" : "s");
+  std::printf("%s -> worker %u%s%s (%u auction%s)\n",
+              request_name(d.request, d.client_id).c_str(), d.worker,
+              d.endpoint.empty() ? "" : " at ", d.endpoint.c_str(), d.auctions,
+              d.auctions == 1 ? "" : "s");
   if (d.prices.empty()) return;
   table rows{{"won", "worker", "read", "credit_gpu", "credit_host",
               "credit_disk", "space", "speed", "overflow", "wait", "price",
@@ -63,7 +62,7 @@ void print_decision(const decision& d) {
 // every failed request as an io_error.
 std::string route_failure(const route_flags& f, const subjects& subj,
                           const route_request_msg& r, const error& e) {
-  const std::string id = std::to_string(r.id);
+  const std::string name = request_name(r);
   const std::string& why = e.message;
   const std::string subject = f.durable ? subj.route_durable() : subj.route();
   auto ends_with = [&](const std::string& tail) {
@@ -74,21 +73,21 @@ std::string route_failure(const route_flags& f, const subjects& subj,
       why.find("No responders available") != std::string::npos;
   // Durable: nobody answers JetStream's API on a server without it.
   if (f.durable && no_responders)
-    return "request " + id + ": " + why +
+    return name + ": " + why +
            (why.find("JetStream is not enabled") != std::string::npos
                 ? ""
                 : " (the durable queue needs JetStream: is nats-server "
                   "running with -js?)");
   if (no_responders)
-    return "request " + id + ": no router serves " + subject +
+    return name + ": no router serves " + subject +
            " (is a router running on this NATS server with --prefix " +
            subj.prefix + "?)";
   if (e.code == ec::io_error && ends_with(": Timeout"))
-    return "request " + id + ": no decision within " +
-           std::to_string(f.timeout_ms) + " ms from the routers on " + subject;
+    return name + ": no decision within " + std::to_string(f.timeout_ms) +
+           " ms from the routers on " + subject;
   std::string msg = why;
-  if (msg.find("request " + id) == std::string::npos)
-    msg = "request " + id + ": " + msg;
+  if (msg.find("request " + std::to_string(r.id)) == std::string::npos)
+    msg = name + ": " + msg;
   if (f.durable && e.code == ec::timeout)
     msg +=
         "; are routers with --durable running on this NATS server with "
@@ -112,15 +111,21 @@ int run_route(const route_flags& f) {
     return usage_error(cmd, why);
   if ((f.tokens_opt->count() > 0) == (f.text_opt->count() > 0))
     return usage_error(cmd, "--tokens or --text: give exactly one");
+  if (f.request_id_opt->count() > 0 &&
+      (f.request_id.empty() || f.request_id.size() > max_name_bytes))
+    return usage_error(
+        cmd, "--request-id: 1 to " + std::to_string(max_name_bytes) +
+                 " bytes, not " + std::to_string(f.request_id.size()));
+  if (f.model.size() > max_name_bytes)
+    return usage_error(
+        cmd, "--model: at most " + std::to_string(max_name_bytes) + " bytes");
   route_request_msg r;
-  r.id = f.request_id_opt->count() > 0 ? f.request_id : random_request_id();
+  // The mesh's own number for it; the client's id travels beside it.
+  r.id = random_request_id();
+  r.client_id = f.request_id;
   r.output_tokens = f.output_tokens;
   r.block_tokens = f.block_tokens;  // the router refuses another size
-  if (f.model.size() > max_name_bytes || f.client_id.size() > max_name_bytes)
-    return usage_error(cmd, "--model and --client-id: at most " +
-                                std::to_string(max_name_bytes) + " bytes");
   r.model = f.model;
-  r.client_id = f.client_id;
   if (f.text_opt->count() > 0) {
     // No tokenizer here: the text's bytes in chunks stand for its blocks.
     auto chain = hash_text_blocks(f.text, f.block_tokens);
@@ -170,9 +175,13 @@ void add_route(CLI::App& app, std::function<int()>& run) {
                 "send through the durable JetStream queue: stored before a "
                 "router takes it, so a router's death loses nothing (needs "
                 "nats-server -js and routers started with --durable)");
-  f->request_id_opt =
-      cmd->add_option("--request-id", f->request_id,
-                      "the request's id (default: random, 63 bits)");
+  f->request_id_opt = cmd->add_option(
+      "--request-id", f->request_id,
+      "your own id for the request, any string of 1 to 256 bytes (as an "
+      "OpenAI client's X-Request-Id): in the routers' log lines about it, "
+      "echoed in the decision (client_id) and kept in a durable request's "
+      "record. The mesh numbers the request itself (the decision's "
+      "request)");
   cmd->add_option("--timeout-ms", f->timeout_ms,
                   "wait this long for a decision")
       ->check(positive)
@@ -191,9 +200,6 @@ void add_route(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--model", f->model,
                   "the model (or LoRA adapter) it is for: only workers "
                   "serving it bid (default: any worker)");
-  cmd->add_option("--client-id", f->client_id,
-                  "your own id for the request, any string: echoed in the "
-                  "decision");
   cmd->add_option("--output-tokens", f->output_tokens,
                   "expected output length (default: the router estimates)");
   cmd->add_flag("--json", f->json, "print the decision as JSON");

@@ -113,7 +113,8 @@ void unclaim(front_state& st, const delivery& d, uint64_t id) {
 
 // Sends a durable request back to its queue undecided, for another
 // delivery a heartbeat later.
-void hand_back(front_pointer self, delivery& d, uint64_t id, handback cause,
+void hand_back(front_pointer self, delivery& d, uint64_t id,
+               const std::string& client, handback cause,
                const std::string& why) {
   auto& st = self->state;
   if (const auto& m = st.meters) m->handed_back(cause);
@@ -121,9 +122,9 @@ void hand_back(front_pointer self, delivery& d, uint64_t id, handback cause,
       std::chrono::duration_cast<std::chrono::milliseconds>(st.mesh.heartbeat);
   if (st.durable_retries++ == 0)
     KVMESH_WARN(
-        "durable request %llu not decided (%s): handed back to the queue "
-        "for %lld ms, up to %u deliveries (logged once)",
-        static_cast<unsigned long long>(id), why.c_str(),
+        "durable %s not decided (%s): handed back to the queue for %lld ms, "
+        "up to %u deliveries (logged once)",
+        request_name(id, client).c_str(), why.c_str(),
         static_cast<long long>(beat.count()), st.durable.deliveries);
   (void)d.nak(beat);
 }
@@ -176,15 +177,15 @@ void front_durable(front_pointer self, const std::string& reply,
     c = take_claim(*st.durable.claims, st.durable.claimant, *d, id, why);
   if (c == claim_outcome::own) c = settle_own(st, *d);
   if (c == claim_outcome::unknown && st.claim_failures++ == 0)
-    KVMESH_WARN("durable request %llu: claim not taken: %s (logged once)",
-                static_cast<unsigned long long>(id), why.c_str());
+    KVMESH_WARN("durable %s: claim not taken: %s (logged once)",
+                request_name(*r).c_str(), why.c_str());
   if (c == claim_outcome::held) {
-    hand_back(self, *d, id, handback::contested,
+    hand_back(self, *d, id, r->client_id, handback::contested,
               "another router holds its claim");
     return;
   } else if (c == claim_outcome::unknown && d->delivery_count() != 0 &&
              d->delivery_count() < st.durable.deliveries) {
-    hand_back(self, *d, id, handback::unclaimed,
+    hand_back(self, *d, id, r->client_id, handback::unclaimed,
               "its claim could not be taken");
     return;
   }
@@ -230,7 +231,7 @@ void front_durable(front_pointer self, const std::string& reply,
                 d->delivery_count() != 0 &&
                 d->delivery_count() < st.durable.deliveries) {
               unclaim(st, *d, id);
-              hand_back(self, *d, id,
+              hand_back(self, *d, id, client,
                         code == ec::conflict            ? handback::contested
                         : code == ec::capacity_exceeded ? handback::overloaded
                                                         : handback::no_workers,
@@ -247,9 +248,13 @@ void front_recorded(front_pointer self, const std::string& reply,
                     uint64_t id, const std::string& not_kept) {
   // A stopping router leaves it unacked, for another one.
   if (*self->state.stopping) return;
-  if (!not_kept.empty())
-    KVMESH_WARN("durable request %llu answered without a record: %s",
-                static_cast<unsigned long long>(id), not_kept.c_str());
+  if (!not_kept.empty()) {
+    // Rare: the client's id is read back from the answer only here.
+    auto answered = decode<decision>(payload);
+    KVMESH_WARN("durable %s answered without a record: %s",
+                request_name(id, answered ? answered->client_id : "").c_str(),
+                not_kept.c_str());
+  }
   send_durable(self, reply, payload, *d);
 }
 

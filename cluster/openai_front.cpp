@@ -1,13 +1,19 @@
 // The OpenAI-compatible front: cpp-httplib server threads, each request
-// forwarded to the engine; streamed answers pass through chunk by chunk
-// from a thread that reads the engine, so the first bytes mark the first
-// token.
+// forwarded to the engine from a thread that reads the engine, while the
+// server thread watches its client; streamed answers pass through chunk by
+// chunk, so the first bytes mark the first token.
 #include "cluster/openai_front.hpp"
+
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <httplib.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <set>
@@ -65,9 +71,80 @@ struct channel {
   std::string content_type;
   std::deque<std::string> chunks;
   bool finished = false;
-  std::string error;  // set when the engine could not be reached
+  bool failed = false;  // the engine's answer did not come whole
+  std::string error;    // why, when it failed
   std::atomic<bool> cancel{false};
 };
+
+// How often a server thread waiting for the engine looks at its client.
+constexpr std::chrono::milliseconds client_check{100};
+
+// One end of a TCP socket as cpp-httplib names a request's: the numeric
+// host and the port.
+bool socket_end(int fd, bool peer, std::string& host, int& port) {
+  sockaddr_storage a{};
+  socklen_t n = sizeof a;
+  auto* sa = reinterpret_cast<sockaddr*>(&a);
+  if ((peer ? ::getpeername(fd, sa, &n) : ::getsockname(fd, sa, &n)) != 0)
+    return false;
+  if (a.ss_family != AF_INET && a.ss_family != AF_INET6) return false;
+  char name[NI_MAXHOST];
+  if (::getnameinfo(sa, n, name, sizeof name, nullptr, 0, NI_NUMERICHOST) != 0)
+    return false;
+  host = name;
+  port = a.ss_family == AF_INET
+             ? ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port)
+             : ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
+  return true;
+}
+
+bool is_connection_of(int fd, const httplib::Request& req) {
+  std::string host;
+  int port = 0;
+  if (!socket_end(fd, true, host, port) || port != req.remote_port ||
+      host != req.remote_addr)
+    return false;
+  if (req.local_port < 0) return true;  // the server did not say
+  return socket_end(fd, false, host, port) && port == req.local_port &&
+         host == req.local_addr;
+}
+
+// The socket of the connection `req` came on, or -1. cpp-httplib (0.11)
+// hands a handler no socket, and the front must see its client go: a TCP
+// connection is the one socket with both its ends, so the process's
+// sockets are looked through for it. A pool thread serves one connection
+// at a time, so the one it found last is tried first. The connection
+// cannot close under the handler: the server closes it after.
+int client_socket(const httplib::Request& req) {
+  thread_local int last = -1;
+  if (last >= 0 && is_connection_of(last, req)) return last;
+  last = -1;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return -1;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    if (is_connection_of(static_cast<int>(fd), req)) {
+      last = static_cast<int>(fd);
+      break;
+    }
+  }
+  ::closedir(dir);
+  return last;
+}
+
+// Whether the peer of `fd` closed the connection (or it failed). A client
+// gone is what vLLM takes as a request to abort; bytes waiting (a
+// pipelined request) are not a hang-up. -1: not known, never gone.
+bool client_gone(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+  char c;
+  return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
 
 std::string error_body(const std::string& why) {
   return nlohmann::json{
@@ -107,6 +184,7 @@ struct openai_front::impl {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> unreachable{0};
   std::atomic<uint64_t> unparsed{0};
+  std::atomic<uint64_t> client_gone_count{0};  // clients that went first
   // Set when the front stops: requests in flight are cut rather than
   // awaited (an engine that hangs would hold the shutdown for the whole
   // upstream timeout).
@@ -147,9 +225,26 @@ struct openai_front::impl {
     return h;
   }
 
+  // The engine's call for a request, made on a thread of its own that
+  // hands the answer over through `ch`; `stop` cuts it (closing its
+  // connection) and waits for that thread.
+  struct engine_call {
+    std::shared_ptr<channel> ch;
+    std::function<void()> stop;
+  };
+  engine_call call_engine(const httplib::Request& req);
+  // Waits on `ch` (locked in `l`) until `ready`, looking at the client
+  // (`peer`, see client_socket) now and then: false once it went away.
+  template <class Ready>
+  bool wait_for_engine(std::unique_lock<std::mutex>& l, channel& ch, int peer,
+                       Ready ready) {
+    while (!ch.cv.wait_for(l, client_check, ready))
+      if (client_gone(peer)) return false;
+    return true;
+  }
+  // A request whose client went away before its answer was out.
+  void went_away(const httplib::Request& req, httplib::Response& res);
   void proxy(const httplib::Request& req, httplib::Response& res, bool chat);
-  void stream(const httplib::Request& req, httplib::Response& res,
-              std::shared_ptr<tracked> t);
   void pass_get(const httplib::Request& req, httplib::Response& res);
   // Any other call passed to the engine as it is, not followed (the
   // gateway's /tokenize).
@@ -158,49 +253,10 @@ struct openai_front::impl {
   std::string stats_json();
 };
 
-void openai_front::impl::proxy(const httplib::Request& req,
-                               httplib::Response& res, bool chat) {
-  ++requests;
-  auto parsed = parse_openai_request(req.body, chat, opt.block_tokens);
-  std::shared_ptr<tracked> t;
-  if (parsed) {
-    uint64_t id = 0;
-    if (!parse_id(req.get_header_value(request_id_header), id))
-      id = (uint64_t{1} << 63) | next_local++;  // outside the routers' ids
-    parsed->prompt.id = id;
-    caf::anon_send(opt.worker, arrive_atom::value, parsed->prompt);
-    t = std::make_shared<tracked>(opt.worker, id);
-    res.set_header(request_id_header, std::to_string(id));
-  } else {
-    // The engine will say what is wrong with it; nothing to follow.
-    ++unparsed;
-  }
-  if (parsed && parsed->stream) {
-    stream(req, res, std::move(t));
-    return;
-  }
-  auto cli = client();
-  auto r =
-      cli->Post(req.path, upstream_headers(req), req.body, "application/json");
-  if (!r) {
-    ++unreachable;
-    engine_unreachable(res, "engine at " + opt.engine_url + " unreachable: " +
-                                httplib::to_string(r.error()));
-    return;
-  }
-  // Without streaming the first token is seen with the last.
-  if (t) t->first();
-  res.status = r->status;
-  const std::string type = r->get_header_value("Content-Type");
-  res.set_content(r->body, type.empty() ? "application/json" : type);
-}
-
-void openai_front::impl::stream(const httplib::Request& req,
-                                httplib::Response& res,
-                                std::shared_ptr<tracked> t) {
+openai_front::impl::engine_call openai_front::impl::call_engine(
+    const httplib::Request& req) {
   auto ch = std::make_shared<channel>();
   std::shared_ptr<httplib::Client> cli = client();
-  impl* self = this;
   httplib::Request up;
   up.method = "POST";
   up.path = req.path;
@@ -226,71 +282,155 @@ void openai_front::impl::stream(const httplib::Request& req,
     httplib::Error err = httplib::Error::Success;
     const bool ok = cli->send(up, r, err);
     std::lock_guard<std::mutex> g(ch->mu);
-    if (!ok && !ch->headers) ch->error = httplib::to_string(err);
+    if (!ok) {
+      ch->failed = true;
+      ch->error = httplib::to_string(err);
+    }
     ch->finished = true;
     ch->cv.notify_all();
   });
-  auto stop_reader = [ch, cli, reader] {
+  auto stop = [ch, cli, reader] {
     ch->cancel = true;
-    cli->stop();  // wakes a read that waits for the engine
+    std::unique_lock<std::mutex> l(ch->mu);
+    // stop() wakes a read that waits for the engine, but does nothing to a
+    // call still connecting: again until the call ends.
+    while (!ch->finished) {
+      l.unlock();
+      cli->stop();
+      l.lock();
+      ch->cv.wait_for(l, std::chrono::milliseconds(50),
+                      [&] { return ch->finished; });
+    }
+    l.unlock();
     if (reader->joinable()) reader->join();
   };
-  std::unique_lock<std::mutex> lock(ch->mu);
-  ch->cv.wait(lock, [&] { return ch->headers || ch->finished; });
-  if (!ch->headers) {
-    const std::string why = ch->error;
+  return {std::move(ch), std::move(stop)};
+}
+
+void openai_front::impl::went_away(const httplib::Request& req,
+                                   httplib::Response& res) {
+  ++client_gone_count;
+  KVMESH_DEBUG(
+      "front on port %d: request %s (X-Request-Id %s): the client went "
+      "away; the engine's request is cut",
+      port, req.get_header_value(request_id_header).c_str(),
+      req.get_header_value("X-Request-Id").c_str());
+  res.status = 499;  // nginx's "client closed request": nobody reads it
+}
+
+void openai_front::impl::proxy(const httplib::Request& req,
+                               httplib::Response& res, bool chat) {
+  ++requests;
+  auto parsed = parse_openai_request(req.body, chat, opt.block_tokens);
+  std::shared_ptr<tracked> t;
+  if (parsed) {
+    uint64_t id = 0;
+    if (!parse_id(req.get_header_value(request_id_header), id))
+      id = (uint64_t{1} << 63) | next_local++;  // outside the routers' ids
+    parsed->prompt.id = id;
+    caf::anon_send(opt.worker, arrive_atom::value, parsed->prompt);
+    t = std::make_shared<tracked>(opt.worker, id);
+    res.set_header(request_id_header, std::to_string(id));
+  } else {
+    // The engine will say what is wrong with it; nothing to follow.
+    ++unparsed;
+  }
+  // Its client is watched until the answer is out: one that goes (a
+  // gateway whose client hung up) cuts the engine's call, whose closed
+  // connection makes vLLM abort the request, and ends it for the WORKER.
+  // One gone already (it hung up while the gateway routed) is not passed
+  // on at all.
+  const int peer = client_socket(req);
+  if (client_gone(peer)) {
+    went_away(req, res);
+    return;
+  }
+  const bool streamed = parsed && parsed->stream;
+  engine_call call = call_engine(req);
+  channel& ch = *call.ch;
+  std::unique_lock<std::mutex> lock(ch.mu);
+  // A stream passes through once its header came, any other answer once
+  // it came whole.
+  const bool stayed = wait_for_engine(
+      lock, ch, peer, [&] { return ch.finished || (streamed && ch.headers); });
+  if (!stayed) {
     lock.unlock();
-    stop_reader();
+    call.stop();
+    went_away(req, res);
+    return;
+  }
+  if (!ch.headers || (!streamed && ch.failed)) {
+    const std::string why = ch.error;
+    lock.unlock();
+    call.stop();
     ++unreachable;
     engine_unreachable(res,
                        "engine at " + opt.engine_url + " unreachable: " + why);
     return;
   }
-  if (ch->status != 200) {
+  if (!streamed || ch.status != 200) {
     // An error answer (a bad request, say) is passed on whole, with its
     // status: nothing streams.
-    ch->cv.wait(lock, [&] { return ch->finished; });
+    if (!wait_for_engine(lock, ch, peer, [&] { return ch.finished; })) {
+      lock.unlock();
+      call.stop();
+      went_away(req, res);
+      return;
+    }
     std::string body;
-    for (auto& c : ch->chunks)
+    for (auto& c : ch.chunks)
       body += c;
-    const int status = ch->status;
-    const std::string type = ch->content_type;
+    const int status = ch.status;
+    const std::string type = ch.content_type;
     lock.unlock();
-    stop_reader();
+    call.stop();
+    // Without streaming the first token is seen with the last.
+    if (t && !streamed) t->first();
     res.status = status;
     res.set_content(body, type.empty() ? "application/json" : type);
     return;
   }
   const std::string type =
-      ch->content_type.empty() ? "text/event-stream" : ch->content_type;
+      ch.content_type.empty() ? "text/event-stream" : ch.content_type;
   lock.unlock();
   res.status = 200;
+  impl* self = this;
+  auto chp = call.ch;
   res.set_chunked_content_provider(
       type,
-      [ch, t, self](size_t, httplib::DataSink& sink) {
-        std::unique_lock<std::mutex> l(ch->mu);
-        // Woken by the reader; a stopping front is looked at now and then.
-        while (!ch->cv.wait_for(l, std::chrono::milliseconds(100), [&] {
-          return !ch->chunks.empty() || ch->finished;
-        }))
+      [chp, t, self, peer](size_t, httplib::DataSink& sink) {
+        channel& ch = *chp;
+        std::unique_lock<std::mutex> l(ch.mu);
+        // Woken by the reader; a stopping front and the client are looked
+        // at now and then.
+        while (!ch.cv.wait_for(l, client_check, [&] {
+          return !ch.chunks.empty() || ch.finished;
+        })) {
           if (self->stopping) return false;
-        while (!ch->chunks.empty()) {
-          std::string c = std::move(ch->chunks.front());
-          ch->chunks.pop_front();
+          if (client_gone(peer)) {
+            ch.cancel = true;
+            ++self->client_gone_count;
+            return false;
+          }
+        }
+        while (!ch.chunks.empty()) {
+          std::string c = std::move(ch.chunks.front());
+          ch.chunks.pop_front();
           l.unlock();
           // The engine sends nothing until its first token is out.
           if (t) t->first();
           if (!sink.write(c.data(), c.size())) {
-            ch->cancel = true;  // the client went away
+            ch.cancel = true;  // the client went away
+            ++self->client_gone_count;
             return false;
           }
           l.lock();
         }
-        if (ch->finished) sink.done();
+        if (ch.finished) sink.done();
         return true;
       },
-      [stop_reader, t](bool) {
-        stop_reader();
+      [stop = call.stop, t](bool) {
+        stop();
         if (t) t->end();
       });
 }
@@ -364,7 +504,8 @@ std::string openai_front::impl::stats_json() {
           [&](caf::error&) { out["worker"] = nullptr; });
   out["front"] = {{"requests", requests.load()},
                   {"unreachable", unreachable.load()},
-                  {"unparsed", unparsed.load()}};
+                  {"unparsed", unparsed.load()},
+                  {"client_gone", client_gone_count.load()}};
   if (opt.extra_stats) {
     auto extra =
         nlohmann::ordered_json::parse(opt.extra_stats(), nullptr, false);

@@ -92,6 +92,14 @@ std::function<void()> first_byte_clock(gateway_metrics* m,
   };
 }
 
+// How the gateway's log lines name a request once the mesh routed it: the
+// client's id (X-Request-Id) and the mesh's.
+std::string routed_name(const std::string& client_id, const route_answer& won) {
+  return "request " + client_id + " (mesh request " +
+         std::to_string(won.request) + ", worker " +
+         std::to_string(won.worker) + ")";
+}
+
 asio::awaitable<served> send_error(beast::tcp_stream& client, const answer& a,
                                    const std::string& client_id, bool keep,
                                    std::chrono::milliseconds timeout) {
@@ -216,14 +224,21 @@ asio::awaitable<served> serve_completion(
       co_return co_await send_error(client, a, client_id, keep, wt);
     }
     const route_answer& won = *routed;
+    const std::string name = routed_name(client_id, won);
     proxy_result r = co_await proxy_request(client, client_buffer, req, won,
                                             client_id, popt, first_byte);
     if (r.outcome == proxy_outcome::done)
       co_return served{r.status, r.keep_alive};
-    if (r.outcome == proxy_outcome::client_gone)
+    if (r.outcome == proxy_outcome::client_gone) {
+      // As vLLM logs each request it aborts.
+      KVMESH_INFO(
+          "gateway: %s: the client went away (%s): its worker's "
+          "connection is closed",
+          name.c_str(), r.why.c_str());
       co_return served{r.status == 0 ? 499 : r.status, false};
+    }
     if (r.outcome == proxy_outcome::after_first) {
-      KVMESH_WARN("gateway: request %s: %s", client_id.c_str(), r.why.c_str());
+      KVMESH_WARN("gateway: %s: %s", name.c_str(), r.why.c_str());
       if (r.status != 0) co_return served{r.status, false};
       // Its header never came: ours can still go.
       const answer a = error_answer(502, r.why);
@@ -231,13 +246,13 @@ asio::awaitable<served> serve_completion(
     }
     last_failure = r.why;
     if (attempt >= ctx.opt.max_reroutes) {
-      KVMESH_WARN("gateway: request %s: %s; no re-route left",
-                  client_id.c_str(), r.why.c_str());
+      KVMESH_WARN("gateway: %s: %s; no re-route left", name.c_str(),
+                  r.why.c_str());
       const answer a = error_answer(502, r.why);
       co_return co_await send_error(client, a, client_id, keep, wt);
     }
-    KVMESH_INFO("gateway: request %s: %s; routing it again without worker %u",
-                client_id.c_str(), r.why.c_str(), won.worker);
+    KVMESH_INFO("gateway: %s: %s; routing it again without that worker",
+                name.c_str(), r.why.c_str());
     ctx.metrics->reroute();
     ask.exclude_workers.push_back(won.worker);
   }

@@ -47,11 +47,20 @@ bool is_event_stream(const http::fields& f) {
   return t.substr(0, 17) == "text/event-stream";
 }
 
+// The client's side of a relay: its socket, watched for a hang-up while
+// the worker answers, and what it sent meanwhile.
+struct watched {
+  beast::tcp_stream& client;
+  beast::flat_buffer& client_buffer;
+  beast::tcp_stream& up;
+  error_code client_ec;
+};
+
 // What the relay's two halves share (plain coroutines over it: GCC 12
 // miscompiles capturing coroutine lambdas called in a co_await).
 struct relay {
+  watched& w;
   beast::tcp_stream& client;
-  beast::flat_buffer& client_buffer;
   beast::tcp_stream& up;
   beast::flat_buffer& ubuf;
   http::response_parser<http::buffer_body>& p;
@@ -59,7 +68,6 @@ struct relay {
   std::array<char, relay_buffer>& buf;
   const proxy_options& opt;
   error_code upstream_ec;
-  error_code client_ec;
 };
 
 // Worker to client, piece by piece.
@@ -92,29 +100,43 @@ asio::awaitable<pump_end> pump(relay& r) {
                                asio::redirect_error(use_awaitable, e));
     if (e == http::error::need_buffer) e = {};
     if (e) {
-      r.client_ec = e;
+      if (!r.w.client_ec) r.w.client_ec = e;  // the watch's hang-up first
       co_return pump_end::client_failed;
     }
   } while (!r.sr.is_done());
   co_return pump_end::done;
 }
 
-// The client's socket while the answer streams: a hang-up closes the
-// worker's connection at once, which ends the pump's read.
-asio::awaitable<watch_end> watch(relay& r) {
+// The client's socket while the worker answers (its header, then its
+// body): a hang-up closes the worker's connection at once, which ends the
+// read of it, and makes the worker's front cancel the engine's request.
+asio::awaitable<watch_end> watch(watched& w) {
   for (;;) {
     error_code e;
-    auto space = r.client_buffer.prepare(4096);
-    const size_t n = co_await r.client.socket().async_read_some(
+    auto space = w.client_buffer.prepare(4096);
+    const size_t n = co_await w.client.socket().async_read_some(
         space, asio::redirect_error(use_awaitable, e));
-    r.client_buffer.commit(n);
+    w.client_buffer.commit(n);
     if (e == asio::error::operation_aborted) co_return watch_end::cancelled;
-    if (e || r.client_buffer.size() > max_pipelined) {
-      r.client_ec = e ? e : asio::error::message_size;
-      r.up.close();
+    if (e || w.client_buffer.size() > max_pipelined) {
+      w.client_ec = e ? e : asio::error::message_size;
+      w.up.close();
       co_return watch_end::hung_up;
     }
   }
+}
+
+// The worker's header. A long prefill comes before it, so the client is
+// watched meanwhile (see watch).
+asio::awaitable<error_code> read_header(
+    beast::tcp_stream& up, beast::flat_buffer& ubuf,
+    http::response_parser<http::buffer_body>& p,
+    std::chrono::milliseconds timeout) {
+  error_code e;
+  up.expires_after(timeout);
+  co_await http::async_read_header(up, ubuf, p,
+                                   asio::redirect_error(use_awaitable, e));
+  co_return e;
 }
 
 }  // namespace
@@ -165,8 +187,16 @@ asio::awaitable<proxy_result> proxy_request(
   beast::flat_buffer ubuf;
   http::response_parser<http::buffer_body> p;
   p.body_limit(boost::none);  // a long stream is the point
-  co_await http::async_read_header(up, ubuf, p,
-                                   asio::redirect_error(use_awaitable, ec));
+  watched w{client, client_buffer, up, {}};
+  auto header =
+      co_await (read_header(up, ubuf, p, opt.idle_timeout) || watch(w));
+  if (header.index() == 1) {
+    out.outcome = proxy_outcome::client_gone;
+    out.why =
+        "client, before the worker's first byte: " + w.client_ec.message();
+    co_return out;
+  }
+  ec = std::get<0>(header);
   if (ec) {
     const bool got = p.got_some() || ubuf.size() > 0;
     out.outcome =
@@ -227,11 +257,14 @@ asio::awaitable<proxy_result> proxy_request(
     co_return out;
   }
 
-  relay r{client, client_buffer, up, ubuf, p, sr, buf, opt, {}, {}};
-  auto which = co_await (pump(r) || watch(r));
+  relay r{w, client, up, ubuf, p, sr, buf, opt, {}};
+  auto which = co_await (pump(r) || watch(w));
   if (which.index() == 1) {
-    out.outcome = proxy_outcome::client_gone;
-    out.why = "client: " + r.client_ec.message();
+    // A client that hangs up as soon as the answer's last byte reached it
+    // can be heard before the pump's last write returns: served.
+    out.outcome =
+        sr.is_done() ? proxy_outcome::done : proxy_outcome::client_gone;
+    out.why = "client: " + w.client_ec.message();
     co_return out;
   }
   switch (std::get<0>(which)) {
@@ -241,7 +274,7 @@ asio::awaitable<proxy_result> proxy_request(
       break;
     case pump_end::client_failed:
       out.outcome = proxy_outcome::client_gone;
-      out.why = "client: " + r.client_ec.message();
+      out.why = "client: " + w.client_ec.message();
       break;
     case pump_end::upstream_failed: {
       out.outcome = proxy_outcome::after_first;

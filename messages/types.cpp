@@ -1,5 +1,5 @@
-// Names of the plain messages' enumerations, as logs, metrics and JSON say
-// them.
+// Names of the plain messages' enumerations and requests, as logs, metrics
+// and JSON say them.
 #include "messages/types.hpp"
 
 namespace kvmesh {
@@ -18,6 +18,12 @@ const char* to_string(route_failure f) {
       return "other";
   }
   return "other";
+}
+
+std::string request_name(uint64_t id, const std::string& client_id) {
+  std::string out = "request " + std::to_string(id);
+  if (!client_id.empty()) out += " (client id \"" + client_id + "\")";
+  return out;
 }
 
 }  // namespace kvmesh

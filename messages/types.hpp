@@ -39,6 +39,13 @@ struct route_request_msg {
   std::vector<uint32_t> exclude;
 };
 
+// How a log line names a route request: "request 42", and the client's id
+// when it gave one: request 42 (client id "abc-123").
+std::string request_name(uint64_t id, const std::string& client_id);
+inline std::string request_name(const route_request_msg& r) {
+  return request_name(r.id, r.client_id);
+}
+
 // Whether a worker may have taken `r` already. Any durable request may:
 // the queue hands a request out again after a lost ack, and a JetStream
 // cluster that lost a node was seen to hand out decided requests again

@@ -205,11 +205,12 @@ mesh_route --tokens "$prompt" --json
 jcheck route_json "assert {'request', 'worker', 'prices'} <= set(d), d
 assert isinstance(d['prices'], list) and d['prices'], d['prices']"
 jcheck route_cache_affinity "assert d['worker'] == ${first:-99}, d['worker']"
-mesh_route --tokens "$prompt" --json --durable
+mesh_route --tokens "$prompt" --json --durable --request-id "durable abc-123"
 if [ "$rc" -ne 0 ]; then
   fail route_durable "exit $rc: $err"
 else
-  jcheck route_durable "assert d['worker'] == ${first:-99}, d['worker']"
+  jcheck route_durable "assert d['worker'] == ${first:-99}, d['worker']
+assert d['client_id'] == 'durable abc-123', d"
 fi
 
 # (c) the three decisions so far, as the workers count them (heartbeats
@@ -250,9 +251,19 @@ else
 fi
 
 # Shorter than one block: no reuse to price, routed on queue and occupancy,
-# and the decision names the request.
-mesh_route --tokens 42 --request-id 4242 --json
-jcheck route_one_token "assert d['request'] == 4242 and 0 <= d['worker'] < 8, d"
+# and the decision names the request: the mesh's number and the client's
+# own id, a string.
+mesh_route --tokens 42 --request-id abc-123 --json
+jcheck route_one_token "assert d['client_id'] == 'abc-123', d
+assert isinstance(d['request'], int) and 0 <= d['worker'] < 8, d"
+mesh_route --tokens 42 --request-id abc-123
+if [ "$rc" -eq 0 ] &&
+  grep -Eq -- '^request [0-9]+ \(client id "abc-123"\) -> worker' <<<"$out"
+then
+  ok route_prints_request_id
+else
+  fail route_prints_request_id "exit $rc: $out $err"
+fi
 run route --nats "$url" --block-tokens 16 --text "hello world"
 if [ "$rc" -eq 0 ] && grep -Eq -- '-> worker [0-7] ' <<<"$out"; then
   ok route_short_text

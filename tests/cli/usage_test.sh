@@ -55,6 +55,18 @@ expect admin_bad_number 2 "^--timeout-ms: must be a positive number, got 'soon'"
 expect weights_bad_credit 2 "^--c-host: must be a number from 0 to 1, got '2'" -- \
   admin weights set --nats "$dead" --c-host 2
 
+# The client's own request id: any string of 1 to 256 bytes, no other.
+long_id=$(printf '%0257d' 0)
+expect route_empty_request_id 2 '^kvmesh route: --request-id: 1 to 256 bytes, not 0$' -- \
+  route --nats "$dead" --block-tokens 4 --tokens 1,2,3,4 --request-id ''
+expect route_long_request_id 2 '^kvmesh route: --request-id: 1 to 256 bytes, not 257$' -- \
+  route --nats "$dead" --block-tokens 4 --tokens 1,2,3,4 \
+  --request-id "$long_id"
+# 256 bytes pass the checks (and fail to connect).
+expect route_string_request_id 1 'cannot connect' -- \
+  route --nats "$dead" --block-tokens 4 --tokens 1,2,3,4 \
+  --request-id "chat 7/abc-123 $(printf '%0241d' 0)"
+
 # A required option missing; the mesh's commands say where else it may
 # come from.
 expect hash_missing_option 2 '^--tokens is required' -- hash --block-tokens 4

@@ -158,7 +158,7 @@ TEST_F(durable_intake_test,
 }
 
 // Every durable answer is kept before it goes out: its record holds the
-// decision the client got.
+// decision the client got, with the client's own id for the request.
 TEST_F(durable_intake_test, a_durable_answer_is_kept_in_its_record) {
   use_jetstream();
   start_shard(0, 1);
@@ -170,7 +170,9 @@ TEST_F(durable_intake_test, a_durable_answer_is_kept_in_its_record) {
   auto q = work_queue::open(pub, qo);
   ASSERT_TRUE(q) << q.err().message;
   route_client client(bus());
-  const uint64_t sequence = client.send_durable(**q, request(9, 1, 8));
+  route_request_msg r = request(9, 1, 8);
+  r.client_id = "chat 7/abc-\xC3\xA9-123";  // any string, UTF-8 too
+  const uint64_t sequence = client.send_durable(**q, r);
   ASSERT_NE(sequence, 0u);
   ASSERT_TRUE(eventually([&] { return client.decided() == 1; }, 10000ms))
       << (client.errors().empty() ? "" : client.errors().front());
@@ -183,6 +185,7 @@ TEST_F(durable_intake_test, a_durable_answer_is_kept_in_its_record) {
   auto d = decode<decision>(*kept);
   ASSERT_TRUE(d) << d.err().message;
   EXPECT_EQ(d->request, 9u);
+  EXPECT_EQ(d->client_id, "chat 7/abc-\xC3\xA9-123");
   EXPECT_EQ(client.by_worker().count(d->worker), 1u);
 }
 

@@ -4,7 +4,9 @@ vLLM's layouts, its replay endpoint, and a minimal OpenAI API with /health,
 /metrics and /tokenize. A control endpoint (POST /control) makes it store,
 offload, remove and clear blocks, lose or garble messages, restart, slow
 its tokens down, stop answering, fail requests before their first byte or
-mid-stream, and tell what it received and sent.
+mid-stream, and tell what it received and sent. Like vLLM, it aborts a
+request whose client closes the connection, in its prefill or while its
+tokens come, and says so ("seen": "aborted"; "stats": "client_gone").
 
 The tokenizer (/tokenize) is deterministic: one token per UTF-8 byte of the
 text, token id = byte + 1000; messages are first rendered with a fixed
@@ -74,7 +76,9 @@ class Engine:
         self.fail_count = 0
         self.fail_after = 0
         # What the OpenAI endpoints saw, by the request's X-Request-Id: its
-        # headers, its body, the body bytes it sent back (as text).
+        # headers, its body, the body bytes it sent back (as text), and
+        # "aborted" once its client went away: where it was then
+        # ("prefill", "decode" or "stream").
         self.seen = {}
         self.counters = {"tokenize": 0, "completions": 0, "dropped": 0,
                          "broken": 0, "client_gone": 0, "streams_done": 0}
@@ -218,7 +222,8 @@ class Engine:
                 self.fail_after = cmd.get("after", 1)
                 return {}
             if op == "stats":
-                return dict(self.counters)
+                return dict(self.counters) | {"waiting": self.waiting,
+                                              "running": self.running}
             if op == "seen":
                 return self.seen.get(cmd["id"], {})
         raise ValueError(f"unknown op {op!r}")
@@ -362,10 +367,16 @@ class Handler(BaseHTTPRequestHandler):
             if ids:
                 with e.lock:
                     e.store(ids, "GPU", False)
-        e.waiting += 1
-        time.sleep(e.first_token_s)  # queued and prefilled
-        e.waiting -= 1
-        e.running += 1
+        with e.lock:
+            e.waiting += 1
+        # Queued and prefilled, unless the client goes meanwhile.
+        alive = self.wait_for_client(e.first_token_s, record, "prefill")
+        with e.lock:
+            e.waiting -= 1
+            if alive:
+                e.running += 1
+        if not alive:
+            return
         try:
             if req.get("stream"):
                 usage = bool((req.get("stream_options") or {}).get(
@@ -373,7 +384,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.stream(chat, tokens, usage, record,
                             failure == "mid_stream")
             else:
-                time.sleep(e.token_s * max(tokens - 1, 0))
+                if not self.wait_for_client(e.token_s * max(tokens - 1, 0),
+                                            record, "decode"):
+                    return
                 text = "".join(piece(i) for i in range(tokens))
                 choice = ({"index": 0, "message": {"role": "assistant",
                                                    "content": text},
@@ -394,7 +407,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(data)
         finally:
-            e.running -= 1
+            with e.lock:
+                e.running -= 1
 
     def tokenize(self, body):
         """vLLM's /tokenize, with the stand-in's byte tokenizer."""
@@ -423,6 +437,24 @@ class Handler(BaseHTTPRequestHandler):
             return True
         return False
 
+    def wait_for_client(self, seconds, record, where):
+        """Waits `seconds` as long as the client stays; False (the request
+        aborted, as vLLM aborts one whose connection closed) when it goes."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.client_gone():
+                self.aborted(record, where)
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.01))
+
+    def aborted(self, record, where):
+        ENGINE.count("client_gone")
+        record["aborted"] = where
+        self.close_connection = True
+
     def stream(self, chat, tokens, usage, record, cut):
         """Server-sent events as vLLM sends them, one token per chunk;
         `cut`: the connection dies after ENGINE.fail_after of them."""
@@ -448,18 +480,10 @@ class Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                if i > 0:
-                    # A token's time, cut short when the client goes.
-                    deadline = time.monotonic() + e.token_s
-                    while True:
-                        if self.client_gone():
-                            e.count("client_gone")
-                            self.close_connection = True
-                            return
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            break
-                        time.sleep(min(left, 0.01))
+                # A token's time, cut short when the client goes.
+                if i > 0 and not self.wait_for_client(e.token_s, record,
+                                                      "stream"):
+                    return
                 delta = ({"index": 0, "delta": {"content": piece(i)}} if chat
                          else {"index": 0, "text": piece(i)})
                 chunk("data: " + json.dumps({"id": "cmpl-standin",
@@ -475,8 +499,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             e.count("streams_done")
         except (BrokenPipeError, ConnectionResetError):
-            e.count("client_gone")
-            self.close_connection = True
+            self.aborted(record, "stream")
 
 
 def piece(i):

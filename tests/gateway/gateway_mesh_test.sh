@@ -4,9 +4,12 @@
 # /tokenize, /v1/models and KV events for the tokens it received) and the
 # gateway; the official OpenAI SDK as the client (tests/npm). Checks chat
 # and completions, streaming and not, /v1/models, a 404 for an unknown
-# model, a conversation's second turn on its first turn's GPU, and faults:
-# an engine dead before its first byte (served elsewhere), one dying
-# mid-stream (the client sees an error, the gateway serves on).
+# model, a conversation's second turn on its first turn's GPU, the
+# client's X-Request-Id on every hop (the engine, the router's decision,
+# the logs), and faults: an engine dead before its first byte (served
+# elsewhere), one dying mid-stream (the client sees an error, the gateway
+# serves on), a client that goes away in its request's prefill or
+# mid-stream (the engine aborts it, the worker's queue empties).
 # usage: gateway_mesh_test.sh KVMESH_BINARY STANDIN_SCRIPT PYTHON3 NPM_DIR
 set -uo pipefail
 bin=$1
@@ -24,8 +27,9 @@ start_nats
 "$bin" index --nats "$url" --shard 0/1 --db "$tmp/db" --heartbeat-ms 200 \
   >"$tmp/index.log" 2>&1 &
 pids+=($!)
+# Debug: the router logs each decision.
 "$bin" router --nats "$url" --block-tokens 4 --heartbeat-ms 200 \
-  >"$tmp/router.log" 2>&1 &
+  --log-level debug >"$tmp/router.log" 2>&1 &
 pids+=($!)
 
 # Two GPUs: a stand-in engine and its agent each.
@@ -138,6 +142,151 @@ if [ "$code" = 200 ]; then
   ok gateway_serves_after_faults
 else
   fail gateway_serves_after_faults "$code: $body"
+fi
+
+# -- request ids ---------------------------------------------------------------
+# seen_until SECONDS ID PYTHON: polls both stand-ins' record of the request
+# whose X-Request-Id is ID (their "seen") every 0.1 s until PYTHON holds of
+# it as `r`, `w` the worker whose engine has it; prints w. 1 (the last
+# record on stderr) when SECONDS pass first.
+seen_until() {
+  python3 - "$@" "${engine_http[0]}" "${engine_http[1]}" <<'EOF'
+import json, sys, time, urllib.request
+secs, rid, code, ports = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+end, last = time.time() + secs, None
+while True:
+    for w, port in enumerate(ports):
+        ask = urllib.request.Request(f"http://127.0.0.1:{port}/control",
+                                     data=json.dumps({"op": "seen",
+                                                      "id": rid}).encode())
+        with urllib.request.urlopen(ask, timeout=2) as a:
+            r = json.load(a)
+        if not r:
+            continue
+        last = {"worker": w, "headers": r["headers"],
+                "aborted": r.get("aborted"), "sent": r["sent"][:200]}
+        try:
+            exec(code, {"r": r, "w": w})
+        except AssertionError:
+            continue
+        print(w)
+        sys.exit(0)
+    if time.time() > end:
+        print(json.dumps(last), file=sys.stderr)
+        sys.exit(1)
+    time.sleep(0.1)
+EOF
+}
+
+# The client's X-Request-Id, any string: echoed to it, passed on to the
+# engine (vLLM takes it as its own request id), carried in the route
+# request and its decision, and in the router's log lines about the
+# request, beside the mesh's own number for it (the gateway's: below).
+rid="chat 7/abc-123"
+curl -s -D "$tmp/headers" -o "$tmp/body" "$base/chat/completions" \
+  -H 'Content-Type: application/json' -H "X-Request-Id: $rid" \
+  -d '{"model": "standin", "max_tokens": 3,
+       "messages": [{"role": "user", "content": "whose id is this?"}]}'
+echoed=$(sed -n 's/^x-request-id: \(.*\)\r$/\1/Ip' "$tmp/headers")
+mesh=$(sed -n 's/^x-kvmesh-request-id: \([0-9]*\)\r$/\1/Ip' "$tmp/headers")
+if [ "$echoed" = "$rid" ] && [ -n "$mesh" ]; then
+  ok request_id_echoed "mesh request $mesh"
+else
+  fail request_id_echoed "$(cat "$tmp/headers")"
+fi
+if seen_until 5 "$rid" "assert r['headers']['x-request-id'] == '$rid'" \
+  >/dev/null 2>"$tmp/seen.err"; then
+  ok request_id_reaches_the_engine
+else
+  fail request_id_reaches_the_engine "$(cat "$tmp/seen.err")"
+fi
+if grep -Fq "decides request $mesh (client id \"$rid\"): worker" \
+  "$tmp/router.log"; then
+  ok request_id_in_the_routers_decision
+else
+  fail request_id_in_the_routers_decision \
+    "$(grep -F decides "$tmp/router.log" | tail -3)"
+fi
+
+# -- a client that goes away ---------------------------------------------------
+# A client that goes away has its request cancelled on every hop: the
+# gateway closes its connection to the worker's front, the front its
+# connection to the engine, which aborts the request (vLLM does so when a
+# request's connection closes), and the WORKER hears the request's end, so
+# that its queued and active work go back to 0. Deadlines far below the
+# engines' delays: a hop that does not pass the hang-up on leaves the
+# request running past them.
+idle="assert all(w['queued_blocks'] == 0 and w['active_blocks'] == 0
+           for w in d['workers']), d['workers']"
+# gone_client NAME STREAM WHEN PHASE: a chat request (X-Request-Id NAME)
+# whose client is killed once WHEN holds (queued: its engine has it and its
+# worker counts it; streaming: its first event came), then checks that the
+# engine aborted it in PHASE and that both workers are idle again.
+gone_client() {
+  local name=$1 stream=$2 when=$3 phase=$4 client there=false
+  curl -s -N "$base/chat/completions" -H 'Content-Type: application/json' \
+    -H "X-Request-Id: $name" \
+    -d "{\"model\": \"standin\", \"stream\": $stream, \"max_tokens\": 6,
+         \"messages\": [{\"role\": \"user\", \"content\": \"$name\"}]}" \
+    >"$tmp/$name.out" 2>&1 &
+  client=$!
+  pids+=("$client")
+  if [ "$when" = queued ]; then
+    seen_until 10 "$name" "pass" >/dev/null 2>&1 &&
+      poll 10 admin --nats "$url" workers --json -- \
+        "assert any(w['active_blocks'] > 0 for w in d['workers']), d" &&
+      there=true
+  else
+    for _ in $(seq 100); do
+      if grep -q '^data: ' "$tmp/$name.out"; then
+        there=true
+        break
+      fi
+      sleep 0.1
+    done
+  fi
+  kill -9 "$client" 2>/dev/null
+  wait "$client" 2>/dev/null
+  if ! $there; then
+    fail "${name}_reached_its_engine" "$(cat "$tmp/$name.out")"
+    return
+  fi
+  if seen_until 4 "$name" "assert r.get('aborted') == '$phase', r" \
+    >/dev/null 2>"$tmp/seen.err"; then
+    ok "${name}_aborted_by_the_engine"
+  else
+    fail "${name}_aborted_by_the_engine" "$(cat "$tmp/seen.err")"
+  fi
+  if poll 4 admin --nats "$url" workers --json -- "$idle"; then
+    ok "${name}_leaves_the_workers_idle"
+  else
+    fail "${name}_leaves_the_workers_idle" "$out $err"
+  fi
+  # The gateway's log line about it names it, with the mesh's number.
+  if grep -Eq "request $name \(mesh request [0-9]+, worker [01]\): the client went away" \
+    "$tmp/gateway.log"; then
+    ok "${name}_in_the_gateways_log"
+  else
+    fail "${name}_in_the_gateways_log" "$(tail -3 "$tmp/gateway.log")"
+  fi
+}
+# In its prefill (the engines hold every request there for 30 s), before
+# the first byte, streamed or not.
+ctl 0 '{"op": "delay", "first_ms": 30000, "token_ms": 0}'
+ctl 1 '{"op": "delay", "first_ms": 30000, "token_ms": 0}'
+gone_client gone-in-prefill-stream true queued prefill
+gone_client gone-in-prefill false queued prefill
+# Mid-stream: a token every 10 s, the client gone after the first.
+ctl 0 '{"op": "delay", "first_ms": 0, "token_ms": 10000}'
+ctl 1 '{"op": "delay", "first_ms": 0, "token_ms": 10000}'
+gone_client gone-mid-stream true streaming stream
+ctl 0 '{"op": "delay", "first_ms": 0, "token_ms": 0}'
+ctl 1 '{"op": "delay", "first_ms": 0, "token_ms": 0}'
+curl_chat true
+if [ "$code" = 200 ] && grep -q '\[DONE\]' <<<"$body"; then
+  ok gateway_serves_after_clients_left
+else
+  fail gateway_serves_after_clients_left "$code: $body"
 fi
 
 # Bad bodies: 4xx in OpenAI's error shape, never a crash.

@@ -664,6 +664,33 @@ TEST_F(Gateway, ClientHangingUpClosesTheWorkersConnectionAtOnce) {
   EXPECT_EQ(next.status, 200u);
 }
 
+TEST_F(Gateway, ClientHangingUpBeforeTheFirstByteClosesTheWorkersConnection) {
+  // The engine prefills for 10 s: only the gateway's watch of the client
+  // while it waits for the worker's header can close the worker's
+  // connection (and so abort the engine's request) within the 3 s allowed.
+  control(*engine_, {{"op", "delay"}, {"first_ms", 10000}, {"token_ms", 0}});
+  for (const std::string stream : {"true", "false"}) {
+    const std::string id = "t-gone-in-prefill-" + stream;
+    client c(port());
+    c.write(http::verb::post, completions_path,
+            R"({"model":"m","prompt":"long","max_tokens":4,"stream":)" +
+                stream + "}",
+            {{"X-Request-Id", id}});
+    ASSERT_TRUE(eventually([&] { return !seen(id).empty(); }, 3000ms))
+        << "never reached the engine";
+    c.close();
+    EXPECT_TRUE(eventually(
+        [&] { return seen(id).value("aborted", "") == "prefill"; }, 3000ms))
+        << seen(id).dump();
+  }
+  EXPECT_TRUE(eventually([&] {
+    return metric(metrics(), "kvmesh_gateway_requests_in_flight") == 0;
+  }));
+  control(*engine_, {{"op", "delay"}, {"first_ms", 0}, {"token_ms", 0}});
+  auto next = post(port(), completions_path, R"({"model":"m","prompt":[1]})");
+  EXPECT_EQ(next.status, 200u);
+}
+
 TEST_F(Gateway, ManyStreamsAtOnceOnTwoThreads) {
   control(*engine_, {{"op", "delay"}, {"first_ms", 0}, {"token_ms", 20}});
   constexpr int n = 24;

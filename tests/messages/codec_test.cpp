@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "messages/kvmesh.capnp.h"
+#include "messages/limits.hpp"
 #include "tests/messages/codec_samples.hpp"
 #include "tests/messages/evolution.capnp.h"
 
@@ -135,6 +136,32 @@ TEST(codec, large_messages_fit_the_reader_limits) {
   auto got_a = decode<admin_reply>(encode(a));
   ASSERT_TRUE(got_a) << got_a.err().message;
   expect_same(a, *got_a, "AdminReply");
+}
+
+// The client's own id for a request is any string of up to 256 bytes
+// (spaces, slashes, UTF-8, a NUL), kept byte for byte by the request and
+// its decision (what a durable request's record holds); a longer one is
+// refused by name.
+TEST(codec, client_ids_are_any_string_of_up_to_256_bytes) {
+  std::string id = "chat 7/abc-123 \xC3\xA9";
+  id.push_back('\0');
+  id.resize(max_name_bytes, 'x');
+  route_request_msg r = sample_request(1);
+  r.client_id = id;
+  auto got = decode<route_request_msg>(encode(r));
+  ASSERT_TRUE(got) << got.err().message;
+  EXPECT_EQ(got->client_id, id);
+  decision d = std::get<decision>(samples());
+  d.client_id = id;
+  auto got_d = decode<decision>(encode(d));
+  ASSERT_TRUE(got_d) << got_d.err().message;
+  EXPECT_EQ(got_d->client_id, id);
+
+  r.client_id.push_back('x');
+  auto long_id = decode<route_request_msg>(encode(r));
+  ASSERT_FALSE(long_id);
+  EXPECT_NE(long_id.err().message.find("clientId"), std::string::npos)
+      << long_id.err().message;
 }
 
 // Pages of a listing too large for one message: every worker once, in id
