@@ -26,8 +26,9 @@ struct command_conf {
 
 inline constexpr command_conf config_commands[] = {
     {"agent", true, true},   {"router", true, true},  {"index", true, true},
-    {"up", true, true},      {"bench", true, true},   {"sim", true, false},
-    {"route", false, false}, {"admin", false, false}, {"top", false, false}};
+    {"gateway", true, true}, {"up", true, true},      {"bench", true, true},
+    {"sim", true, false},    {"route", false, false}, {"admin", false, false},
+    {"top", false, false}};
 
 // Flags that mean one thing on every command: one key for all of them.
 struct shared_key {
@@ -39,8 +40,8 @@ struct shared_key {
 inline constexpr shared_key shared_keys[] = {
     {"--nats", "nats.url",
      "NATS server URL, or a comma-separated list of one cluster's servers; "
-     "required by agent, router, index, route, admin and top; up and bench "
-     "start a nats-server of their own when it is empty"},
+     "required by agent, router, index, gateway, route, admin and top; up "
+     "and bench start a nats-server of their own when it is empty"},
     {"--prefix", "nats.prefix",
      "subject prefix: meshes sharing a NATS server differ in it"},
     {"--nats-user", "nats.user",
@@ -70,7 +71,7 @@ inline constexpr shared_key shared_keys[] = {
      "PEM file of the private key of nats.tls_cert"},
     {"--metrics-port", "metrics.port",
      "serve Prometheus metrics on this port at /metrics (docs/metrics.md; "
-     "0: none); read by agent, router and index"},
+     "0: none); read by agent, router, index and gateway"},
     {"--metrics-address", "metrics.address",
      "the address the metrics endpoint listens on"},
     {"--threads", "process.threads",
@@ -84,7 +85,8 @@ inline constexpr shared_key shared_keys[] = {
      "object per line: ts, level, proc, msg)"},
     {"--max-payload-bytes", "limits.max_payload_bytes",
      "refuse NATS payloads larger than this before decoding (counted per "
-     "message kind as a decode error); read by agent, router and index"},
+     "message kind as a decode error); read by agent, router, index and "
+     "gateway"},
     {"--max-request-blocks", "limits.max_request_blocks",
      "refuse route requests of more blocks than this, binary or JSON (the "
      "client is answered with the error); read by agent, router and index"},
@@ -107,7 +109,7 @@ inline constexpr shared_key shared_keys[] = {
      "read by router"},
     {"--max-workers", "limits.max_workers",
      "workers a router keeps; a new one's heartbeats past it are refused "
-     "(counted); read by router"},
+     "(counted); read by router; the gateway keeps as many"},
     {"--max-workers-per-agent", "limits.max_workers_per_agent",
      "workers of one node agent a router keeps; read by router"},
     {"--max-routers", "limits.max_routers",

@@ -95,6 +95,19 @@ authorization {
     }
   }
 
+  # The gateway (`kvmesh gateway`): hears the workers' heartbeats (the
+  # models they serve and their fronts), sends route requests, and reads
+  # their decisions on its own inboxes (_INBOX.gateway.<name>.<n>); the
+  # requests themselves go to the fronts over HTTP.
+  GATEWAY = {
+    publish = {
+      allow = ["@P@.route"]
+    }
+    subscribe = {
+      allow = ["@P@.heartbeat.worker.*", "_INBOX.gateway.*.*"]
+    }
+  }
+
   # An operator (`kvmesh admin`, `kvmesh top`): every ADMIN verb, the
   # mutating ones (weights.set, drain, undrain) included; may route as a
   # client does (the decisions bucket read only), and follow heartbeats
@@ -131,6 +144,7 @@ authorization {
     {user: client, password: $KVMESH_CLIENT_PASSWORD, permissions: $CLIENT}
 @USERS@    {user: router, password: $KVMESH_ROUTER_PASSWORD, permissions: $ROUTER}
     {user: index, password: $KVMESH_INDEX_PASSWORD, permissions: $INDEX}
+    {user: gateway, password: $KVMESH_GATEWAY_PASSWORD, permissions: $GATEWAY}
     {user: admin, password: $KVMESH_ADMIN_PASSWORD, permissions: $ADMIN}
     {user: monitor, password: $KVMESH_MONITOR_PASSWORD, permissions: $MONITOR}
   ]

@@ -3,19 +3,22 @@
 # environment, for Kubernetes (deploy/kubernetes), where one manifest serves
 # every replica and only the environment tells them apart.
 #
-# usage: kvmesh-entrypoint agent|router|index [MORE KVMESH FLAGS...]
+# usage: kvmesh-entrypoint agent|router|index|gateway [MORE KVMESH FLAGS...]
 #        kvmesh-entrypoint ANYTHING ELSE...   (runs `kvmesh ANYTHING ELSE...`)
 #
 # kvmesh itself reads KVMESH_* variables (docs/config.md): KVMESH_NATS_URL,
 # KVMESH_NATS_PREFIX, KVMESH_METRICS_PORT, KVMESH_LOG_FORMAT, any
-# KVMESH_ROUTER_*, KVMESH_AGENT_*, KVMESH_INDEX_* key, and KVMESH_CONFIG, a
-# TOML file. This script adds only what differs per pod, from the pod:
+# KVMESH_ROUTER_*, KVMESH_AGENT_*, KVMESH_INDEX_*, KVMESH_GATEWAY_* key, and
+# KVMESH_CONFIG, a TOML file. This script adds only what differs per pod,
+# from the pod:
 #
 # Environment (the ConfigMap kvmesh-config sets most of it):
 #   KVMESH_NATS_URL   NATS server URL(s), comma-separated (required, unless
 #                     KVMESH_CONFIG names a file with nats.url)
 #   router: POD_NAME  the router's --name (unique per pod)       (hostname)
 #           ROUTER_ARGS  more router flags, split on spaces
+#   gateway: POD_NAME  the gateway's --name (unique per pod)     (hostname)
+#           GATEWAY_ARGS  more gateway flags
 #   index:  POD_NAME  StatefulSet pod name NAME-I: shard I      (hostname)
 #           INDEX_SHARDS  N, the StatefulSet's replicas          (required)
 #           KVMESH_INDEX_DB  RocksDB directory  (/var/lib/kvmesh/index)
@@ -59,12 +62,13 @@ is_positive() {
 }
 
 kvmesh=${KVMESH_BIN:-kvmesh}
-[ $# -ge 1 ] || die "usage: kvmesh-entrypoint agent|router|index [FLAG...]"
+[ $# -ge 1 ] ||
+  die "usage: kvmesh-entrypoint agent|router|index|gateway [FLAG...]"
 role=$1
 shift
 
 case $role in
-  agent | router | index) ;;
+  agent | router | index | gateway) ;;
   *) exec "$kvmesh" "$role" "$@" ;;
 esac
 
@@ -78,6 +82,10 @@ case $role in
   router)
     set -- router --name "$pod" "$@"
     extra=${ROUTER_ARGS:-}
+    ;;
+  gateway)
+    set -- gateway --name "$pod" "$@"
+    extra=${GATEWAY_ARGS:-}
     ;;
   index)
     shards=${INDEX_SHARDS:-}

@@ -71,6 +71,24 @@ poll() {
   done
 }
 
+# fetch URL [BODY]: "CODE BODY" of GET URL, or of a POST of BODY (JSON)
+# when given; "0 WHY" when nothing answers.
+fetch() {
+  python3 - "$@" <<'EOF'
+import sys, urllib.request, urllib.error
+data = sys.argv[2].encode() if len(sys.argv) > 2 else None
+req = urllib.request.Request(sys.argv[1], data=data,
+                             headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=10) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+except OSError as e:
+    print(0, e)
+EOF
+}
+
 free_port() {
   python3 -c 'import socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

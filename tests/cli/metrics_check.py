@@ -5,7 +5,9 @@ usage: metrics_check.py SOURCE_ROOT ROUTED WORKERS ROLE=URL...
 
 ROUTED is how many requests were routed through the one router, WORKERS
 the ids of the agent's workers ("0,1,2"), each ROLE=URL (router, agent,
-index) an endpoint. Checks the text format (HELP and TYPE for every family,
+index, gateway) an endpoint. The gateway is expected to have answered
+/v1/models once (200), /health, a body that is not JSON, a model nobody
+serves (404) and one completion routed and re-routed to its end (502). Checks the text format (HELP and TYPE for every family,
 histogram buckets cumulative and ending in +Inf = _count), values that
 follow from what was routed, that docs/metrics.md lists exactly the
 families the processes serve (type and labels), and that every series the
@@ -193,6 +195,33 @@ def main(argv):
     expect("agent", "kvmesh_worker_hit_blocks_total summed",
            sum(values(a, "kvmesh_worker_hit_blocks_total")),
            lambda v: 0 <= v <= prompt)
+
+    g = pages.get("gateway")
+    if g is not None:
+        for name, labels, ok in (
+                ("kvmesh_gateway_requests_total",
+                 {"route": "models", "code": "200"}, lambda v: v == 1),
+                ("kvmesh_gateway_requests_total",
+                 {"route": "completions", "code": "400"}, lambda v: v == 1),
+                ("kvmesh_gateway_requests_total",
+                 {"route": "completions", "code": "404"}, lambda v: v == 1),
+                ("kvmesh_gateway_requests_total",
+                 {"route": "completions", "code": "502"}, lambda v: v == 1),
+                ("kvmesh_gateway_bad_requests_total", {"reason": "not_json"},
+                 lambda v: v == 1),
+                ("kvmesh_gateway_bad_requests_total",
+                 {"reason": "unknown_model"}, lambda v: v == 1),
+                # Routed once, then again at most --max-reroutes (2) times.
+                ("kvmesh_gateway_reroutes_total", {}, lambda v: v == 2),
+                ("kvmesh_gateway_route_seconds_count", {}, lambda v: v == 3),
+                ("kvmesh_gateway_requests_in_flight", {}, lambda v: v == 0),
+                # Token ids: nothing tokenized; no worker answered a byte.
+                ("kvmesh_gateway_tokenize_seconds_count", {},
+                 lambda v: v == 0),
+                ("kvmesh_gateway_time_to_first_byte_seconds_count", {},
+                 lambda v: v == 0)):
+            expect("gateway", f"{name}{labels}",
+                   one("gateway", g, name, **labels), ok)
 
     i = pages.get("index", {})
     expect("index", "kvmesh_index_shards",

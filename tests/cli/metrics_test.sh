@@ -1,8 +1,9 @@
 #!/bin/bash
-# Runs an index shard, a node agent and a router with --metrics-port on a
-# nats-server of its own, routes requests with `kvmesh route`, and checks
-# what each /metrics serves (tests/cli/metrics_check.py), the endpoint's
-# refusals, the flags' errors and a clean stop.
+# Runs an index shard, a node agent, a router and a gateway with
+# --metrics-port on a nats-server of its own, routes requests with `kvmesh
+# route` and through the gateway, and checks what each /metrics serves
+# (tests/cli/metrics_check.py), the endpoint's refusals, the probes, the
+# flags' errors and a clean stop.
 # usage: metrics_test.sh KVMESH_BINARY SOURCE_ROOT
 set -euo pipefail
 bin=$1
@@ -13,24 +14,10 @@ pids=()  # every process this script starts, stopped at exit
 
 . "$(dirname "$0")/lib.sh"
 
-# get URL: the status code and body of GET URL, as "CODE BODY".
-get() {
-  python3 - "$1" <<'EOF'
-import sys, urllib.request, urllib.error
-try:
-    with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
-        print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())
-except OSError as e:
-    print(0, e)
-EOF
-}
-
 # wait_metrics PORT NAME: until PORT answers /metrics (10 s).
 wait_metrics() {
   local end=$((SECONDS + 10)) r
-  while r=$(get "http://127.0.0.1:$1/metrics") && [ "${r:0:3}" != 200 ]; do
+  while r=$(fetch "http://127.0.0.1:$1/metrics") && [ "${r:0:3}" != 200 ]; do
     if [ "$SECONDS" -ge "$end" ]; then
       fail "$2_serves_metrics" "port $1: $(cat "$tmp/$2.err")"
       return 1
@@ -64,23 +51,32 @@ fi
 mi=$(free_port)
 ma=$(free_port)
 mr=$(free_port)
+mg=$(free_port)
+api=$(free_port)
 common=(--nats "$url" --heartbeat-ms 200 --metrics-address 127.0.0.1)
 "$bin" index "${common[@]}" --shard 0/1 --db "$tmp/db" --metrics-port "$mi" \
   2>"$tmp/index.err" &
 index=$!
 pids+=("$index")
+# Serving model m: the gateway's pool (simulated GPUs have no front, so a
+# request the gateway routes fails at the proxy, re-routed, then 502).
 "$bin" agent "${common[@]}" --engine sim --workers 3 --worker-id 0 \
   --block-tokens 16 --host-blocks 256 --time-scale 20 --metrics-port "$ma" \
-  2>"$tmp/agent.err" &
+  --model m 2>"$tmp/agent.err" &
 agent=$!
 pids+=("$agent")
 "$bin" router "${common[@]}" --name router-m --block-tokens 16 \
   --metrics-port "$mr" 2>"$tmp/router.err" &
 router=$!
 pids+=("$router")
+"$bin" gateway "${common[@]}" --name gateway-m --block-tokens 16 \
+  --listen "127.0.0.1:$api" --metrics-port "$mg" 2>"$tmp/gateway.err" &
+gateway=$!
+pids+=("$gateway")
 wait_metrics "$mi" index || exit 1
 wait_metrics "$ma" agent || exit 1
 wait_metrics "$mr" router || exit 1
+wait_metrics "$mg" gateway || exit 1
 
 # A second process on a port in use stops at once, naming it.
 rc=0
@@ -124,7 +120,7 @@ fi
 rc=0
 "$bin" route --nats "$url" --block-tokens 32 --tokens "$(seq -s, 1 64)" \
   >/dev/null 2>&1 || rc=$?
-r=$(get "http://127.0.0.1:$mr/metrics")
+r=$(fetch "http://127.0.0.1:$mr/metrics")
 if [ "$rc" -eq 1 ] &&
   grep -q '^kvmesh_router_failures_total{reason="other"} 1$' <<<"$r"; then
   ok failure_counted
@@ -132,9 +128,42 @@ else
   fail failure_counted "route exit $rc; $(grep failures_total <<<"$r")"
 fi
 
+# Through the gateway, once it hears the workers: its listing, a body that
+# is not JSON, a model nobody serves, and a request it routes (token ids:
+# no tokenizing) that no worker's front can take.
+end=$((SECONDS + 10))
+until r=$(fetch "http://127.0.0.1:$api/health") && [ "${r:0:3}" = 200 ]; do
+  if [ "$SECONDS" -ge "$end" ]; then
+    fail gateway_hears_workers "$r: $(cat "$tmp/gateway.err")"
+    exit 1
+  fi
+  sleep 0.2
+done
+r=$(fetch "http://127.0.0.1:$api/v1/models")
+if [ "${r:0:3}" = 200 ] && grep -q '"id":"m"' <<<"$r"; then
+  ok gateway_lists_models
+else
+  fail gateway_lists_models "$r"
+fi
+r=$(fetch "http://127.0.0.1:$api/v1/completions" 'not json')
+r2=$(fetch "http://127.0.0.1:$api/v1/completions" '{"model":"x","prompt":"hi"}')
+if [ "${r:0:3}" = 400 ] && [ "${r2:0:3}" = 404 ]; then
+  ok gateway_refuses_bad_requests
+else
+  fail gateway_refuses_bad_requests "$r | $r2"
+fi
+r=$(fetch "http://127.0.0.1:$api/v1/completions" \
+  "{\"model\":\"m\",\"max_tokens\":1,\"prompt\":[$(seq -s, 1 48)]}")
+if [ "${r:0:3}" = 502 ]; then
+  ok gateway_routes
+else
+  fail gateway_routes "$r: $(cat "$tmp/gateway.err")"
+fi
+
 if out=$(python3 "$root/tests/cli/metrics_check.py" "$root" "$routed" 0,1,2 \
   "router=http://127.0.0.1:$mr/metrics" "agent=http://127.0.0.1:$ma/metrics" \
-  "index=http://127.0.0.1:$mi/metrics" 2>&1); then
+  "index=http://127.0.0.1:$mi/metrics" \
+  "gateway=http://127.0.0.1:$mg/metrics" 2>&1); then
   ok "series ($out)"
 else
   fail series "$out"
@@ -142,8 +171,8 @@ fi
 
 # Prometheus' own linter (promtool, Debian's prometheus package) on each
 # process's page.
-for p in "index:$mi" "agent:$ma" "router:$mr"; do
-  r=$(get "http://127.0.0.1:${p##*:}/metrics")
+for p in "index:$mi" "agent:$ma" "router:$mr" "gateway:$mg"; do
+  r=$(fetch "http://127.0.0.1:${p##*:}/metrics")
   if lint=$(tail -c +5 <<<"$r" | promtool check metrics 2>&1); then
     ok "promtool_${p%%:*}"
   else
@@ -152,9 +181,9 @@ for p in "index:$mi" "agent:$ma" "router:$mr"; do
 done
 
 # Any path but /metrics and the probes is refused, and the refusal counted.
-r=$(get "http://127.0.0.1:$ma/")
+r=$(fetch "http://127.0.0.1:$ma/")
 if [ "${r:0:3}" = 404 ]; then ok other_path_404; else fail other_path_404 "$r"; fi
-r=$(get "http://127.0.0.1:$ma/metrics")
+r=$(fetch "http://127.0.0.1:$ma/metrics")
 if grep -q '^kvmesh_metrics_requests_total{code="404"} 1$' <<<"$r"; then
   ok refusals_counted
 else
@@ -169,8 +198,8 @@ wait_probe() {
   local end=$((SECONDS + $4)) left r p
   while true; do
     left=""
-    for p in "index:$mi" "agent:$ma" "router:$mr"; do
-      r=$(get "http://127.0.0.1:${p##*:}$1")
+    for p in "index:$mi" "agent:$ma" "router:$mr" "gateway:$mg"; do
+      r=$(fetch "http://127.0.0.1:${p##*:}$1")
       if [ "${r:0:3}" != "$2" ] || ! grep -qF -- "$3" <<<"$r"; then
         left+=" ${p%%:*}: $r;"
       fi
@@ -187,8 +216,8 @@ wait_probe() {
 wait_probe /healthz 200 ok 5
 wait_probe /readyz 200 ready 5
 # nats-server stops: each process stays alive but is not ready, and says
-# why; back on the same port, each is ready again (the router once it
-# hears a live worker).
+# why; back on the same port, each is ready again (the router and the
+# gateway once they hear a live worker).
 kill "${pids[0]}"
 wait "${pids[0]}" 2>/dev/null || true
 wait_probe /readyz 503 "not connected to NATS" 15
@@ -198,7 +227,7 @@ pids+=($!)
 wait_probe /readyz 200 ready 30
 
 # SIGTERM: each stops its endpoint with the rest and exits 0.
-for p in "$router" "$agent" "$index"; do
+for p in "$gateway" "$router" "$agent" "$index"; do
   kill -TERM "$p"
   rc=0
   wait "$p" || rc=$?

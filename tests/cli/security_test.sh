@@ -51,7 +51,7 @@ prompt=$(seq -s, 1 64)
 
 # -- the mesh with a user per role (deploy/nats/auth.conf) --------------------
 
-for role in CLIENT AGENT ROUTER INDEX ADMIN MONITOR; do
+for role in CLIENT AGENT ROUTER INDEX GATEWAY ADMIN MONITOR; do
   export "KVMESH_${role}_PASSWORD=pw-$role-$RANDOM$RANDOM"
 done
 # The shipped file is the generator's output, word for word.
@@ -131,7 +131,7 @@ common=(--nats "$url" --heartbeat-ms 200)
 pids+=($!)
 KVMESH_NATS_USER=agent KVMESH_NATS_PASSWORD=$KVMESH_AGENT_PASSWORD \
   "$bin" agent "${common[@]}" --engine sim --workers 2 --worker-id 0 \
-  --block-tokens 16 2>"$tmp/agent.err" &
+  --block-tokens 16 --model m 2>"$tmp/agent.err" &
 pids+=($!)
 cat >"$tmp/router.toml" <<EOF
 [nats]
@@ -157,6 +157,32 @@ while true; do
   sleep 0.2
 done
 ok mesh_up_with_a_user_per_role
+
+# The gateway with its user: it hears the workers (its /health), routes a
+# request (simulated GPUs have no front: the proxy fails after each
+# decision, 502; a decision that never came would be a 504).
+gateway_port=$(free_port)
+gateway_metrics=$(free_port)
+KVMESH_NATS_USER=gateway KVMESH_NATS_PASSWORD=$KVMESH_GATEWAY_PASSWORD \
+  "$bin" gateway "${common[@]}" --name gw-0 --block-tokens 16 \
+  --listen "127.0.0.1:$gateway_port" --metrics-port "$gateway_metrics" \
+  --metrics-address 127.0.0.1 2>"$tmp/gateway.err" &
+pids+=($!)
+end=$((SECONDS + 20))
+until said=$(fetch "http://127.0.0.1:$gateway_port/health") &&
+  [ "${said:0:3}" = 200 ]; do
+  if [ "$SECONDS" -ge "$end" ]; then
+    fail gateway_hears_workers "$said: $(cat "$tmp/gateway.err")"
+    break
+  fi
+  sleep 0.2
+done
+[ "${said:0:3}" != 200 ] || ok gateway_hears_workers
+said=$(fetch "http://127.0.0.1:$gateway_port/v1/completions" \
+  "{\"model\":\"m\",\"max_tokens\":1,\"prompt\":[$prompt]}")
+if [ "${said:0:3}" = 502 ]; then ok gateway_routes; else
+  fail gateway_routes "$said: $(cat "$tmp/gateway.err")"
+fi
 
 run admin workers --nats "$url"
 expect no_credential_refused 1 "authentication failed"
@@ -233,16 +259,27 @@ EOF
 }
 subscribe() { nats_verdict subscribe "$@"; }
 publish() { nats_verdict publish "$@"; }
+# refused NAME VERB USER PASSWORD SUBJECT...: check NAME:SUBJECT passes when
+# nats-server refuses USER's VERB (publish or subscribe) of each SUBJECT.
+refused() {
+  local name=$1 verb=$2 user=$3 pw=$4 subject said want=Subscription
+  shift 4
+  [ "$verb" = subscribe ] || want=Publish
+  for subject in "$@"; do
+    said=$(nats_verdict "$verb" "$user" "$pw" "$subject")
+    if grep -q "Permissions Violation for $want" <<<"$said"; then
+      ok "$name:$subject"
+    else
+      fail "$name:$subject" "$said"
+    fi
+  done
+}
 # The mesh's own inboxes, where bids and index answers travel, are only the
 # mesh's to read; the roles that read replies have the other inboxes.
 for role in client admin monitor; do
   pw_var="KVMESH_${role^^}_PASSWORD"
-  said=$(subscribe "$role" "${!pw_var}" "_INBOX.kvmesh.>")
-  if grep -q "Permissions Violation for Subscription" <<<"$said"; then
-    ok "${role}_cannot_read_mesh_inboxes"
-  else
-    fail "${role}_cannot_read_mesh_inboxes" "$said"
-  fi
+  refused "${role}_cannot_read_mesh_inboxes" subscribe "$role" "${!pw_var}" \
+    "_INBOX.kvmesh.>"
   said=$(subscribe "$role" "${!pw_var}" "_INBOX.route.1")
   if [ "$said" = subscribed ]; then
     ok "${role}_reads_its_inboxes"
@@ -254,6 +291,15 @@ said=$(subscribe agent "$KVMESH_AGENT_PASSWORD" "_INBOX.kvmesh.>")
 if [ "$said" = subscribed ]; then ok agent_reads_mesh_inboxes; else
   fail agent_reads_mesh_inboxes "$said"
 fi
+# The gateway's user sends route requests, hears workers' heartbeats and
+# reads gateways' inboxes, nothing else.
+gw_pw=$KVMESH_GATEWAY_PASSWORD
+refused gateway_cannot_publish publish gateway "$gw_pw" kvmesh.route.json \
+  kvmesh.admin.drain kvmesh.agent.a.award kvmesh.heartbeat.worker.a \
+  _INBOX.kvmesh.1
+refused gateway_cannot_hear subscribe gateway "$gw_pw" "_INBOX.kvmesh.>" \
+  _INBOX.route.1 kvmesh.route kvmesh.events kvmesh.heartbeat.router \
+  "kvmesh.agent.>"
 
 # The client may not act as an admin: refused at once with the reason (not
 # a timeout), and nothing changed as the admin sees it.
@@ -350,24 +396,10 @@ while true; do
   sleep 0.2
 done
 b_pw=$KVMESH_AGENT_NODE_B_PASSWORD
-for subject in kvmesh.heartbeat.worker.node-a kvmesh.kv.0.node-a \
-  kvmesh.kv.0.node-a.batch; do
-  said=$(publish node-b "$b_pw" "$subject")
-  if grep -q "Permissions Violation for Publish" <<<"$said"; then
-    ok "agent_cannot_publish_as_another:$subject"
-  else
-    fail "agent_cannot_publish_as_another:$subject" "$said"
-  fi
-done
-for subject in "kvmesh.agent.node-a.>" "_INBOX.kvmesh.node-a.>" \
-  "_INBOX.kvmesh.>"; do
-  said=$(subscribe node-b "$b_pw" "$subject")
-  if grep -q "Permissions Violation for Subscription" <<<"$said"; then
-    ok "agent_cannot_hear_another:$subject"
-  else
-    fail "agent_cannot_hear_another:$subject" "$said"
-  fi
-done
+refused agent_cannot_publish_as_another publish node-b "$b_pw" \
+  kvmesh.heartbeat.worker.node-a kvmesh.kv.0.node-a kvmesh.kv.0.node-a.batch
+refused agent_cannot_hear_another subscribe node-b "$b_pw" \
+  "kvmesh.agent.node-a.>" "_INBOX.kvmesh.node-a.>" "_INBOX.kvmesh.>"
 said=$(publish node-b "$b_pw" kvmesh.heartbeat.worker.node-b)
 if [ "$said" = published ]; then ok agent_publishes_as_itself; else
   fail agent_publishes_as_itself "$said"
@@ -413,7 +445,7 @@ expect missing_ca_file 2 "nats-tls-ca"
 
 # The mesh ran without a permission violation: auth.conf allows every
 # subject its roles use (the router's counter says 0 too).
-if grep -i "permission denied" "$tmp"/{index,agent,router}.err; then
+if grep -i "permission denied" "$tmp"/{index,agent,router,gateway}.err; then
   fail mesh_never_refused "$(grep -ih "permission" "$tmp"/*.err | head -5)"
 else
   ok mesh_never_refused
@@ -424,6 +456,14 @@ if grep -q "^kvmesh_nats_permission_denials_total 0$" <<<"$metrics"; then
   ok permission_denials_metric
 else
   fail permission_denials_metric "$(grep nats_ <<<"$metrics")"
+fi
+said=$(fetch "http://127.0.0.1:$gateway_metrics/metrics")
+if grep -q "^kvmesh_nats_permission_denials_total 0$" <<<"$said" &&
+  grep -qE "^kvmesh_gateway_route_seconds_count [1-9]" <<<"$said"; then
+  ok gateway_permission_denials_metric
+else
+  fail gateway_permission_denials_metric \
+    "$(grep -e nats_perm -e route_seconds_count <<<"$said")"
 fi
 
 # -- token, through `kvmesh up` to its children -------------------------------

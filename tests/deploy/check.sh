@@ -2,9 +2,11 @@
 # Checks deploy/ as far as a machine without a cluster, a Docker engine or a
 # network allows: YAML lint, the compose file, Kustomize renderings (real
 # `kubectl kustomize` when kubectl is on PATH, else a stand-in), the
-# dashboard's queries against docs/metrics.md, the systemd units, the
-# Dockerfile, the Kubernetes entrypoint, and (given the binary) every
-# deployment's command lines run against a real nats-server.
+# dashboard's queries against docs/metrics.md, the systemd units (verified,
+# sandboxed alike, their variables in kvmesh.env), the Dockerfile, the
+# Kubernetes entrypoint, and (given the binary) every deployment's command
+# lines run against a real nats-server. Each rule is also shown to catch a
+# broken copy of the files.
 # usage: check.sh SOURCE_ROOT [KVMESH_BINARY]
 set -uo pipefail
 root=$(cd "$1" && pwd)
@@ -57,6 +59,20 @@ must_fail() {
   fi
 }
 
+# must_say NAME SAYS COMMAND...: as must_fail, and COMMAND's output says
+# SAYS (grep -E) of the broken input, so that it failed for that reason.
+must_say() {
+  local name=$1 says=$2 out
+  shift 2
+  if out=$("$@" 2>&1); then
+    fail "$name" "passed a broken input: $out"
+  elif ! grep -qE -- "$says" <<<"$out"; then
+    fail "$name" "failed without saying /$says/: $out"
+  else
+    ok "$name"
+  fi
+}
+
 if ! "$py" -c 'import yaml' 2>/dev/null; then
   fail python3_yaml "$py has no yaml module (Debian: python3-yaml)"
   echo "$passed passed, $failed failed, $skipped skipped"
@@ -72,6 +88,15 @@ fi
 
 # -- compose ------------------------------------------------------------------
 step compose_structure "${check[@]}" compose "$deploy/compose.yaml"
+# A gateway whose port is not published must fail.
+sed '/- "8080:8080"/d' "$deploy/compose.yaml" >"$tmp/compose.yaml"
+must_say compose_catches_unpublished_gateway "port 8080 is not published" \
+  "${check[@]}" compose "$tmp/compose.yaml"
+# A gateway hashing in other blocks than the agents and routers must fail.
+sed 's/"--block-tokens", "512"/"--block-tokens", "16"/' \
+  "$deploy/compose.yaml" >"$tmp/compose.yaml"
+must_say compose_catches_block_size_mismatch "block sizes differ" \
+  "${check[@]}" compose "$tmp/compose.yaml"
 if docker compose version >/dev/null 2>&1; then
   step compose_config docker compose -f "$deploy/compose.yaml" config -q
 else
@@ -94,6 +119,32 @@ sed -i 's/INDEX_SHARDS: "1"/INDEX_SHARDS: "3"/' \
   "$tmp/k8s/overlays/dev/config.yaml"
 must_fail kustomize_catches_shard_mismatch \
   "${check[@]}" kustomize "$tmp/k8s/overlays/dev"
+# break_k8s NAME DIR SAYS FILE SED-SCRIPT: a fresh copy of
+# deploy/kubernetes with FILE (below it) edited by SED-SCRIPT; the check of
+# its kustomization DIR must then fail, and say SAYS (grep -E) of it.
+break_k8s() {
+  local dir=$tmp/k8s-$1
+  rm -rf "$dir" && cp -r "$deploy/kubernetes" "$dir"
+  sed -i "$5" "$dir/$4"
+  must_say "kustomize_catches_$1" "$3" "${check[@]}" kustomize "$dir/$2"
+}
+# The gateway probed on its API's /health instead of its own /readyz.
+break_k8s gateway_probe overlays/dev \
+  "Deployment/kvmesh-gateway: container gateway's readinessProbe" \
+  mesh/gateway.yaml 's#path: /readyz#path: /health#'
+# Gateways hashing in other blocks than vLLM's.
+break_k8s block_size_mismatch overlays/vllm "block sizes differ" \
+  overlays/vllm/config.yaml '/KVMESH_GATEWAY_BLOCK_TOKENS/d'
+# The gateway's disruption budget gone (the file's last object).
+break_k8s missing_budget overlays/production \
+  "Deployment/kvmesh-gateway has no PodDisruptionBudget" \
+  overlays/production/pdb.yaml '/^  name: kvmesh-gateway$/,$d'
+# The gateway listening on another port than its container's.
+break_k8s gateway_port overlays/dev "listens on 0.0.0.0:8081" \
+  mesh/gateway.yaml 's#value: 0.0.0.0:8080#value: 0.0.0.0:8081#'
+# No gateway at all.
+break_k8s missing_gateway base "no Deployment and Service kvmesh-gateway" \
+  mesh/kustomization.yaml '/gateway.yaml/d'
 
 # -- Grafana ------------------------------------------------------------------
 step dashboard_metrics "${check[@]}" dashboard "$deploy/grafana/kvmesh.json" \
@@ -124,6 +175,17 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 else
   skip systemd_verify "no systemd-analyze"
 fi
+step systemd_units "${check[@]}" systemd "$deploy/systemd/kvmesh.env" \
+  "$deploy"/systemd/*.service
+# A unit less sandboxed than the others, or one whose ExecStart names a
+# variable kvmesh.env lacks, must fail.
+sed '/^ProtectSystem=strict$/d' "$deploy/systemd/kvmesh-gateway.service" \
+  >"$tmp/kvmesh-gateway.service"
+must_say systemd_catches_missing_sandboxing "lacks ProtectSystem=strict" \
+  "${check[@]}" systemd "$deploy/systemd/kvmesh.env" "$tmp/kvmesh-gateway.service"
+sed '/^GATEWAY_ARGS=/d' "$deploy/systemd/kvmesh.env" >"$tmp/kvmesh.env"
+must_say systemd_catches_missing_env_key 'uses \$GATEWAY_ARGS' \
+  "${check[@]}" systemd "$tmp/kvmesh.env" "$deploy"/systemd/*.service
 
 # -- the image and its entrypoint ---------------------------------------------
 step dockerfile "${check[@]}" dockerfile "$deploy/Dockerfile" ${bin:+"$bin"}

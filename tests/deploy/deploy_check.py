@@ -7,6 +7,7 @@ usage: deploy_check.py metrics DOC
        deploy_check.py kustomize [--kubectl] DIR...
        deploy_check.py dockerfile DOCKERFILE [KVMESH_BINARY]
        deploy_check.py entrypoint ENTRYPOINT.sh
+       deploy_check.py systemd KVMESH.env UNIT...
        deploy_check.py smoke KVMESH_BINARY SOURCE_ROOT
 
 Each prints what it found wrong, one line per problem, and exits 1 if
@@ -31,7 +32,8 @@ import yaml
 
 # The checks live in modules beside this file; no bytecode in the source tree.
 sys.dont_write_bytecode = True
-from deploy_common import bad, finish, flag, problems
+from deploy_common import (DEFAULT_BLOCK_TOKENS, GATEWAY_LISTEN, bad, finish,
+                           flag, problems)
 from kustomize_check import cmd_kustomize
 from smoke_check import cmd_smoke
 
@@ -196,6 +198,7 @@ def walk_panels(panels):
 
 COMPOSE_TOP = {"name", "services", "volumes", "networks", "configs",
                "secrets", "version"}
+KVMESH_ROLES = ("agent", "router", "index", "gateway")
 
 
 def cmd_compose(args):
@@ -210,7 +213,8 @@ def cmd_compose(args):
             bad(f"{path}: unknown top-level key '{key}'")
     services = doc["services"]
     volumes = doc.get("volumes") or {}
-    shards, ranges, routers, agents = {}, [], [], []
+    shards, ranges, routers, agents, gateways = {}, [], [], [], []
+    blocks = {}  # service: its --block-tokens
     for name, s in services.items():
         where = f"{path}: service {name}"
         if not isinstance(s, dict):
@@ -233,8 +237,8 @@ def cmd_compose(args):
                 not all(isinstance(a, str) for a in cmd):
             bad(f"{where}: command is not a list of strings")
             continue
-        if s.get("image", "").startswith("kvmesh") and cmd[0] in (
-                "agent", "router", "index"):
+        if s.get("image", "").startswith("kvmesh") and cmd[0] in \
+                KVMESH_ROLES:
             test = " ".join((s.get("healthcheck") or {}).get("test") or [])
             if "/readyz" not in test:
                 bad(f"{where}: its healthcheck does not ask /readyz")
@@ -242,6 +246,9 @@ def cmd_compose(args):
             host = re.sub(r"^\w+://", "", nats or "").split(":")[0]
             if host not in services:
                 bad(f"{where}: --nats {nats} names no service")
+            if cmd[0] != "index":
+                blocks[name] = flag(cmd, "--block-tokens") or \
+                    DEFAULT_BLOCK_TOKENS
         if cmd[0] == "index":
             spec = flag(cmd, "--shard") or ""
             m = re.fullmatch(r"(\d+)/(\d+)", spec)
@@ -265,6 +272,13 @@ def cmd_compose(args):
                 bad(f"{where}: router without --name (router-<pid> repeats "
                     "across containers)")
             routers.append(flag(cmd, "--name"))
+        elif cmd[0] == "gateway":
+            check_compose_gateway(where, s, cmd)
+            gateways.append(flag(cmd, "--name"))
+    if not gateways:
+        bad(f"{path}: no gateway service (kvmesh gateway, the clients' URL)")
+    if len(set(blocks.values())) > 1:
+        bad(f"{path}: block sizes differ (--block-tokens, rule 4): {blocks}")
     counts = {n for _, n in shards.values()}
     if len(counts) > 1:
         bad(f"{path}: index shards disagree on the shard count: {shards}")
@@ -276,13 +290,31 @@ def cmd_compose(args):
     for (a0, a1, an), (b0, _, bn) in zip(ranges, ranges[1:]):
         if b0 < a1:
             bad(f"{path}: agents {an} and {bn} share worker ids")
-    for what, names in (("router", routers), ("agent", agents)):
+    for what, names in (("router", routers), ("agent", agents),
+                        ("gateway", gateways)):
         if len(names) != len(set(names)):
             bad(f"{path}: {what} names repeat: {names}")
     if not problems:
         print(f"compose: {len(services)} services; {len(shards)} index "
-              f"shards, {len(ranges)} agents, {len(routers)} routers")
+              f"shards, {len(ranges)} agents, {len(routers)} routers, "
+              f"{len(gateways)} gateways")
     return finish("compose")
+
+
+def check_compose_gateway(where, s, cmd):
+    """A gateway is named (its inbox carries the name) and its --listen
+    port is published on the host."""
+    if not flag(cmd, "--name"):
+        bad(f"{where}: gateway without --name (gateway-<pid> repeats across "
+            "containers)")
+    listen = flag(cmd, "--listen") or GATEWAY_LISTEN
+    port = listen.rsplit(":", 1)[-1]
+    published = [str(p.get("target")) if isinstance(p, dict)
+                 else str(p).split("/")[0].rsplit(":", 1)[-1]
+                 for p in s.get("ports") or []]
+    if port not in published:
+        bad(f"{where}: --listen {listen}: port {port} is not published "
+            f"(ports: {s.get('ports')})")
 
 # -- Dockerfile ---------------------------------------------------------------
 
@@ -406,6 +438,12 @@ def cmd_entrypoint(args):
              ["router"], {"POD_NAME": "kvmesh-router-x1",
                           "ROUTER_ARGS": "--durable --fanout 8"},
              0, "router --name kvmesh-router-x1 --durable --fanout 8\n"),
+            ("gateway named after its pod, extra flags",
+             ["gateway"], {"POD_NAME": "kvmesh-gateway-7c4-q2x9z",
+                           "GATEWAY_ARGS": "--max-reroutes 1"},
+             0, "gateway --name kvmesh-gateway-7c4-q2x9z --max-reroutes 1\n"),
+            ("gateway without KVMESH_NATS_URL", ["gateway"],
+             {"KVMESH_NATS_URL": ""}, 2, "gateway: KVMESH_NATS_URL"),
             ("agent ids from the map, a line's own count",
              ["agent", "--heartbeat-ms", "500"],
              {"KVMESH_AGENT_WORKERS": "8", "NODE_NAME": "gpu-b",
@@ -451,6 +489,60 @@ def cmd_entrypoint(args):
         print(f"entrypoint: {len(cases)} cases")
     return finish("entrypoint")
 
+# -- systemd units --------------------------------------------------------------
+
+# What every unit sets: the sandbox, the user, the restart policy (exit 2
+# is a usage error a restart cannot fix) and the start limit.
+UNIT_SETTINGS = [
+    "User=kvmesh", "Group=kvmesh", "EnvironmentFile=/etc/kvmesh/kvmesh.env",
+    "Restart=on-failure", "RestartPreventExitStatus=2",
+    "StartLimitIntervalSec=10min", "StartLimitBurst=30",
+    "NoNewPrivileges=yes", "CapabilityBoundingSet=", "AmbientCapabilities=",
+    "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+    "PrivateDevices=yes", "ProtectHostname=yes", "ProtectClock=yes",
+    "ProtectKernelTunables=yes", "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes", "ProtectControlGroups=yes",
+    "ProtectProc=invisible",
+    "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+    "RestrictNamespaces=yes", "RestrictRealtime=yes", "RestrictSUIDSGID=yes",
+    "LockPersonality=yes", "MemoryDenyWriteExecute=yes",
+    "SystemCallArchitectures=native", "SystemCallFilter=@system-service",
+    "SystemCallErrorNumber=EPERM", "UMask=0077",
+]
+
+
+def cmd_systemd(args):
+    """Every unit is sandboxed like the others, and every variable its
+    ExecStart names is a key of kvmesh.env."""
+    env_path, units = args[0], args[1:]
+    keys = set()
+    with open(env_path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                keys.add(line.partition("=")[0])
+    for unit in units:
+        name = os.path.basename(unit)
+        with open(unit, encoding="utf-8") as f:
+            text = re.sub(r"\\\n", " ", f.read())
+        lines = {l.strip() for l in text.splitlines()}
+        for want in UNIT_SETTINGS:
+            if want not in lines:
+                bad(f"{name}: lacks {want}")
+        m = re.search(r"^ExecStart=(.*)$", text, re.M)
+        if not m:
+            bad(f"{name}: no ExecStart")
+            continue
+        for var in re.findall(r"\$\{?(\w+)\}?", m.group(1)):
+            if var not in keys:
+                bad(f"{name}: ExecStart uses ${var}, which {env_path} does "
+                    "not set")
+    if not problems:
+        print(f"systemd: {len(units)} units sandboxed alike, their "
+              f"variables in {os.path.basename(env_path)}")
+    return finish("systemd")
+
+
 def main(argv):
     commands = {"metrics": (cmd_metrics, 1, 1),
                 "dashboard": (cmd_dashboard, 2, 2),
@@ -458,6 +550,7 @@ def main(argv):
                 "kustomize": (cmd_kustomize, 1, 99),
                 "dockerfile": (cmd_dockerfile, 1, 2),
                 "entrypoint": (cmd_entrypoint, 1, 1),
+                "systemd": (cmd_systemd, 2, 99),
                 "smoke": (cmd_smoke, 2, 2)}
     if len(argv) < 2 or argv[1] not in commands:
         print(__doc__, file=sys.stderr)

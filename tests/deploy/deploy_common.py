@@ -3,6 +3,12 @@ and the parsing of a command line."""
 
 problems = []
 
+# Defaults of kvmesh's flags that the checks compare files against: every
+# process's --block-tokens (rule 4: one block size) and the gateway's
+# --listen.
+DEFAULT_BLOCK_TOKENS = "512"
+GATEWAY_LISTEN = "0.0.0.0:8080"
+
 
 def bad(msg):
     problems.append(msg)

@@ -7,7 +7,8 @@ import re
 import subprocess
 import yaml
 
-from deploy_common import bad, finish, problems
+from deploy_common import (DEFAULT_BLOCK_TOKENS, GATEWAY_LISTEN, bad, finish,
+                           problems)
 
 
 # -- kustomize: the stand-in --------------------------------------------------
@@ -244,6 +245,9 @@ def validate(objs, where):
             if not any(labels_match(sel, l) for _, l in templates):
                 bad(f"{where}: PDB/{name}: selector {sel} matches no pod "
                     "template")
+    check_gateway(by, configmaps, where)
+    check_budgets(by, templates, where)
+    check_block_sizes(by, configmaps.get("kvmesh-config", {}), where)
     index = by.get(("StatefulSet", "kvmesh-index"))
     config = configmaps.get("kvmesh-config", {})
     if index is not None and str(index["spec"].get("replicas", 1)) != \
@@ -255,12 +259,87 @@ def validate(objs, where):
     return by
 
 
+def env_value(c, configmaps, name):
+    """What variable `name` is in container `c`: its env, else the
+    ConfigMaps it takes whole (envFrom), else None."""
+    for e in c.get("env") or []:
+        if e.get("name") == name and "value" in e:
+            return str(e["value"])
+    for e in c.get("envFrom") or []:
+        cm = (e.get("configMapRef") or {}).get("name")
+        if name in configmaps.get(cm, {}):
+            return str(configmaps[cm][name])
+    return None
+
+
+def check_gateway(by, configmaps, where):
+    """Wherever routers run, the gateway runs too: a Deployment with an
+    autoscaler, and a Service whose port reaches the API the process
+    listens on (KVMESH_GATEWAY_LISTEN)."""
+    if ("Deployment", "kvmesh-router") not in by:
+        return
+    dep = by.get(("Deployment", "kvmesh-gateway"))
+    svc = by.get(("Service", "kvmesh-gateway"))
+    if dep is None or svc is None:
+        bad(f"{where}: routers but no Deployment and Service kvmesh-gateway")
+        return
+    if not any(k == "HorizontalPodAutoscaler" and
+               (o["spec"].get("scaleTargetRef") or {}).get("name") ==
+               "kvmesh-gateway" for (k, _), o in by.items()):
+        bad(f"{where}: no HorizontalPodAutoscaler scales kvmesh-gateway")
+    for _, c in containers(dep):
+        listen = env_value(c, configmaps, "KVMESH_GATEWAY_LISTEN") or \
+            GATEWAY_LISTEN
+        port = listen.rsplit(":", 1)[-1]
+        http = [str(p["containerPort"]) for p in c.get("ports") or []
+                if p.get("name") == "http"]
+        if http != [port]:
+            bad(f"{where}: Deployment/kvmesh-gateway container {c['name']} "
+                f"listens on {listen}, its port named http is {http}")
+    if not any(p.get("targetPort") == "http"
+               for p in svc["spec"].get("ports") or []):
+        bad(f"{where}: Service/kvmesh-gateway has no port to http")
+
+
+def check_budgets(by, templates, where):
+    """Where disruption budgets are set, every Deployment and StatefulSet
+    of kvmesh but NATS (a single server: a budget would block every drain
+    of its node) has one."""
+    budgets = [((o["spec"].get("selector") or {}).get("matchLabels") or {})
+               for (k, _), o in by.items() if k == "PodDisruptionBudget"]
+    if not budgets:
+        return
+    for o, tlabels in templates:
+        if o["kind"] not in ("Deployment", "StatefulSet") or \
+                tlabels.get("app.kubernetes.io/component") == "nats":
+            continue
+        if not any(sel and labels_match(sel, tlabels) for sel in budgets):
+            bad(f"{where}: {o['kind']}/{o['metadata']['name']} has no "
+                "PodDisruptionBudget")
+
+
+def check_block_sizes(by, config, where):
+    """One block size (rule 4): agents', routers' and gateways' from
+    kvmesh-config, and an engine's --block-size beside them."""
+    sizes = {role: str(config.get(f"KVMESH_{role.upper()}_BLOCK_TOKENS",
+                                  DEFAULT_BLOCK_TOKENS))
+             for role in ("agent", "router", "gateway")}
+    for (kind, name), o in by.items():
+        for _, c in containers(o):
+            args = [str(a) for a in c.get("args") or []]
+            if "--block-size" in args[:-1]:
+                sizes[f"{kind}/{name} {c['name']}"] = \
+                    args[args.index("--block-size") + 1]
+    if len(set(sizes.values())) > 1:
+        bad(f"{where}: block sizes differ (rule 4): {sizes}")
+
+
 def check_kvmesh_pod(o, tlabels, configmaps, where):
     """A kvmesh pod: entrypoint and role agree with its component,
     Prometheus is told the port its container names metrics, and the
     kubelet probes /readyz and /healthz there."""
     role = tlabels.get("app.kubernetes.io/component")
-    if role not in ("agent", "router", "index"):
+    if role not in ("agent", "router", "index", "gateway"):
         return
     w = f"{where}: {o['kind']}/{o['metadata']['name']}"
     ann = o["spec"]["template"]["metadata"].get("annotations") or {}

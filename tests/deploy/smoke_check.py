@@ -57,7 +57,8 @@ def cmd_smoke(args):
     (prefix kvmesh), of the systemd units with kvmesh.env (prefix
     kvmesh-systemd) and of the Kubernetes dev overlay through
     kvmesh-entrypoint (prefix kvmesh-k8s); each must show its workers,
-    routers and shards to `kvmesh admin` and route a request."""
+    routers and shards to `kvmesh admin`, route a request, and have its
+    gateway hear the workers (/health) and answer /v1/models."""
     import shutil
     import signal
     import time
@@ -101,6 +102,14 @@ def cmd_smoke(args):
                     return 1
                 time.sleep(0.05)
         expect = {}  # prefix: (workers, routers, shards)
+        gateways = {}  # process name: its API's port
+        # Gateways listen on a free loopback port here, not 8080, which
+        # may be taken on a shared machine.
+
+        def gateway_listen(name):
+            gateways[name] = free_port()
+            return f"127.0.0.1:{gateways[name]}"
+
         # compose: the kvmesh services `up` starts.
         with open(os.path.join(deploy, "compose.yaml")) as f:
             compose = yaml.safe_load(f)
@@ -109,12 +118,15 @@ def cmd_smoke(args):
             cmd = svc.get("command") or []
             if not svc.get("image", "").startswith("kvmesh") or \
                     svc.get("profiles") or cmd[0] not in (
-                        "agent", "router", "index"):
+                        "agent", "router", "index", "gateway"):
                 continue
             argv = [binary] + [
                 a.replace("nats://nats:4222", url).replace(
                     "/var/lib/kvmesh", os.path.join(tmp, "compose", name))
                 for a in cmd]
+            if cmd[0] == "gateway":
+                argv[argv.index("--listen") + 1] = gateway_listen(
+                    "compose-" + name)
             start("compose-" + name, argv)
             routers |= {flag(cmd, "--name")} if cmd[0] == "router" else set()
             workers += int(flag(cmd, "--workers") or 0)
@@ -125,7 +137,8 @@ def cmd_smoke(args):
         env.update(KVMESH_NATS_URL=url, KVMESH_NATS_PREFIX="kvmesh-systemd")
         units = os.path.join(deploy, "systemd")
         state = os.path.join(tmp, "systemd")
-        runs = [("kvmesh-agent.service", ""), ("kvmesh-router.service", "")]
+        runs = [("kvmesh-agent.service", ""), ("kvmesh-router.service", ""),
+                ("kvmesh-gateway.service", "")]
         runs += [("kvmesh-index@.service", str(i))
                  for i in range(int(env["INDEX_SHARDS"]))]
         routers = set()
@@ -134,7 +147,10 @@ def cmd_smoke(args):
                 "/var/lib/kvmesh", state)
                 for a in systemd_exec(os.path.join(units, unit), env, inst)]
             # EnvironmentFile: the process reads its KVMESH_* itself.
-            start("systemd-" + unit.replace("@", "@" + inst), argv, env)
+            name = "systemd-" + unit.replace("@", "@" + inst)
+            start(name, argv, {**env, "KVMESH_GATEWAY_LISTEN":
+                               gateway_listen(name)} if "gateway" in unit
+                  else env)
             if "router" in unit:
                 routers.add(flag(argv, "--name"))
         expect["kvmesh-systemd"] = (int(env["KVMESH_AGENT_WORKERS"]), routers,
@@ -162,6 +178,9 @@ def cmd_smoke(args):
                 {"POD_NAME": f"kvmesh-index-{i}",
                  "KVMESH_INDEX_DB": os.path.join(tmp, "k8s", f"index-{i}")})
         pod("k8s-agent", "agent", {"NODE_NAME": "dev"})
+        pod("k8s-gateway", "gateway",
+            {"POD_NAME": "kvmesh-gateway-6b7f9-k2m4x",
+             "KVMESH_GATEWAY_LISTEN": gateway_listen("k8s-gateway")})
         expect["kvmesh-k8s"] = (int(kenv["KVMESH_AGENT_WORKERS"]),
                                 {"kvmesh-router-5d8c9-x2x4q"},
                                 int(kenv["INDEX_SHARDS"]))
@@ -207,8 +226,33 @@ def cmd_smoke(args):
             else:
                 print(f"smoke: {prefix}: {nw} workers, routers "
                       f"{sorted(nr)}, {ns} shards; routed a request")
-        # The pods' metrics endpoints, as Prometheus scrapes them.
+        # The gateways: ready once they hear a live worker, and serving the
+        # OpenAI API (the simulated workers serve no model: an empty list).
         import urllib.request
+        for name, gport in sorted(gateways.items()):
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(
+                            f"http://127.0.0.1:{gport}/health",
+                            timeout=5) as r:
+                        health = r.status
+                    with urllib.request.urlopen(
+                            f"http://127.0.0.1:{gport}/v1/models",
+                            timeout=5) as r:
+                        models = json.loads(r.read().decode())
+                    if health == 200 and models.get("object") == "list":
+                        print(f"smoke: {name}: ready, /v1/models answers")
+                        break
+                    bad(f"{name}: /v1/models is {models}")
+                    break
+                except (OSError, ValueError) as e:
+                    if time.monotonic() > deadline:
+                        bad(f"{name}: not ready on {gport}: {e}; "
+                            f"{tail(name)}")
+                        break
+                    time.sleep(0.3)
+        # The pods' metrics endpoints, as Prometheus scrapes them.
         for name, (role, mport) in sorted(scrape.items()):
             want = re.compile(r'kvmesh_build_info\{'
                               f'role="{role}"' r',version="[^"]+"\} 1$')
