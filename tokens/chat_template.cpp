@@ -26,13 +26,29 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 // Internal failures; render() and parse() turn them into error values.
+// What Python's Jinja would raise too, a construct this renderer leaves out
+// that only the values reveal (Python would render it), or one of the
+// render's bounds.
+enum class failure { python, gap, bound };
 struct template_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  template_error(const std::string& what, failure k)
+      : std::runtime_error(what), kind(k) {}
+  explicit template_error(const std::string& what)
+      : template_error(what, failure::python) {}
+  failure kind;
 };
 
+std::string at_line(int line, const std::string& what) {
+  return "chat template line " + std::to_string(line) + ": " + what;
+}
 [[noreturn]] void fail_at(int line, const std::string& what) {
-  throw template_error("chat template line " + std::to_string(line) + ": " +
-                       what);
+  throw template_error(at_line(line, what));
+}
+[[noreturn]] void gap_at(int line, const std::string& what) {
+  throw template_error(at_line(line, what), failure::gap);
+}
+[[noreturn]] void bound_at(int line, const std::string& what) {
+  throw template_error(at_line(line, what), failure::bound);
 }
 
 // ---------------------------------------------------------------- UTF-8
@@ -1856,13 +1872,13 @@ struct Renderer {
 
   void step(int line) {
     if (++steps > opt.max_steps)
-      fail_at(line, "the template exceeded its budget of " +
-                        std::to_string(opt.max_steps) + " evaluation steps");
+      bound_at(line, "the template exceeded its budget of " +
+                         std::to_string(opt.max_steps) + " evaluation steps");
   }
   void check_size(size_t n, int line) {
     if (n > opt.max_output)
-      fail_at(line, "the output would exceed " +
-                        std::to_string(opt.max_output) + " bytes");
+      bound_at(line, "the output would exceed " +
+                         std::to_string(opt.max_output) + " bytes");
   }
 
   Value lookup(std::string_view name) {
@@ -1913,13 +1929,13 @@ struct Renderer {
 
   void to_str(const Value& v, std::string& out, int line, bool repr = false,
               int depth = 0) {
-    if (depth > 512) fail_at(line, "value nested too deeply");
+    if (depth > 512) bound_at(line, "value nested too deeply");
     switch (v.t) {
       case VT::undefined:
         if (repr)
-          fail_at(line,
-                  "printing an undefined value inside a container is not "
-                  "supported");
+          gap_at(line,
+                 "printing an undefined value inside a container is not "
+                 "supported");
         return;
       case VT::none:
         out += "None";
@@ -1941,8 +1957,8 @@ struct Renderer {
         return;
       case VT::list: {
         if (v.lt == LT::generator || v.lt == LT::range || v.lt == LT::view)
-          fail_at(line, std::string("printing a ") + type_name(v) +
-                            " is not supported");
+          gap_at(line, std::string("printing a ") + type_name(v) +
+                           " is not supported");
         bool tuple = v.lt == LT::tuple;
         out += tuple ? '(' : '[';
         size_t n = list_size(v);
@@ -1973,8 +1989,8 @@ struct Renderer {
         return;
       }
       default:
-        fail_at(line, std::string("printing a ") + type_name(v) +
-                          " is not supported");
+        gap_at(line,
+               std::string("printing a ") + type_name(v) + " is not supported");
     }
   }
   std::string str(const Value& v, int line) {
@@ -2048,7 +2064,7 @@ struct Renderer {
 
   void to_json(const Value& v, std::string& out, const JsonFmt& f, int level,
                int line) {
-    if (level > 512) fail_at(line, "tojson: value nested too deeply");
+    if (level > 512) bound_at(line, "tojson: value nested too deeply");
     check_size(out.size(), line);
     auto newline = [&](int lv) {
       if (!f.indent) return;
@@ -2165,7 +2181,7 @@ struct Renderer {
   }
 
   bool equal(const Value& a, const Value& b, int line, int depth = 0) {
-    if (depth > 512) fail_at(line, "comparison nested too deeply");
+    if (depth > 512) bound_at(line, "comparison nested too deeply");
     if (numeric(a) && numeric(b)) {
       if (a.t != VT::floating && b.t != VT::floating) return inum(a) == inum(b);
       return num(a) == num(b);
@@ -2237,7 +2253,7 @@ struct Renderer {
     if (op == ">=") return less(b, a, line) || equal(a, b, line);
     if (op == "in") return contains(b, a, line);
     if (op == "not in") return !contains(b, a, line);
-    fail_at(line, "unknown comparison " + op);
+    gap_at(line, "unknown comparison " + op);
   }
 
   // item in container (Python).
@@ -2281,9 +2297,9 @@ struct Renderer {
       case VT::list: {
         if (v.lt == LT::generator) {
           if (*v.used)
-            fail_at(line,
-                    "a filter's result (a one-shot generator) used twice is "
-                    "not supported");
+            gap_at(line,
+                   "a filter's result (a one-shot generator) used twice is "
+                   "not supported");
           *v.used = true;
         }
         size_t n = list_size(v);
@@ -2365,7 +2381,7 @@ struct Renderer {
             name == "get")
           return bound_method(obj, name);
         if (dict_unsupported.count(name))
-          fail_at(line, "the dict method '" + name + "' is not supported");
+          gap_at(line, "the dict method '" + name + "' is not supported");
         if (auto v = dict_get(obj, name)) return *v;
         return v_undef("'dict object' has no attribute '" + name + "'");
       case VT::ns:
@@ -2375,19 +2391,19 @@ struct Renderer {
         if (auto v = dict_get(obj, name)) return *v;
         if (name == "cycle" || name == "changed" || name == "depth" ||
             name == "depth0")
-          fail_at(line, "loop." + name + " is not supported");
+          gap_at(line, "loop." + name + " is not supported");
         return v_undef("'LoopContext' object has no attribute '" + name + "'");
       case VT::string:
         if (str_methods.count(name)) {
           if (kMethods.count(name) && name != "items" && name != "keys" &&
               name != "values" && name != "get")
             return bound_method(obj, name);
-          fail_at(line, "the str method '" + name + "' is not supported");
+          gap_at(line, "the str method '" + name + "' is not supported");
         }
         return v_undef("'str object' has no attribute '" + name + "'");
       case VT::list:
         if (list_methods.count(name))
-          fail_at(line, "the list method '" + name + "' is not supported");
+          gap_at(line, "the list method '" + name + "' is not supported");
         return v_undef(std::string("'") + type_name(obj) +
                        " object' has no attribute '" + name + "'");
       default:
@@ -2495,7 +2511,7 @@ struct Renderer {
     if (f.t != VT::func)
       fail_at(line,
               std::string("'") + type_name(f) + "' object is not callable");
-    if (++call_depth > 32) fail_at(line, "calls nested deeper than 32 levels");
+    if (++call_depth > 32) bound_at(line, "calls nested deeper than 32 levels");
     args.line = line;
     if (args.what.empty()) args.what = f.fn->name + "()";
     Value r = f.fn->call(*this, args);
@@ -2508,7 +2524,7 @@ struct Renderer {
   static std::string ascii_case(std::string_view s, int line, const char* what,
                                 int mode) {  // 0 lower, 1 upper
     if (!is_ascii(s))
-      fail_at(line, std::string(what) + " of non-ASCII text is not supported");
+      gap_at(line, std::string(what) + " of non-ASCII text is not supported");
     std::string out(s);
     for (char& c : out)
       c = static_cast<char>(mode ? std::toupper(static_cast<unsigned char>(c))
@@ -2656,8 +2672,8 @@ struct Renderer {
       }
     }
     if (self.t != VT::string)
-      fail_at(line, "method '" + name + "' of a " + type_name(self) +
-                        " is not supported");
+      gap_at(line, "method '" + name + "' of a " + type_name(self) +
+                       " is not supported");
     if (name == "startswith" || name == "endswith") {
       a.allow({"prefix"});
       auto arg = a.get(0, "prefix");
@@ -2723,7 +2739,7 @@ struct Renderer {
         fail_at(line, "replace(): count must be an integer");
       return py_replace(self, o, n, c ? c->i : -1, line);
     }
-    fail_at(line, "method '" + name + "' is not supported");
+    gap_at(line, "method '" + name + "' is not supported");
   }
 
   // ------------------------------------------------------------ builtins
@@ -2749,8 +2765,9 @@ struct Renderer {
                    ValueList out;
                    for (int64_t k = b; s > 0 ? k < e : k > e; k += s) {
                      if (out.size() >= 1'000'000)
-                       fail_at(a.line,
-                               "range() of more than 1000000 items is refused");
+                       bound_at(
+                           a.line,
+                           "range() of more than 1000000 items is refused");
                      out.push_back(v_int(k));
                    }
                    (void)r;
@@ -2781,7 +2798,7 @@ struct Renderer {
     builtins.set("dict", v_func("dict", [](Renderer& r, Args& a) {
                    ValueDict d;
                    if (!a.pos.empty())
-                     fail_at(
+                     gap_at(
                          a.line,
                          "dict() with positional arguments is not supported");
                    for (auto& [k, v] : a.kw)
@@ -2806,8 +2823,8 @@ struct Renderer {
             char c = f[k + 1];
             if (c == 'f' || c == 'z' || c == 'Z' || c == ':' || c == 'E' ||
                 c == 'O')
-              fail_at(a.line, std::string("strftime_now(): %") + c +
-                                  " is not supported");
+              gap_at(a.line, std::string("strftime_now(): %") + c +
+                                 " is not supported");
             ++k;
           }
           auto now = r.opt.now.value_or(std::chrono::system_clock::now());
@@ -2820,8 +2837,8 @@ struct Renderer {
                                  : std::strftime(out.data(), out.size(),
                                                  fmt.c_str(), &tm);
           if (n == 0 && !fmt.empty())
-            fail_at(a.line,
-                    "strftime_now(): the formatted date is empty or too long");
+            gap_at(a.line,
+                   "strftime_now(): the formatted date is empty or too long");
           out.resize(n);
           return v_str(std::move(out));
         }));
@@ -2856,9 +2873,9 @@ struct Renderer {
       if (v.t == VT::none || v.t == VT::boolean || o.t == VT::none ||
           o.t == VT::boolean)
         return v.t == o.t && (v.t == VT::none || v.b == o.b);
-      fail_at(line,
-              "'sameas' on values other than None, True and False is not "
-              "supported");
+      gap_at(line,
+             "'sameas' on values other than None, True and False is not "
+             "supported");
     }
     if (name == "in") return contains(arg(), v, line);
     if (name == "eq" || name == "equalto" || name == "==")
@@ -2884,7 +2901,7 @@ struct Renderer {
     if (name == "lower" || name == "upper") {
       std::string s = str(v, line);
       if (!is_ascii(s))
-        fail_at(line, "test '" + name + "' on non-ASCII text is not supported");
+        gap_at(line, "test '" + name + "' on non-ASCII text is not supported");
       bool cased = false;
       for (char c : s) {
         if (std::islower(static_cast<unsigned char>(c))) {
@@ -2897,7 +2914,7 @@ struct Renderer {
       }
       return cased;
     }
-    fail_at(line, "test '" + name + "' is not supported");
+    gap_at(line, "test '" + name + "' is not supported");
   }
 
   // ------------------------------------------------------------ filters
@@ -3040,7 +3057,7 @@ struct Renderer {
       // Markup in a template without autoescape prints as its text, but
       // Markup + str escapes the str: only printing it is supported here.
       a.allow({});
-      fail_at(line, "filter 'safe' is not supported");
+      gap_at(line, "filter 'safe' is not supported");
     }
     if (name == "int") {
       a.allow({"default", "base"});
@@ -3132,8 +3149,8 @@ struct Renderer {
         return v_list(std::move(xs));
       }
       if (v.t != VT::list)
-        fail_at(line, "filter 'reverse' of a " + std::string(type_name(v)) +
-                          " is not supported");
+        gap_at(line, "filter 'reverse' of a " + std::string(type_name(v)) +
+                         " is not supported");
       ValueList xs = items(v, line);
       std::reverse(xs.begin(), xs.end());
       return v_list(std::move(xs), LT::generator);
@@ -3194,8 +3211,8 @@ struct Renderer {
       bool keep_if = name[0] == 's';
       std::vector<Value> pos = a.pos;
       if (!a.kw.empty())
-        fail_at(line, "filter '" + name +
-                          "' with keyword arguments is not supported");
+        gap_at(line,
+               "filter '" + name + "' with keyword arguments is not supported");
       size_t at = 0;
       std::string path;
       if (attr) {
@@ -3209,7 +3226,7 @@ struct Renderer {
       if (pos.size() > at) {
         tname = str(pos[at], line);
         if (!kTests.count(tname))
-          fail_at(line, "test '" + tname + "' is not supported");
+          gap_at(line, "test '" + tname + "' is not supported");
         targs.assign(pos.begin() + static_cast<std::ptrdiff_t>(at + 1),
                      pos.end());
         if (kTestsWithArg.count(tname) != targs.size())
@@ -3248,7 +3265,7 @@ struct Renderer {
           fail_at(line, "filter 'map' needs a filter name or attribute=");
         std::string fname = str(a.pos[0], line);
         if (!kFilters.count(fname))
-          fail_at(line, "filter '" + fname + "' is not supported");
+          gap_at(line, "filter '" + fname + "' is not supported");
         for (Value& x : items(v, line)) {
           Args sub;
           sub.pos.assign(a.pos.begin() + 1, a.pos.end());
@@ -3304,7 +3321,7 @@ struct Renderer {
       if (rev && truthy(*rev)) std::reverse(xs.begin(), xs.end());
       return v_list(std::move(xs));
     }
-    fail_at(line, "filter '" + name + "' is not supported");
+    gap_at(line, "filter '" + name + "' is not supported");
   }
 
   // ------------------------------------------------------------ arithmetic
@@ -3346,17 +3363,17 @@ struct Renderer {
       int64_t a = inum(l), b = inum(r), out = 0;
       if (op == "+") {
         if (__builtin_add_overflow(a, b, &out))
-          fail_at(line, "integer overflow");
+          gap_at(line, "integer overflow");
         return v_int(out);
       }
       if (op == "-") {
         if (__builtin_sub_overflow(a, b, &out))
-          fail_at(line, "integer overflow");
+          gap_at(line, "integer overflow");
         return v_int(out);
       }
       if (op == "*") {
         if (__builtin_mul_overflow(a, b, &out))
-          fail_at(line, "integer overflow");
+          gap_at(line, "integer overflow");
         return v_int(out);
       }
       if (op == "**") {
@@ -3366,7 +3383,7 @@ struct Renderer {
         int64_t res = 1;
         for (int64_t k = 0; k < b; ++k) {
           if (__builtin_mul_overflow(res, a, &res))
-            fail_at(line, "integer overflow");
+            gap_at(line, "integer overflow");
           if (res == 0 || res == 1) break;
         }
         return v_int(res);
@@ -3374,7 +3391,7 @@ struct Renderer {
       if (b == 0) fail_at(line, "integer division or modulo by zero");
       if (op == "//" || op == "%") {
         if (a == std::numeric_limits<int64_t>::min() && b == -1)
-          fail_at(line, "integer overflow");
+          gap_at(line, "integer overflow");
         int64_t q = a / b, m = a % b;
         if (m != 0 && ((m < 0) != (b < 0))) {
           --q;
@@ -3430,7 +3447,7 @@ struct Renderer {
       return type_err();
     }
     if (op == "%" && l.t == VT::string)
-      fail_at(line, "printf-style string formatting ('%') is not supported");
+      gap_at(line, "printf-style string formatting ('%') is not supported");
     return type_err();
   }
 
@@ -3487,7 +3504,7 @@ struct Renderer {
         if (e.k == EK::pos) return v.t == VT::boolean ? v_int(v.b) : v;
         if (v.t == VT::floating) return v_float(-v.f);
         if (inum(v) == std::numeric_limits<int64_t>::min())
-          fail_at(e.line, "integer overflow");
+          gap_at(e.line, "integer overflow");
         return v_int(-inum(v));
       }
       case EK::not_:
@@ -3531,8 +3548,8 @@ struct Renderer {
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
           Value key = eval(*e.args[k]);
           if (key.t != VT::string)
-            fail_at(e.line,
-                    "dict literal keys other than strings are not supported");
+            gap_at(e.line,
+                   "dict literal keys other than strings are not supported");
           Value val = eval(*e.args[k + 1]);
           bool found = false;
           for (auto& [dk, dv] : d)
@@ -3542,7 +3559,7 @@ struct Renderer {
         return v_dict(std::move(d));
       }
     }
-    fail_at(e.line, "unknown expression");
+    gap_at(e.line, "unknown expression");
   }
 
   Args eval_args(const Expr& e) {
@@ -3775,11 +3792,84 @@ expected<std::string> chat_template::render(
     r.exec(program_->body, out);
     return out;
   } catch (const template_error& e) {
-    return make_error(ec::invalid_argument, e.what());
+    return make_error(e.kind == failure::gap     ? ec::parse_error
+                      : e.kind == failure::bound ? ec::capacity_exceeded
+                                                 : ec::invalid_argument,
+                      e.what());
   } catch (const std::exception& e) {
-    return make_error(ec::invalid_argument,
+    // Not Python's error: the renderer's own (out of memory, ...).
+    return make_error(ec::parse_error,
                       std::string("chat template: ") + e.what());
   }
+}
+
+namespace {
+
+// vLLM's reading of a template's AST (renderers/hf.py,
+// _detect_content_format), over this parser's: whether `e` is `v`, or
+// `v['key']` / `v.key` when key is given, under filters, tests and slices.
+bool reads(const Expr* e, const std::string& v, const char* key) {
+  if (!e) return false;
+  if (e->k == EK::filter || e->k == EK::test || e->k == EK::slice)
+    return reads(e->args[0].get(), v, key);
+  auto is_v = [&](const Expr* x) {
+    return x && x->k == EK::name && x->name == v;
+  };
+  if (!key) return is_v(e);
+  if (e->k == EK::getattr) return is_v(e->args[0].get()) && e->name == key;
+  if (e->k == EK::getitem) {
+    const Expr* k = e->args[1].get();
+    return is_v(e->args[0].get()) && k && k->k == EK::constant &&
+           k->constant.t == VT::string && k->constant.sv == key;
+  }
+  return false;
+}
+
+// Every set and for node, in document order (Jinja's find_all).
+void collect(const Body& body, std::vector<const Node*>& sets,
+             std::vector<const Node*>& fors) {
+  for (const NodeP& n : body) {
+    if (n->k == NK::set) sets.push_back(n.get());
+    if (n->k == NK::for_) fors.push_back(n.get());
+    for (const auto& [cond, b] : n->branches)
+      collect(b, sets, fors);
+    collect(n->body, sets, fors);
+    collect(n->else_body, sets, fors);
+  }
+}
+
+}  // namespace
+
+bool chat_template::takes_content_parts() const {
+  std::vector<const Node*> sets, fors;
+  collect(program_->body, sets, fors);
+  auto is_name = [](const ExprP& t) { return t && t->k == EK::name; };
+  // The names the messages go by: `messages`, and what is set from them.
+  // vLLM asserts every such target is a plain name; a failed assertion
+  // falls back to strings.
+  std::vector<std::string> lists{"messages"};
+  for (size_t i = 0; i < lists.size(); ++i)
+    for (const Node* s : sets) {
+      if (!reads(s->expr.get(), lists[i], nullptr)) continue;
+      if (!is_name(s->target)) return false;
+      // A name set twice is read once (vLLM would loop on a cycle).
+      if (std::find(lists.begin(), lists.end(), s->target->name) == lists.end())
+        lists.push_back(s->target->name);
+    }
+  // The names a message goes by: the targets of loops over those.
+  std::vector<std::string> messages;
+  for (const Node* f : fors)
+    for (const auto& l : lists)
+      if (reads(f->expr.get(), l, nullptr)) {
+        if (!is_name(f->target)) return false;
+        messages.push_back(f->target->name);
+        break;
+      }
+  // The first loop over a message's content decides.
+  for (const Node* f : fors)
+    for (const auto& m : messages)
+      if (reads(f->expr.get(), m, "content")) return is_name(f->target);
+  return false;
 }
 
 }  // namespace kvmesh

@@ -42,9 +42,15 @@ class chat_template {
 
   // Renders with `context` as the template's variables (messages,
   // add_generation_prompt, bos_token, eos_token, tools, and any
-  // chat_template_kwargs). Errors (ec::invalid_argument): the template's
-  // raise_exception(), what Python would raise (undefined attribute of an
-  // undefined value, str + None, ...), and the output or step bounds.
+  // chat_template_kwargs). Errors:
+  // - ec::invalid_argument: the template's raise_exception(), and what
+  //   Python would raise (undefined attribute of an undefined value,
+  //   str + None, ...);
+  // - ec::parse_error: what Python would render but this renderer leaves
+  //   out, seen only in the values ("upper of non-ASCII text is not
+  //   supported", an integer past 64 bits);
+  // - ec::capacity_exceeded: the output or step bounds, nesting deeper
+  //   than 512, range() past a million items.
   //
   // The context is an ordered_json: the engine's Python keeps a request's
   // object keys in their order, and tojson prints them so.
@@ -58,6 +64,12 @@ class chat_template {
   expected<std::string> render(
       const nlohmann::json& context,
       const chat_template_render_options& options) const = delete;
+
+  // Whether vLLM hands this template each message's content as a list of
+  // parts ([{"type": "text", "text": ...}]) rather than as a string: its
+  // "openai" content format, which it detects (--chat-template-content-
+  // format auto) by a loop over a message's content, as here.
+  bool takes_content_parts() const;
 
   struct program;
 

@@ -706,6 +706,11 @@ std::optional<uint32_t> tokenizer::token_id(std::string_view token) const {
   return it->second;
 }
 
+bool tokenizer::is_added(std::string_view token) const {
+  uint32_t id = 0;
+  return !token.empty() && impl_->match(token, 0, &id) == token.size();
+}
+
 std::string tokenizer::describe() const {
   const impl& t = *impl_;
   std::string s = t.family + " tokenizer: byte-level BPE, " +

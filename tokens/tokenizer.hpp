@@ -45,6 +45,9 @@ class tokenizer {
 
   // The id of a token as tokenizer.json writes it (vocab or added token).
   std::optional<uint32_t> token_id(std::string_view token) const;
+  // Whether `token` is one of the added tokens, matched in the text before
+  // anything else (transformers makes every special token one).
+  bool is_added(std::string_view token) const;
 
   // A one-line description of the model family for the gateway's start log.
   std::string describe() const;

@@ -386,7 +386,8 @@ TEST(chat_template, syntax_errors_name_their_line) {
 }
 
 // What parse cannot see (it depends on the values) refuses at render, with
-// its name, rather than rendering something approximate.
+// its name, rather than rendering something approximate; as parse_error,
+// for Python would render it (a caller may ask Python instead).
 TEST(chat_template, value_dependent_gaps_refuse_at_render) {
   auto refuses = [](const std::string& source, const char* ctx,
                     const std::string& what) {
@@ -394,6 +395,7 @@ TEST(chat_template, value_dependent_gaps_refuse_at_render) {
     ASSERT_FALSE(got) << source << " rendered " << *got;
     EXPECT_NE(got.err().message.find(what), std::string::npos)
         << got.err().message;
+    EXPECT_EQ(got.err().code, ec::parse_error) << got.err().message;
   };
   refuses("{{ s | upper }}", R"({"s": "straße"})",
           "upper of non-ASCII text is not supported");
@@ -460,6 +462,7 @@ TEST(chat_template, recursion_is_bounded) {
   ASSERT_FALSE(got);
   EXPECT_NE(got.err().message.find("calls nested deeper than 32"),
             std::string::npos);
+  EXPECT_EQ(got.err().code, ec::capacity_exceeded);
 }
 
 TEST(chat_template, deep_context_is_refused_not_a_crash) {
@@ -473,6 +476,7 @@ TEST(chat_template, deep_context_is_refused_not_a_crash) {
   auto got = render("{{ v | tojson }}", ctx);
   ASSERT_FALSE(got);
   EXPECT_NE(got.err().message.find("nested too deeply"), std::string::npos);
+  EXPECT_EQ(got.err().code, ec::capacity_exceeded);
   got = render("{{ v }}", ctx);
   ASSERT_FALSE(got);
   EXPECT_NE(got.err().message.find("nested too deeply"), std::string::npos);
@@ -489,6 +493,7 @@ TEST(chat_template, output_is_bounded) {
   ASSERT_FALSE(got);
   EXPECT_NE(got.err().message.find("would exceed 1000 bytes"),
             std::string::npos);
+  EXPECT_EQ(got.err().code, ec::capacity_exceeded);
   // A string doubled in a namespace, never printed: refused at 64 MB.
   got = render(
       "{% set ns = namespace(s='x') %}{% for i in range(64) %}"
@@ -511,9 +516,55 @@ TEST(chat_template, evaluation_steps_are_bounded) {
   ASSERT_FALSE(got);
   EXPECT_NE(got.err().message.find("budget of 100000 evaluation steps"),
             std::string::npos);
+  EXPECT_EQ(got.err().code, ec::capacity_exceeded);
   got = render("{{ range(2000000) | length }}", ojson::object());
   ASSERT_FALSE(got);
   EXPECT_NE(got.err().message.find("range() of more than"), std::string::npos);
+}
+
+// vLLM's content format: a template that loops over a message's content
+// gets a list of parts; its detection read from the AST as vLLM reads it.
+TEST(chat_template, takes_content_parts_when_it_loops_over_a_message_content) {
+  auto parts = [](const std::string& source) {
+    auto t = chat_template::parse(source);
+    EXPECT_TRUE(t) << t.err().message;
+    return t && t->takes_content_parts();
+  };
+  EXPECT_TRUE(
+      parts("{% for m in messages %}{% for p in m['content'] %}{{ p.text }}"
+            "{% endfor %}{% endfor %}"));
+  EXPECT_TRUE(
+      parts("{% for m in messages %}{% for p in m.content | selectattr('type', "
+            "'equalto', 'text') %}{{ p.text }}{% endfor %}{% endfor %}"));
+  // Through a name set from the messages, a slice, a filter, an if.
+  EXPECT_TRUE(parts(
+      "{% set loop_messages = messages[1:] %}{% set rest = loop_messages %}"
+      "{% for m in rest | reverse %}{% if m.content is string %}x{% else %}"
+      "{% for p in m.content[0:] %}{{ p.text }}{% endfor %}{% endif %}"
+      "{% endfor %}"));
+  EXPECT_FALSE(
+      parts("{% for m in messages %}{{ m['content'] | trim }}{% endfor %}"));
+  EXPECT_FALSE(parts("{% for p in content %}{{ p }}{% endfor %}"));
+  // A loop over something else's content.
+  EXPECT_FALSE(
+      parts("{% for m in messages %}{% for p in tools[0].content %}{% endfor %}"
+            "{% endfor %}"));
+  // vLLM's assertions fail on anything but a plain name: strings then.
+  EXPECT_FALSE(
+      parts("{% for m in messages %}{% for a, b in m.content %}{% endfor %}"
+            "{% endfor %}"));
+  EXPECT_FALSE(
+      parts("{% set ns = namespace() %}{% set ns.m = messages %}"
+            "{% for m in messages %}{% for p in m.content %}{% endfor %}"
+            "{% endfor %}"));
+  // A cycle of names is read once.
+  EXPECT_TRUE(parts(
+      "{% set a = messages %}{% set b = a %}{% set a = b %}"
+      "{% for m in b %}{% for p in m.content %}{% endfor %}{% endfor %}"));
+  // Inside a macro too (Jinja's find_all sees every node).
+  EXPECT_TRUE(parts(
+      "{% macro show(ms) %}{% for m in messages %}{% for p in m.content %}"
+      "{% endfor %}{% endfor %}{% endmacro %}{{ show(1) }}"));
 }
 
 TEST(chat_template, context_must_be_an_object) {

@@ -435,6 +435,11 @@ TEST(tokenizer, llama3_by_hand) {
   EXPECT_EQ(encode(*t, "<|eot_id|>"), (ids{128009}));
   EXPECT_EQ(encode(*t, "<|begin_of_text|>hi", true), (ids{128000, 6151}));
   EXPECT_EQ(t->token_id("<|eot_id|>"), std::optional<uint32_t>(128009));
+  EXPECT_TRUE(t->is_added("<|eot_id|>"));
+  EXPECT_FALSE(t->is_added("Hello"));  // in the vocabulary, not added
+  EXPECT_FALSE(t->is_added("<|eot_id|>x"));
+  EXPECT_FALSE(t->is_added("<|eot_"));
+  EXPECT_FALSE(t->is_added(""));
   EXPECT_NE(t->describe().find("Llama 3"), std::string::npos) << t->describe();
   EXPECT_NE(t->describe().find("ignore_merges"), std::string::npos);
 }
