@@ -1,12 +1,15 @@
 // `kvmesh gateway`: the OpenAI-compatible front door, over the mesh's NATS.
 #include <unistd.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/mesh_flags.hpp"
 #include "cluster/probes.hpp"
+#include "gateway/local_tokenizer.hpp"
 #include "gateway/nats_mesh.hpp"
 #include "gateway/server.hpp"
 
@@ -25,16 +28,47 @@ struct gateway_flags {
   uint32_t max_reroutes = 2;
   uint64_t max_body_bytes = uint64_t{16} << 20;
   uint32_t heartbeat_ms = 1000;
+  std::vector<std::string> tokenizers;  // MODEL=DIR
+  uint32_t tokenizer_threads = 2;
   wire_limits limits;
 };
 
 // What the gateway runs: its view of the mesh and its HTTP server, stopped
 // server first (its requests wait on the mesh).
 struct gateway_node {
+  std::unique_ptr<gateway::local_tokenizers> tokenizers;  // goes last
   std::unique_ptr<gateway::nats_mesh> mesh;
   std::unique_ptr<gateway::gateway_server> server;
   ~gateway_node() { server.reset(); }
 };
+
+// The in-process tokenizers of --tokenizer MODEL=DIR, every one loaded
+// (null when none is given); else the first failure, naming the model, the
+// file and the reason.
+expected<std::unique_ptr<gateway::local_tokenizers>> load_tokenizers(
+    const gateway_flags& f) {
+  std::map<std::string, gateway::model_tokenizer> models;
+  for (const auto& spec : f.tokenizers) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      return make_error(ec::invalid_argument,
+                        "--tokenizer: '" + spec + "' is not MODEL=DIR");
+    const std::string model = spec.substr(0, eq);
+    if (models.count(model))
+      return make_error(ec::invalid_argument,
+                        "--tokenizer: model '" + model + "' is given twice");
+    auto m = gateway::model_tokenizer::load(spec.substr(eq + 1));
+    if (!m)
+      return make_error(ec::invalid_argument, "--tokenizer: model '" + model +
+                                                  "': " + m.err().message);
+    KVMESH_INFO("tokenizes model %s in process: %s", model.c_str(),
+                m->describe().c_str());
+    models.emplace(model, std::move(*m));
+  }
+  if (models.empty()) return std::unique_ptr<gateway::local_tokenizers>();
+  return gateway::local_tokenizers::start(std::move(models),
+                                          f.tokenizer_threads);
+}
 
 int run_gateway(gateway_flags f) {
   const char* cmd = "gateway";
@@ -53,6 +87,9 @@ int run_gateway(gateway_flags f) {
   go.block_tokens = f.block_tokens;
   go.max_reroutes = f.max_reroutes;
   go.max_body_bytes = f.max_body_bytes;
+  // Before connecting: a model whose ids cannot be exact stops the start.
+  auto tokenizers = load_tokenizers(f);
+  if (!tokenizers) return usage_error(cmd, tokenizers.err().message);
   auto p = start_process(f.bus, f.metrics, 1, f.name,
                          [] { return process_metrics::for_role("gateway"); });
   if (!p) return start_error(cmd, p.err());
@@ -63,6 +100,11 @@ int run_gateway(gateway_flags f) {
   mo.stale = std::chrono::milliseconds(f.heartbeat_ms * 5 / 2);
   mo.max_workers = f.limits.max_workers;
   auto node = std::make_unique<gateway_node>();
+  node->tokenizers = std::move(*tokenizers);
+  if (const gateway::local_tokenizers* lt = node->tokenizers.get())
+    go.tokenizer_for = [lt](const gateway::pool_model& pool) {
+      return lt->for_pool(pool);
+    };
   auto mesh = gateway::nats_mesh::start(*p->bus, mo);
   if (!mesh) return start_error(cmd, f.name, mesh.err());
   node->mesh = std::move(*mesh);
@@ -131,6 +173,17 @@ void add_gateway(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--heartbeat-ms", f->heartbeat_ms,
                   "the mesh's heartbeat: a worker unheard for 2.5 of them "
                   "is out of /v1/models")
+      ->check(positive)
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", f->tokenizers,
+                  "MODEL=DIR: tokenize MODEL's prompts in process with the "
+                  "Hugging Face files in DIR (tokenizer.json, "
+                  "tokenizer_config.json, chat_template.jinja), not by "
+                  "asking its engine; repeated for more models. A file the "
+                  "gateway cannot follow exactly stops the start")
+      ->type_name("MODEL=DIR");
+  cmd->add_option("--tokenizer-threads", f->tokenizer_threads,
+                  "threads encoding the --tokenizer models' prompts")
       ->check(positive)
       ->capture_default_str();
   cmd->callback([f, &run] { run = [f] { return run_gateway(*f); }; });

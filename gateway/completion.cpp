@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <variant>
 
 #include "core/block_hash.hpp"
@@ -68,9 +69,10 @@ answer route_error(const error& e) {
 // expressions (see callback_gate.hpp).
 callback_start<expected<tokenize_result>> tokenize_call(
     std::shared_ptr<prompt_tokenizer> tok, tokenize_ask ask) {
+  // Called once: the ask (a prompt of megabytes, perhaps) moves on.
   return [tok = std::move(tok), ask = std::move(ask)](
-             std::function<void(expected<tokenize_result>)> done) {
-    tok->tokenize(ask, std::move(done));
+             std::function<void(expected<tokenize_result>)> done) mutable {
+    tok->tokenize(std::move(ask), std::move(done));
   };
 }
 
@@ -98,6 +100,22 @@ std::string routed_name(const std::string& client_id, const route_answer& won) {
   return "request " + client_id + " (mesh request " +
          std::to_string(won.request) + ", worker " +
          std::to_string(won.worker) + ")";
+}
+
+// One tokenizer's answer, timed by its path (engine, local); a handoff is
+// counted by its reason instead.
+asio::awaitable<expected<tokenize_result>> tokenize_with(
+    gateway_context& ctx, std::shared_ptr<prompt_tokenizer> tok,
+    tokenize_ask ask, const char* path) {
+  const auto t0 = steady::now();
+  const auto call = tokenize_call(std::move(tok), std::move(ask));
+  expected<tokenize_result> r =
+      co_await await_callback<expected<tokenize_result>>(*ctx.gate, call);
+  if (r && !r->handoff.empty())
+    ctx.metrics->handoff(r->handoff);
+  else
+    ctx.metrics->tokenized(path, seconds_since(t0));
+  co_return r;
 }
 
 asio::awaitable<served> send_error(beast::tcp_stream& client, const answer& a,
@@ -162,25 +180,39 @@ asio::awaitable<served> serve_completion(
   // The prompt's token ids: given, or from the model's tokenizer.
   std::vector<uint32_t> tokens;
   bool estimated = false;
+  const char* source = "given";  // given, local, engine (or estimated)
   if (body.prompt_tokens) {
     tokens = *body.prompt_tokens;
   } else {
-    std::shared_ptr<prompt_tokenizer> tok;
-    if (ctx.opt.tokenizer_for) tok = ctx.opt.tokenizer_for(*pool);
-    if (!tok) tok = ctx.engine_tokenizer;
     tokenize_ask ta;
     ta.model = body.model;
-    ta.request = body.tokenize_request;
+    // Not read again: the ask takes it.
+    ta.request = std::move(std::get<openai_body>(parsed).tokenize_request);
     ta.endpoints = pool->endpoints;
     // An adapter without endpoints of its own is served by its parent's.
     if (ta.endpoints.empty() && pool->lora)
       if (const pool_model* parent = find_pool(pools, pool->parent))
         ta.endpoints = parent->endpoints;
-    const auto t0 = steady::now();
-    const auto call = tokenize_call(tok, std::move(ta));
-    expected<tokenize_result> r =
-        co_await await_callback<expected<tokenize_result>>(*ctx.gate, call);
-    ctx.metrics->tokenized(seconds_since(t0));
+    // The model's in-process tokenizer first, if it has one; the engine's
+    // for the rest, and for what the in-process one hands over.
+    std::shared_ptr<prompt_tokenizer> local;
+    if (ctx.opt.tokenizer_for) local = ctx.opt.tokenizer_for(*pool);
+    std::optional<expected<tokenize_result>> got;
+    source = "local";
+    if (local) {
+      got = co_await tokenize_with(ctx, std::move(local), ta, source);
+      if (*got && !(*got)->handoff.empty()) {
+        KVMESH_DEBUG("gateway: request %s: tokenized by the engine (%s)",
+                     client_id.c_str(), (*got)->handoff.c_str());
+        got.reset();
+      }
+    }
+    if (!got) {
+      source = "engine";
+      got = co_await tokenize_with(ctx, ctx.engine_tokenizer, std::move(ta),
+                                   source);
+    }
+    expected<tokenize_result>& r = *got;
     if (r) {
       tokens = std::move(r->tokens);
     } else if (r.err().code == ec::invalid_argument) {
@@ -199,10 +231,15 @@ asio::awaitable<served> serve_completion(
 
   route_ask ask =
       make_route_ask(body, *pool, tokens, ctx.opt.block_tokens, client_id);
-  if (estimated)
+  if (estimated) {
     ask.input_tokens = static_cast<uint32_t>(std::min<size_t>(
         (body.prompt_bytes + text_bytes_per_token - 1) / text_bytes_per_token,
         std::numeric_limits<uint32_t>::max()));
+    source = "estimated";
+  }
+  ctx.metrics->prompt(source, ask.input_tokens);
+  KVMESH_DEBUG("gateway: request %s: %u prompt tokens (%s)", client_id.c_str(),
+               ask.input_tokens, source);
 
   proxy_options popt;
   popt.connect_timeout = ctx.opt.connect_timeout;

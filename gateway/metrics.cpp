@@ -3,6 +3,8 @@
 
 #include <memory>
 
+#include "gateway/local_tokenizer.hpp"
+
 namespace kvmesh::gateway {
 
 namespace {
@@ -29,7 +31,6 @@ expected<std::unique_ptr<gateway_metrics>> gateway_metrics::make(
   metrics::family<metrics::counter>* reroutes = nullptr;
   metrics::family<metrics::histogram>* ttfb = nullptr;
   metrics::family<metrics::histogram>* route = nullptr;
-  metrics::family<metrics::histogram>* tokenize = nullptr;
   metrics::family<metrics::gauge>* in_flight = nullptr;
   for (status s : {
            take(reg.add_counter("kvmesh_gateway_requests_total",
@@ -56,19 +57,40 @@ expected<std::unique_ptr<gateway_metrics>> gateway_metrics::make(
                                   "Time the mesh took to route a request",
                                   latency_bounds()),
                 route),
-           take(reg.add_histogram("kvmesh_gateway_tokenize_seconds",
-                                  "Time the prompt's tokenizer took",
-                                  latency_bounds()),
-                tokenize),
+           take(reg.add_histogram(
+                    "kvmesh_gateway_tokenize_seconds",
+                    "Time the prompt's tokenizer took, by path: the "
+                    "engine's POST /tokenize or the in-process tokenizer",
+                    latency_bounds(), {"path"}),
+                m->tokenize_),
+           take(reg.add_counter(
+                    "kvmesh_gateway_tokenize_handoffs_total",
+                    "Prompts the in-process tokenizer left to the engine's, "
+                    "by reason",
+                    {"reason"}),
+                m->handoffs_),
+           take(reg.add_counter(
+                    "kvmesh_gateway_prompt_tokens_total",
+                    "Prompt tokens of the requests routed, by where they "
+                    "came from: given as ids, the in-process tokenizer, an "
+                    "engine, or estimated from the text's size",
+                    {"source"}),
+                m->prompt_tokens_),
            take(reg.add_gauge("kvmesh_gateway_requests_in_flight",
                               "Completion requests being served"),
                 in_flight),
        })
     if (!s) return s.err();
+  // Every path and reason at 0 from the start.
+  for (const char* path : {"engine", "local"})
+    if (auto h = m->tokenize_->with({path}); !h) return h.err();
+  for (const char* reason : handoff_reasons)
+    if (auto c = m->handoffs_->with({reason}); !c) return c.err();
+  for (const char* source : {"given", "local", "engine", "estimated"})
+    if (auto c = m->prompt_tokens_->with({source}); !c) return c.err();
   for (status s :
        {take(reroutes->with({}), m->reroutes_), take(ttfb->with({}), m->ttfb_),
         take(route->with({}), m->route_),
-        take(tokenize->with({}), m->tokenize_),
         take(in_flight->with({}), m->in_flight_)})
     if (!s) return s.err();
   return expected<std::unique_ptr<gateway_metrics>>(std::move(m));
@@ -81,6 +103,18 @@ void gateway_metrics::request(const std::string& route, int status) {
 
 void gateway_metrics::bad_request(const std::string& reason) {
   if (auto c = bad_->with({reason})) (*c)->Increment();
+}
+
+void gateway_metrics::tokenized(const char* path, double seconds) {
+  if (auto h = tokenize_->with({path})) metrics::observe(**h, seconds);
+}
+
+void gateway_metrics::handoff(const std::string& reason) {
+  if (auto c = handoffs_->with({reason})) (*c)->Increment();
+}
+
+void gateway_metrics::prompt(const char* source, uint32_t tokens) {
+  if (auto c = prompt_tokens_->with({source})) (*c)->Increment(tokens);
 }
 
 }  // namespace kvmesh::gateway

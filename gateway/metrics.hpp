@@ -1,8 +1,11 @@
 // The gateway's Prometheus series, registered in a metrics::registry:
 // requests by route and status, re-routes, bad requests by reason, time to
-// first byte, route and tokenize latency, requests in flight.
+// first byte, route latency, tokenize latency by path (the engine's, the
+// in-process one) and the prompts the in-process one handed to the engine,
+// prompt tokens routed by where they came from, requests in flight.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,7 +29,13 @@ class gateway_metrics {
   void reroute() { reroutes_->Increment(); }
   void first_byte(double seconds) { metrics::observe(*ttfb_, seconds); }
   void routed(double seconds) { metrics::observe(*route_, seconds); }
-  void tokenized(double seconds) { metrics::observe(*tokenize_, seconds); }
+  // path: engine, local.
+  void tokenized(const char* path, double seconds);
+  // reason: one of local_tokenizer.hpp's handoff_reasons.
+  void handoff(const std::string& reason);
+  // A routed prompt's size; source: given (token ids), local, engine,
+  // estimated (no tokenizer answered).
+  void prompt(const char* source, uint32_t tokens);
   metrics::gauge& in_flight() { return *in_flight_; }
 
  private:
@@ -36,7 +45,9 @@ class gateway_metrics {
   metrics::counter* reroutes_ = nullptr;
   metrics::histogram* ttfb_ = nullptr;
   metrics::histogram* route_ = nullptr;
-  metrics::histogram* tokenize_ = nullptr;
+  metrics::family<metrics::histogram>* tokenize_ = nullptr;
+  metrics::family<metrics::counter>* handoffs_ = nullptr;
+  metrics::family<metrics::counter>* prompt_tokens_ = nullptr;
   metrics::gauge* in_flight_ = nullptr;
 };
 

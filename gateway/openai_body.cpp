@@ -7,7 +7,9 @@ namespace kvmesh::gateway {
 
 namespace {
 
-using json = nlohmann::json;
+// Ordered: the prompt's objects keep the client's key order (a template's
+// tojson prints them so, as the engine's Python does).
+using json = nlohmann::ordered_json;
 
 body_error missing(const std::string& param) {
   return {400, "you must provide a '" + param + "' parameter", param,

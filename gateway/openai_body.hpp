@@ -30,7 +30,8 @@ struct openai_body {
   // Otherwise the body of vLLM's POST /tokenize for this prompt:
   // {"model", "messages", "add_generation_prompt", ...} for chat,
   // {"model", "prompt"} for completions (the first prompt of a batch).
-  nlohmann::json tokenize_request;
+  // Objects keep the client's key order.
+  nlohmann::ordered_json tokenize_request;
   // UTF-8 bytes of the prompt's text, for an estimate of its size when no
   // tokenizer answers.
   size_t prompt_bytes = 0;

@@ -35,8 +35,9 @@ struct gateway_options {
   std::chrono::milliseconds upstream_idle_timeout{600000};
   // Longest wait for a client's (next) request on a connection.
   std::chrono::milliseconds client_idle_timeout{120000};
-  // The tokenizer of a model; null or a null answer: ask an engine of the
-  // model's pool (POST /tokenize). Called on the gateway's threads.
+  // The in-process tokenizer of a model (local_tokenizer.hpp); null or a
+  // null answer: ask an engine of the model's pool (POST /tokenize), as
+  // for the prompts it hands over. Called on the gateway's threads.
   std::function<std::shared_ptr<prompt_tokenizer>(const pool_model&)>
       tokenizer_for;
   // Where the series go; null: a registry of the server's own.

@@ -146,7 +146,9 @@ class engine_tokenizer final
     if (!tokens)
       co_return make_error(ec::io_error, "tokenize at " + endpoint + ": " +
                                              tokens.err().message);
-    co_return tokenize_result{std::move(*tokens)};
+    tokenize_result r;
+    r.tokens = std::move(*tokens);
+    co_return r;
   }
 
   asio::io_context& io_;

@@ -1,6 +1,7 @@
-// The prompt's exact token ids: the seam (prompt_tokenizer) and its first
-// implementation, which asks an engine serving the model (vLLM's POST
-// /tokenize). An in-process tokenizer replaces it per model later.
+// The prompt's exact token ids: the seam (prompt_tokenizer) and the
+// engine's implementation, which asks an engine serving the model (vLLM's
+// POST /tokenize). The in-process one (local_tokenizer.hpp) serves the
+// models given --tokenizer and hands what it cannot do exactly back to it.
 #pragma once
 
 #include <chrono>
@@ -24,14 +25,18 @@ struct tokenize_ask {
   std::string model;  // as the client named it (an adapter's own name)
   // The body of vLLM's POST /tokenize (see openai_body::tokenize_request):
   // "messages" and the template's knobs for chat, "prompt" for
-  // completions. An in-process tokenizer reads the same members.
-  nlohmann::json request;
+  // completions. The in-process tokenizer reads the same members. Ordered
+  // as the client wrote it: a template's tojson prints keys in that order.
+  nlohmann::ordered_json request;
   // Engines serving the model, any of which may be asked.
   std::vector<std::string> endpoints;
 };
 
 struct tokenize_result {
   std::vector<uint32_t> tokens;
+  // Set (to a label of local_tokenizer.hpp's handoff_reasons) when this
+  // tokenizer leaves the prompt to the engine's: `tokens` is empty then.
+  std::string handoff;
 };
 
 class prompt_tokenizer {

