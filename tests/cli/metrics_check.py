@@ -215,8 +215,17 @@ def main(argv):
                 ("kvmesh_gateway_reroutes_total", {}, lambda v: v == 2),
                 ("kvmesh_gateway_route_seconds_count", {}, lambda v: v == 3),
                 ("kvmesh_gateway_requests_in_flight", {}, lambda v: v == 0),
-                # Token ids: nothing tokenized; no worker answered a byte.
-                ("kvmesh_gateway_tokenize_seconds_count", {},
+                # Token ids: nothing tokenized, the 48 ids counted once
+                # (re-routes aside); no worker answered a byte.
+                ("kvmesh_gateway_tokenize_seconds_count", {"path": "engine"},
+                 lambda v: v == 0),
+                ("kvmesh_gateway_tokenize_seconds_count", {"path": "local"},
+                 lambda v: v == 0),
+                ("kvmesh_gateway_tokenize_handoffs_total", {"reason": "tools"},
+                 lambda v: v == 0),
+                ("kvmesh_gateway_prompt_tokens_total", {"source": "given"},
+                 lambda v: v == 48),
+                ("kvmesh_gateway_prompt_tokens_total", {"source": "local"},
                  lambda v: v == 0),
                 ("kvmesh_gateway_time_to_first_byte_seconds_count", {},
                  lambda v: v == 0)):
