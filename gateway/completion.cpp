@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <limits>
+#include <optional>
 #include <variant>
 
 #include "core/block_hash.hpp"
@@ -92,6 +94,18 @@ std::function<void()> first_byte_clock(gateway_metrics* m,
   };
 }
 
+// Server-Timing's value: the tokenizer's time (when one was asked) and the
+// routing decisions' so far, in milliseconds.
+std::string server_timing(std::optional<double> tokenize_s, double route_s) {
+  char out[96];
+  if (tokenize_s)
+    std::snprintf(out, sizeof out, "tokenize;dur=%.3f, route;dur=%.3f",
+                  *tokenize_s * 1e3, route_s * 1e3);
+  else
+    std::snprintf(out, sizeof out, "route;dur=%.3f", route_s * 1e3);
+  return out;
+}
+
 asio::awaitable<served> send_error(beast::tcp_stream& client, const answer& a,
                                    const std::string& client_id, bool keep,
                                    std::chrono::milliseconds timeout) {
@@ -154,6 +168,7 @@ asio::awaitable<served> serve_completion(
   // The prompt's token ids: given, or from the model's tokenizer.
   std::vector<uint32_t> tokens;
   bool estimated = false;
+  std::optional<double> tokenize_s;
   if (body.prompt_tokens) {
     tokens = *body.prompt_tokens;
   } else {
@@ -172,7 +187,8 @@ asio::awaitable<served> serve_completion(
     const auto call = tokenize_call(tok, std::move(ta));
     expected<tokenize_result> r =
         co_await await_callback<expected<tokenize_result>>(*ctx.gate, call);
-    ctx.metrics->tokenized(seconds_since(t0));
+    tokenize_s = seconds_since(t0);
+    ctx.metrics->tokenized(*tokenize_s);
     if (r) {
       tokens = std::move(r->tokens);
     } else if (r.err().code == ec::invalid_argument) {
@@ -202,12 +218,15 @@ asio::awaitable<served> serve_completion(
   const std::function<void()> first_byte =
       first_byte_clock(ctx.metrics, arrived);
   std::string last_failure;
+  double route_s = 0;  // every attempt's
   for (uint32_t attempt = 0;; ++attempt) {
     const auto t0 = steady::now();
     const auto call = route_call(ctx.mesh, ask);
     expected<route_answer> routed =
         co_await await_callback<expected<route_answer>>(*ctx.gate, call);
-    ctx.metrics->routed(seconds_since(t0));
+    const double took = seconds_since(t0);
+    route_s += took;
+    ctx.metrics->routed(took);
     if (!routed) {
       // Once a worker failed, a refusal of the rest is that failure's.
       answer a = route_error(routed.err());
@@ -216,6 +235,7 @@ asio::awaitable<served> serve_completion(
       co_return co_await send_error(client, a, client_id, keep, wt);
     }
     const route_answer& won = *routed;
+    popt.server_timing = server_timing(tokenize_s, route_s);
     proxy_result r = co_await proxy_request(client, client_buffer, req, won,
                                             client_id, popt, first_byte);
     if (r.outcome == proxy_outcome::done)
