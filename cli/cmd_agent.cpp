@@ -41,6 +41,7 @@ struct agent_flags {
   std::string front_host = "0.0.0.0";
   std::string advertise_host;
   uint32_t front_port = 0;
+  uint32_t front_threads = 64;
   uint32_t metrics_ms = 1000;
   uint32_t unhealthy_after = 3;
   uint32_t award_ttl_ms = 60000;
@@ -94,6 +95,7 @@ int run_engine_agent(agent_flags& f) {
   o.front_host = f.front_host;
   o.advertise_host = f.advertise_host;
   o.front_port = static_cast<int>(f.front_port);
+  o.front_threads = f.front_threads;
   o.poll = std::chrono::milliseconds(f.metrics_ms);
   o.unhealthy_after = f.unhealthy_after;
   for (const auto& [flag, url] :
@@ -221,6 +223,13 @@ void add_real_engine_flags(CLI::App& cmd, agent_flags& f) {
   cmd.add_option("--front-port", f.front_port,
                  "port of rank 0's front, rank r at PORT + r (0: free ports)")
       ->check(CLI::Range(0, 65535))
+      ->group(real)
+      ->capture_default_str();
+  cmd.add_option("--front-threads", f.front_threads,
+                 "requests each front serves at once (a stream holds a "
+                 "thread of its pool, made at start, and one reading the "
+                 "engine)")
+      ->check(CLI::Range(2, 100000))
       ->group(real)
       ->capture_default_str();
   cmd.add_option("--advertise-host", f.advertise_host,

@@ -183,6 +183,7 @@ expected<std::unique_ptr<engine_agent>> engine_agent::start(
     fo.engine_url = opt.engine_url;
     fo.dp_rank = opt.dp_size > 1 ? static_cast<int>(r) : -1;
     fo.block_tokens = opt.state.block_tokens;
+    fo.threads = opt.front_threads;
     impl* raw = p.get();
     fo.extra_stats = [raw] { return raw->subscriber_json(); };
     auto f = openai_front::bind(sys, fo);

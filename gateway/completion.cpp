@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <variant>
@@ -118,6 +119,18 @@ asio::awaitable<expected<tokenize_result>> tokenize_with(
   co_return r;
 }
 
+// Server-Timing's value: the tokenizer's time (when one was asked) and the
+// routing decisions' so far, in milliseconds.
+std::string server_timing(std::optional<double> tokenize_s, double route_s) {
+  char out[96];
+  if (tokenize_s)
+    std::snprintf(out, sizeof out, "tokenize;dur=%.3f, route;dur=%.3f",
+                  *tokenize_s * 1e3, route_s * 1e3);
+  else
+    std::snprintf(out, sizeof out, "route;dur=%.3f", route_s * 1e3);
+  return out;
+}
+
 asio::awaitable<served> send_error(beast::tcp_stream& client, const answer& a,
                                    const std::string& client_id, bool keep,
                                    std::chrono::milliseconds timeout) {
@@ -181,6 +194,7 @@ asio::awaitable<served> serve_completion(
   std::vector<uint32_t> tokens;
   bool estimated = false;
   const char* source = "given";  // given, local, engine (or estimated)
+  std::optional<double> tokenize_s;
   if (body.prompt_tokens) {
     tokens = *body.prompt_tokens;
   } else {
@@ -193,6 +207,7 @@ asio::awaitable<served> serve_completion(
     if (ta.endpoints.empty() && pool->lora)
       if (const pool_model* parent = find_pool(pools, pool->parent))
         ta.endpoints = parent->endpoints;
+    const auto tokenize_t0 = steady::now();
     // The model's in-process tokenizer first, if it has one; the engine's
     // for the rest, and for what the in-process one hands over.
     std::shared_ptr<prompt_tokenizer> local;
@@ -213,6 +228,7 @@ asio::awaitable<served> serve_completion(
                                    source);
     }
     expected<tokenize_result>& r = *got;
+    tokenize_s = seconds_since(tokenize_t0);
     if (r) {
       tokens = std::move(r->tokens);
     } else if (r.err().code == ec::invalid_argument) {
@@ -247,12 +263,15 @@ asio::awaitable<served> serve_completion(
   const std::function<void()> first_byte =
       first_byte_clock(ctx.metrics, arrived);
   std::string last_failure;
+  double route_s = 0;  // every attempt's
   for (uint32_t attempt = 0;; ++attempt) {
     const auto t0 = steady::now();
     const auto call = route_call(ctx.mesh, ask);
     expected<route_answer> routed =
         co_await await_callback<expected<route_answer>>(*ctx.gate, call);
-    ctx.metrics->routed(seconds_since(t0));
+    const double took = seconds_since(t0);
+    route_s += took;
+    ctx.metrics->routed(took);
     if (!routed) {
       // Once a worker failed, a refusal of the rest is that failure's.
       answer a = route_error(routed.err());
@@ -262,6 +281,7 @@ asio::awaitable<served> serve_completion(
     }
     const route_answer& won = *routed;
     const std::string name = routed_name(client_id, won);
+    popt.server_timing = server_timing(tokenize_s, route_s);
     proxy_result r = co_await proxy_request(client, client_buffer, req, won,
                                             client_id, popt, first_byte);
     if (r.outcome == proxy_outcome::done)

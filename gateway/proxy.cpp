@@ -235,6 +235,10 @@ asio::awaitable<proxy_result> proxy_request(
   // an operator needs to follow it in the decision logs and `kvmesh admin`.
   res.set(worker_header, std::to_string(answer.worker));
   res.set(mesh_id_header, std::to_string(answer.request));
+  // Beside the engine's own Server-Timing, if it sent one: a list header
+  // may come in several lines.
+  if (!opt.server_timing.empty())
+    res.insert(server_timing_header, opt.server_timing);
   const bool framed = p.content_length().has_value();
   if (!framed && p.is_done())
     res.content_length(0);  // no body at all (a 204, say)

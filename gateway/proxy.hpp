@@ -25,6 +25,9 @@ struct proxy_options {
   std::chrono::milliseconds connect_timeout{5000};
   // Longest silence of a worker, and of a client that does not read.
   std::chrono::milliseconds idle_timeout{600000};
+  // The answer's Server-Timing value (what the gateway spent on the
+  // request before it reached the worker); empty: none added.
+  std::string server_timing;
 };
 
 enum class proxy_outcome {
@@ -60,5 +63,8 @@ inline constexpr const char* client_id_header = "X-Request-Id";
 inline constexpr const char* mesh_id_header = "X-Kvmesh-Request-Id";
 // Response header: the worker (GPU) that served the request.
 inline constexpr const char* worker_header = "X-Kvmesh-Worker";
+// Response header (W3C Server Timing): the gateway's tokenize and route
+// durations, which clients and browsers' developer tools read.
+inline constexpr const char* server_timing_header = "Server-Timing";
 
 }  // namespace kvmesh::gateway

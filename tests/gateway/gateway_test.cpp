@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -398,6 +399,11 @@ TEST_F(Gateway, StreamArrivesByteForByte) {
             "text/event-stream");
   EXPECT_EQ(std::string(r.headers["X-Standin"]), "streamed");
   EXPECT_EQ(std::string(r.headers["X-Request-Id"]), "t-stream-1");
+  // What the gateway spent before the worker, in milliseconds.
+  const std::string timing(r.headers["Server-Timing"]);
+  EXPECT_TRUE(std::regex_match(
+      timing, std::regex(R"(tokenize;dur=\d+\.\d{3}, route;dur=\d+\.\d{3})")))
+      << timing;
   const json s = seen("t-stream-1");
   ASSERT_TRUE(s.contains("sent"));
   EXPECT_EQ(r.body, s["sent"].get<std::string>());
@@ -427,6 +433,10 @@ TEST_F(Gateway, TokenIdsNeedNoTokenizerAndKeepAliveServesMore) {
     ASSERT_EQ(r.status, 200u) << r.body;
     // A generated id, echoed.
     EXPECT_EQ(std::string(r.headers["X-Request-Id"]).substr(0, 3), "gw-");
+    // No tokenizer was asked: the routing decision's time alone.
+    const std::string timing(r.headers["Server-Timing"]);
+    EXPECT_TRUE(std::regex_match(timing, std::regex(R"(route;dur=\d+\.\d{3})")))
+        << timing;
   }
   EXPECT_EQ(stats()["tokenize"].get<double>(), before);
   const auto asks = mesh_.asks();
