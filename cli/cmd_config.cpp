@@ -69,7 +69,7 @@ std::map<std::string, effective> resolve(const config_flags& f) {
       e = {toml_value(k, it->second.texts),
            path + ":" + std::to_string(it->second.line), true};
     } else if (k.has_default) {
-      e = {toml_value(k, {k.default_text}), "", true, k.default_settable};
+      e = {toml_value(k, default_texts(k)), "", true, k.default_settable};
     }
     out[k.key] = e;
   }
@@ -152,7 +152,7 @@ int run_docs() {
       std::printf("|---|---|---|---|---|\n");
     }
     const std::string def =
-        k.has_default ? "`" + toml_value(k, {k.default_text}) + "`" : "none";
+        k.has_default ? "`" + toml_value(k, default_texts(k)) + "`" : "none";
     std::printf("| `%s` | %s | `%s` | `%s` | %s |\n", k.key.c_str(),
                 md_cell(def).c_str(), k.env.c_str(), flags_of(k).c_str(),
                 md_cell(k.help).c_str());

@@ -71,6 +71,10 @@ expected<file_values> read_config(std::string_view text,
 expected<file_values> load_config(const std::string& path,
                                   const std::vector<key_spec>& keys);
 
+// A key's default as the values a flag would take: a list's default as
+// CLI11 prints it ("[]", "[a,b]", "a") split into its items.
+std::vector<std::string> default_texts(const key_spec& k);
+
 // The value as TOML: 8, 0.05, true, "kvmesh", [1, 2].
 std::string toml_value(const key_spec& k,
                        const std::vector<std::string>& texts);

@@ -316,6 +316,22 @@ expected<file_values> load_config(const std::string& path,
   return read_config(text.str(), path, keys);
 }
 
+std::vector<std::string> default_texts(const key_spec& k) {
+  const std::string& d = k.default_text;
+  if (!k.list) return {d};
+  if (d.size() < 2 || d.front() != '[' || d.back() != ']')
+    return d.empty() ? std::vector<std::string>{} : std::vector<std::string>{d};
+  std::vector<std::string> items;
+  const std::string in = d.substr(1, d.size() - 2);
+  size_t at = 0;
+  while (!in.empty() && at <= in.size()) {
+    const size_t comma = std::min(in.find(',', at), in.size());
+    items.push_back(in.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return items;
+}
+
 std::string toml_value(const key_spec& k,
                        const std::vector<std::string>& texts) {
   std::vector<std::string> items;

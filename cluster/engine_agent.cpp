@@ -132,6 +132,11 @@ const std::vector<engine_worker_actor>& engine_agent::workers() const {
   return impl_->workers;
 }
 
+kv_subscriber_counters engine_agent::kv_counters() const {
+  return impl_->subscriber ? impl_->subscriber->counters()
+                           : kv_subscriber_counters{};
+}
+
 expected<std::unique_ptr<engine_agent>> engine_agent::start(
     caf::actor_system& sys, nats_bus& bus, const engine_agent_options& opt) {
   if (opt.engine != "vllm" && opt.engine != "sglang")

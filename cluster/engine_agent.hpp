@@ -11,6 +11,7 @@
 
 #include "actors/engine_worker.hpp"
 #include "cluster/agent_node.hpp"
+#include "cluster/kv_subscriber.hpp"
 #include "engines/engine_state.hpp"
 
 namespace kvmesh {
@@ -59,6 +60,8 @@ class engine_agent {
   // The front of rank r ("" without an engine URL).
   std::string endpoint(uint32_t rank) const;
   const std::vector<engine_worker_actor>& workers() const;
+  // The KV event subscriber's counters (all zero without --kv-events).
+  kv_subscriber_counters kv_counters() const;
 
   struct impl;
 

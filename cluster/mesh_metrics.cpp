@@ -11,6 +11,8 @@
 
 #include "cluster/bridge.hpp"
 #include "core/log.hpp"
+#include "engines/kv_events.hpp"
+#include "engines/kv_mirror.hpp"
 #include "messages/codec.hpp"
 #include "messages/json.hpp"
 #include "messages/member_checks.hpp"
@@ -104,6 +106,28 @@ struct shard_series {
   counter* errors = nullptr;
 };
 
+// What only an agent beside a real engine counts: per worker, what its
+// fronts and the engine's KV events taught it; for the agent, its KV event
+// subscriber's feed.
+struct engine_series {
+  struct rank {
+    counter* bypassed = nullptr;
+    counter* abandoned = nullptr;
+    counter* estimated = nullptr;
+    counter* kv_batches = nullptr;
+    counter* cache_resets = nullptr;
+    counter* mirror_faults[mirror_fault_count] = {};
+    gauge* engine_up = nullptr;
+  };
+  std::vector<rank> ranks;
+  counter* messages = nullptr;
+  counter* gaps = nullptr;
+  counter* replays = nullptr;
+  counter* resyncs = nullptr;
+  counter* restarts = nullptr;
+  counter* faults[kv_fault_count] = {};
+};
+
 // Asks `h` until `deadline` (ask_until); nothing when it did not answer,
 // and a line on stderr naming `what`.
 template <class T, class Handle, class... Ts>
@@ -146,6 +170,7 @@ struct process_metrics::impl {
   std::vector<worker_series> workers;
   router_series router;
   shard_series shard;
+  engine_series engine;
   // Set by watch: what a scrape asks. Guarded, as the server may already
   // scrape while the node starts.
   std::mutex mu;
@@ -472,6 +497,79 @@ std::function<void(caf::scoped_actor&, steady::time_point)> collect_workers(
 
 }  // namespace
 
+// The real-engine agent's own series, for `workers` (one per rank).
+void add_engine_series(builder& b, const std::vector<worker_series>& workers,
+                       engine_series& out) {
+  const std::vector<std::string> w = {"worker"};
+  auto* bypassed = b.counters(
+      "kvmesh_worker_requests_bypassed_total",
+      "Requests that reached the worker's front without a route request id "
+      "(sent around the routers).",
+      w);
+  auto* abandoned = b.counters(
+      "kvmesh_worker_requests_abandoned_total",
+      "Awarded requests whose client never called the worker's front "
+      "within agent.award_ttl_ms.",
+      w);
+  auto* estimated = b.counters(
+      "kvmesh_worker_requests_estimated_total",
+      "Requests the front sized from their text's length, for want of "
+      "token ids.",
+      w);
+  auto* batches = b.counters("kvmesh_worker_kv_batches_total",
+                             "Batches of the engine's KV events applied.", w);
+  auto* resets = b.counters(
+      "kvmesh_worker_cache_resets_total",
+      "Times the worker forgot the engine's cache: events lost beyond "
+      "replay, or the engine started over.",
+      w);
+  auto* mirror = b.counters(
+      "kvmesh_worker_kv_mirror_faults_total",
+      "The engine's KV events the worker could not apply as they came, by "
+      "why.",
+      {"worker", "fault"});
+  auto* up = b.gauges(
+      "kvmesh_worker_engine_up",
+      "1 while the engine answers its health checks, else 0.", w);
+  for (const worker_series& ws : workers) {
+    const std::string i = std::to_string(ws.id);
+    engine_series::rank r;
+    r.bypassed = b.at(bypassed, {i});
+    r.abandoned = b.at(abandoned, {i});
+    r.estimated = b.at(estimated, {i});
+    r.kv_batches = b.at(batches, {i});
+    r.cache_resets = b.at(resets, {i});
+    for (size_t f = 0; f < mirror_fault_count; ++f)
+      r.mirror_faults[f] =
+          b.at(mirror, {i, to_string(static_cast<mirror_fault>(f))});
+    r.engine_up = b.at(up, {i});
+    out.ranks.push_back(r);
+  }
+  out.messages = b.at(b.counters(
+      "kvmesh_agent_kv_event_messages_total",
+      "Messages of the engine's KV event stream applied (live or replayed)."));
+  out.gaps = b.at(b.counters(
+      "kvmesh_agent_kv_event_gaps_total",
+      "Sequence numbers of the KV event stream found missing."));
+  out.replays = b.at(b.counters(
+      "kvmesh_agent_kv_event_replays_total",
+      "Gaps of the KV event stream closed by the engine's replay."));
+  out.resyncs = b.at(b.counters(
+      "kvmesh_agent_kv_event_resyncs_total",
+      "Gaps of the KV event stream no replay closed: the rank's cache "
+      "forgotten."));
+  out.restarts = b.at(b.counters(
+      "kvmesh_agent_kv_event_restarts_total",
+      "KV event publishers that started over (an engine restart)."));
+  auto* faults = b.counters(
+      "kvmesh_agent_kv_event_faults_total",
+      "Frames and events of the KV event stream skipped as malformed, by "
+      "why.",
+      {"fault"});
+  for (size_t f = 0; f < kv_fault_count; ++f)
+    out.faults[f] = b.at(faults, {to_string(static_cast<kv_fault>(f))});
+}
+
 expected<std::unique_ptr<process_metrics>> process_metrics::for_agent(
     agent_options& opt) {
   auto p = std::make_unique<impl>();
@@ -508,6 +606,7 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_agent(
   std::vector<std::shared_ptr<const worker_meters>> meters;
   for (uint32_t r = 0; r < opt.dp_size; ++r)
     meters.push_back(f.add(b, opt.first_id + r, 0, 0, p->workers));
+  add_engine_series(b, p->workers, p->engine);
   if (auto st = b.result(); !st) return st.err();
   opt.meters = std::move(meters);
   return std::unique_ptr<process_metrics>(new process_metrics(std::move(p)));
@@ -533,6 +632,43 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   };
 }
 
+namespace {
+
+// A scrape's reading of the real-engine series (add_engine_series).
+void collect_engine(caf::scoped_actor& self, steady::time_point deadline,
+                    const engine_agent& node,
+                    const std::vector<worker_series>& workers,
+                    const engine_series& e) {
+  const auto& ranks = node.workers();
+  for (size_t i = 0; i < ranks.size() && i < e.ranks.size(); ++i) {
+    auto s = ask<engine_worker_stats>(
+        self, ranks[i], deadline,
+        "worker " + std::to_string(i < workers.size() ? workers[i].id : 0),
+        get_atom::value, stats_atom::value);
+    if (!s) continue;
+    const engine_series::rank& r = e.ranks[i];
+    metrics::mirror(*r.bypassed, static_cast<double>(s->bypassed));
+    metrics::mirror(*r.abandoned, static_cast<double>(s->abandoned));
+    metrics::mirror(*r.estimated, static_cast<double>(s->approximate));
+    metrics::mirror(*r.kv_batches, static_cast<double>(s->kv_batches));
+    metrics::mirror(*r.cache_resets, static_cast<double>(s->resyncs));
+    for (size_t f = 0; f < mirror_fault_count; ++f)
+      metrics::mirror(*r.mirror_faults[f],
+                      static_cast<double>(s->mirror_faults[f]));
+    r.engine_up->Set(s->metrics.answering ? 1 : 0);
+  }
+  const kv_subscriber_counters c = node.kv_counters();
+  metrics::mirror(*e.messages, static_cast<double>(c.messages));
+  metrics::mirror(*e.gaps, static_cast<double>(c.gaps));
+  metrics::mirror(*e.replays, static_cast<double>(c.replays));
+  metrics::mirror(*e.resyncs, static_cast<double>(c.resyncs));
+  metrics::mirror(*e.restarts, static_cast<double>(c.restarts));
+  for (size_t f = 0; f < kv_fault_count; ++f)
+    metrics::mirror(*e.faults[f], static_cast<double>(c.faults.n[f]));
+}
+
+}  // namespace
+
 void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
                             const engine_agent& node) {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -542,7 +678,13 @@ void process_metrics::watch(caf::actor_system& sys, nats_bus& bus,
   std::vector<worker_actor> handles;
   for (const auto& w : node.workers())  // by rank
     handles.push_back(caf::actor_cast<worker_actor>(w));
-  impl_->collect = collect_workers(&impl_->workers, std::move(handles));
+  impl* p = impl_.get();
+  impl_->collect = [p, &node,
+                    workers = collect_workers(&impl_->workers, handles)](
+                       caf::scoped_actor& self, steady::time_point deadline) {
+    workers(self, deadline);
+    collect_engine(self, deadline, node, p->workers, p->engine);
+  };
 }
 
 expected<std::unique_ptr<process_metrics>> process_metrics::for_role(

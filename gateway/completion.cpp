@@ -189,6 +189,9 @@ asio::awaitable<served> serve_completion(
                      "model", "model_not_found");
     co_return co_await send_error(client, a, client_id, keep, wt);
   }
+  std::optional<in_flight> model_flight;
+  if (metrics::gauge* g = ctx.metrics->model_in_flight(body.model))
+    model_flight.emplace(*g);
 
   // The prompt's token ids: given, or from the model's tokenizer.
   std::vector<uint32_t> tokens;

@@ -79,6 +79,11 @@ expected<std::unique_ptr<gateway_metrics>> gateway_metrics::make(
            take(reg.add_gauge("kvmesh_gateway_requests_in_flight",
                               "Completion requests being served"),
                 in_flight),
+           take(reg.add_gauge("kvmesh_gateway_model_requests_in_flight",
+                              "Completion requests being served, by the "
+                              "model (pool) they named",
+                              {"model"}),
+                m->model_in_flight_),
        })
     if (!s) return s.err();
   // Every path and reason at 0 from the start.
@@ -111,6 +116,11 @@ void gateway_metrics::tokenized(const char* path, double seconds) {
 
 void gateway_metrics::handoff(const std::string& reason) {
   if (auto c = handoffs_->with({reason})) (*c)->Increment();
+}
+
+metrics::gauge* gateway_metrics::model_in_flight(const std::string& model) {
+  auto g = model_in_flight_->with({model});
+  return g ? *g : nullptr;
 }
 
 void gateway_metrics::prompt(const char* source, uint32_t tokens) {

@@ -2,7 +2,8 @@
 // requests by route and status, re-routes, bad requests by reason, time to
 // first byte, route latency, tokenize latency by path (the engine's, the
 // in-process one) and the prompts the in-process one handed to the engine,
-// prompt tokens routed by where they came from, requests in flight.
+// prompt tokens routed by where they came from, requests in flight (all,
+// and by model).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,9 @@ class gateway_metrics {
   // estimated (no tokenizer answered).
   void prompt(const char* source, uint32_t tokens);
   metrics::gauge& in_flight() { return *in_flight_; }
+  // The gauge of `model`'s requests in flight: a model the mesh serves
+  // (the label's values stay as few as the pools). Null if refused.
+  metrics::gauge* model_in_flight(const std::string& model);
 
  private:
   gateway_metrics() = default;
@@ -49,6 +53,7 @@ class gateway_metrics {
   metrics::family<metrics::counter>* handoffs_ = nullptr;
   metrics::family<metrics::counter>* prompt_tokens_ = nullptr;
   metrics::gauge* in_flight_ = nullptr;
+  metrics::family<metrics::gauge>* model_in_flight_ = nullptr;
 };
 
 }  // namespace kvmesh::gateway

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Scrapes the /metrics endpoints of a running mesh and checks them.
 
-usage: metrics_check.py SOURCE_ROOT ROUTED WORKERS ROLE=URL...
+usage: metrics_check.py SOURCE_ROOT ROUTED WORKERS ROLE[:KIND]=URL...
 
 ROUTED is how many requests were routed through the one router, WORKERS
 the ids of the agent's workers ("0,1,2"), each ROLE=URL (router, agent,
-index, gateway) an endpoint. The gateway is expected to have answered
+index, gateway) an endpoint; `agent:vllm` is an agent beside a real
+engine's API, in a mesh of its own, whose front served one request sent
+around the routers. The gateway is expected to have answered
 /v1/models once (200), /health, a body that is not JSON, a model nobody
 serves (404) and one completion routed and re-routed to its end (502). Checks the text format (HELP and TYPE for every family,
 histogram buckets cumulative and ending in +Inf = _count), values that
@@ -133,12 +135,14 @@ def main(argv):
     urls = dict(a.split("=", 1) for a in argv[3:])
     pages = {role: scrape(role, url) for role, url in urls.items()}
 
-    for role, f in pages.items():
-        expect(role, "kvmesh_build_info",
-               one(role, f, "kvmesh_build_info", role=role), lambda v: v == 1)
-        expect(role, "kvmesh_nats_messages_total{direction=in}",
-               one(role, f, "kvmesh_nats_messages_total", direction="in"),
-               lambda v: v > 0)
+    for key, f in pages.items():
+        role = key.split(":")[0]
+        expect(key, "kvmesh_build_info",
+               one(key, f, "kvmesh_build_info", role=role), lambda v: v == 1)
+        # A mesh of one agent hears nobody on NATS.
+        expect(key, "kvmesh_nats_messages_total{direction=in}",
+               one(key, f, "kvmesh_nats_messages_total", direction="in"),
+               (lambda v: v >= 0) if ":" in key else (lambda v: v > 0))
         for kind in ("RouteRequest", "KvBatch", "json"):
             expect(role, f"kvmesh_decode_errors_total{{kind={kind}}}",
                    one(role, f, "kvmesh_decode_errors_total", kind=kind),
@@ -231,6 +235,27 @@ def main(argv):
                  lambda v: v == 0)):
             expect("gateway", f"{name}{labels}",
                    one("gateway", g, name, **labels), ok)
+
+    e = pages.get("agent:vllm")
+    if e is not None:
+        for name, labels, ok in (
+                ("kvmesh_worker_requests_bypassed_total", {"worker": "10"},
+                 lambda v: v == 1),
+                ("kvmesh_worker_requests_estimated_total", {"worker": "10"},
+                 lambda v: v == 1),
+                ("kvmesh_worker_requests_abandoned_total", {"worker": "10"},
+                 lambda v: v == 0),
+                ("kvmesh_worker_engine_up", {"worker": "10"},
+                 lambda v: v == 1),
+                ("kvmesh_worker_cache_resets_total", {"worker": "10"},
+                 lambda v: v == 0),
+                ("kvmesh_agent_kv_event_gaps_total", {}, lambda v: v == 0),
+                ("kvmesh_agent_kv_event_faults_total", {"fault": "msgpack"},
+                 lambda v: v == 0),
+                ("kvmesh_worker_kv_mirror_faults_total",
+                 {"worker": "10", "fault": "block_size"}, lambda v: v == 0)):
+            expect("agent:vllm", f"{name}{labels}",
+                   one("agent:vllm", e, name, **labels), ok)
 
     i = pages.get("index", {})
     expect("index", "kvmesh_index_shards",

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Runs an index shard, a node agent, a router and a gateway with
-# --metrics-port on a nats-server of its own, routes requests with `kvmesh
+# --metrics-port on a nats-server of its own (and, in a mesh of its own, an
+# agent beside a simulated GPU served as vLLM serves one), routes requests with `kvmesh
 # route` and through the gateway, and checks what each /metrics serves
 # (tests/cli/metrics_check.py), the endpoint's refusals, the probes, the
 # flags' errors and a clean stop.
@@ -73,10 +74,44 @@ pids+=("$router")
   --listen "127.0.0.1:$api" --metrics-port "$mg" 2>"$tmp/gateway.err" &
 gateway=$!
 pids+=("$gateway")
+# An agent beside a real engine's API (a simulated GPU served as vLLM
+# serves one), in a mesh of its own (--prefix) so that it takes none of
+# the requests above: the series only such an agent has.
+kv=$(free_port)
+"$bin" engine --serve 127.0.0.1:0 --model m-real --kv-events "tcp://127.0.0.1:$kv" \
+  >"$tmp/engine.out" 2>"$tmp/engine.err" &
+pids+=($!)
+end=$((SECONDS + 10))
+until grep -q "^ready http_port=" "$tmp/engine.out"; do
+  if [ "$SECONDS" -ge "$end" ]; then
+    fail engine_serves "$(cat "$tmp/engine.err")"
+    exit 1
+  fi
+  sleep 0.1
+done
+engine_port=$(sed -n 's/^ready http_port=//p' "$tmp/engine.out")
+me=$(free_port)
+front=$(free_port)
+"$bin" agent "${common[@]}" --prefix vllm-side --engine vllm \
+  --engine-url "http://127.0.0.1:$engine_port" \
+  --kv-events "tcp://127.0.0.1:$kv" --block-tokens 16 --worker-id 10 \
+  --front-host 127.0.0.1 --front-port "$front" --metrics-ms 200 \
+  --metrics-port "$me" 2>"$tmp/engine-agent.err" &
+engine_agent=$!
+pids+=("$engine_agent")
 wait_metrics "$mi" index || exit 1
 wait_metrics "$ma" agent || exit 1
 wait_metrics "$mr" router || exit 1
 wait_metrics "$mg" gateway || exit 1
+wait_metrics "$me" engine-agent || exit 1
+# A request sent around the routers, straight to the worker's front.
+r=$(fetch "http://127.0.0.1:$front/v1/completions" \
+  '{"model":"m-real","prompt":"around the routers","max_tokens":2}')
+if [ "${r:0:3}" = 200 ]; then
+  ok front_serves_a_bypass
+else
+  fail front_serves_a_bypass "$r: $(cat "$tmp/engine-agent.err")"
+fi
 
 # A second process on a port in use stops at once, naming it.
 rc=0
@@ -163,7 +198,8 @@ fi
 if out=$(python3 "$root/tests/cli/metrics_check.py" "$root" "$routed" 0,1,2 \
   "router=http://127.0.0.1:$mr/metrics" "agent=http://127.0.0.1:$ma/metrics" \
   "index=http://127.0.0.1:$mi/metrics" \
-  "gateway=http://127.0.0.1:$mg/metrics" 2>&1); then
+  "gateway=http://127.0.0.1:$mg/metrics" \
+  "agent:vllm=http://127.0.0.1:$me/metrics" 2>&1); then
   ok "series ($out)"
 else
   fail series "$out"
@@ -171,7 +207,8 @@ fi
 
 # Prometheus' own linter (promtool, Debian's prometheus package) on each
 # process's page.
-for p in "index:$mi" "agent:$ma" "router:$mr" "gateway:$mg"; do
+for p in "index:$mi" "agent:$ma" "router:$mr" "gateway:$mg" \
+  "engine-agent:$me"; do
   r=$(fetch "http://127.0.0.1:${p##*:}/metrics")
   if lint=$(tail -c +5 <<<"$r" | promtool check metrics 2>&1); then
     ok "promtool_${p%%:*}"
@@ -198,7 +235,8 @@ wait_probe() {
   local end=$((SECONDS + $4)) left r p
   while true; do
     left=""
-    for p in "index:$mi" "agent:$ma" "router:$mr" "gateway:$mg"; do
+    for p in "index:$mi" "agent:$ma" "router:$mr" "gateway:$mg" \
+      "engine-agent:$me"; do
       r=$(fetch "http://127.0.0.1:${p##*:}$1")
       if [ "${r:0:3}" != "$2" ] || ! grep -qF -- "$3" <<<"$r"; then
         left+=" ${p%%:*}: $r;"
@@ -227,7 +265,7 @@ pids+=($!)
 wait_probe /readyz 200 ready 30
 
 # SIGTERM: each stops its endpoint with the rest and exits 0.
-for p in "$gateway" "$router" "$agent" "$index"; do
+for p in "$gateway" "$router" "$engine_agent" "$agent" "$index"; do
   kill -TERM "$p"
   rc=0
   wait "$p" || rc=$?

@@ -324,11 +324,56 @@ wait "$client" || true
 stats_until bypass_counted 5 "w = d['worker']
 assert (w['bypassed'], w['approximate'], w['active_blocks']) == (1, 1, 0), w"
 
+# What /kvmesh/stats tells, the agent's /metrics tell as series: the
+# bypass, the abandoned award, the KV event gaps, replay, resyncs, restart
+# and skipped frames above.
+stats
+json_stats=$out
+http GET "http://127.0.0.1:$agent_metrics/metrics"
+if msg=$(python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+s = dict(l.rsplit(" ", 1) for l in sys.stdin.read().splitlines()
+         if l and not l.startswith("#"))
+w, k = d["worker"], d["kv_events"]
+assert (w["bypassed"], w["approximate"], w["abandoned"]) == (1, 1, 1), w
+assert w["resyncs"] >= 2 and k["restarts"] == 1, (w, k)
+one = "{worker=\"0\"}"
+want = {"kvmesh_worker_requests_bypassed_total" + one: w["bypassed"],
+        "kvmesh_worker_requests_estimated_total" + one: w["approximate"],
+        "kvmesh_worker_requests_abandoned_total" + one: w["abandoned"],
+        "kvmesh_worker_cache_resets_total" + one: w["resyncs"],
+        "kvmesh_worker_kv_batches_total" + one: w["kv_batches"],
+        "kvmesh_worker_engine_up" + one: 1,
+        "kvmesh_agent_kv_event_messages_total": k["messages"],
+        "kvmesh_agent_kv_event_gaps_total": k["gaps"],
+        "kvmesh_agent_kv_event_replays_total": k["replays"],
+        "kvmesh_agent_kv_event_resyncs_total": k["resyncs"],
+        "kvmesh_agent_kv_event_restarts_total": k["restarts"]}
+for f, n in k["faults"].items():
+    want["kvmesh_agent_kv_event_faults_total{fault=\"%s\"}" % f] = n
+for f, n in w["mirror_faults"].items():
+    want["kvmesh_worker_kv_mirror_faults_total{fault=\"%s\",worker=\"0\"}"
+         % f] = n
+for key, v in want.items():
+    assert float(s.get(key, "nan")) == v, (key, s.get(key), v)
+' "$json_stats" <<<"$out" 2>&1); then
+  ok agent_metrics_count_the_front_and_kv_events
+else
+  fail agent_metrics_count_the_front_and_kv_events "$(tail -n 1 <<<"$msg")"
+fi
+
 # -- health ---------------------------------------------------------------------
 
 ctl '{"op": "health", "up": false}'
 workers_until unhealthy_when_engine_silent 5 "assert w['state'] == \
 'unhealthy', w"
+http GET "http://127.0.0.1:$agent_metrics/metrics"
+if grep -qx 'kvmesh_worker_engine_up{worker="0"} 0' <<<"$out"; then
+  ok engine_up_says_silent
+else
+  fail engine_up_says_silent "$(grep engine_up <<<"$out")"
+fi
 run route --nats "$url" --block-tokens 4 --tokens "$A16" --timeout-ms 3000
 if [ "$rc" -eq 1 ]; then
   ok unhealthy_gets_no_requests

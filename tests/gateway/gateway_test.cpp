@@ -742,12 +742,16 @@ TEST_F(Gateway, ClientHangingUpClosesTheWorkersConnectionAtOnce) {
   auto first = c.read_some(1);
   ASSERT_EQ(first.status, 200u);
   ASSERT_FALSE(first.body.empty());
+  // In flight, and counted under its model.
+  const std::string of_m = R"(kvmesh_gateway_model_requests_in_flight{model="m"})";
+  EXPECT_EQ(metric(metrics(), of_m), 1);
   c.close();
   EXPECT_TRUE(eventually(
       [&] { return stats()["client_gone"].get<double>() >= gone + 1; }, 3000ms))
       << "the stand-in still streams";
   EXPECT_TRUE(eventually([&] {
-    return metric(metrics(), "kvmesh_gateway_requests_in_flight") == 0;
+    return metric(metrics(), "kvmesh_gateway_requests_in_flight") == 0 &&
+           metric(metrics(), of_m) == 0;
   }));
   control(*engine_, {{"op", "delay"}, {"first_ms", 0}, {"token_ms", 0}});
   auto next = post(port(), completions_path, R"({"model":"m","prompt":[1]})");
