@@ -87,7 +87,9 @@ asio::awaitable<pump_end> pump(relay& r) {
         co_return pump_end::upstream_failed;
       }
       res.body().size = r.buf.size() - res.body().size;
-      res.body().data = r.buf.data();
+      // No data is no buffer: a buffer of size 0 would be serialized as a
+      // chunk of size 0, which is the last chunk, before the last chunk.
+      res.body().data = res.body().size > 0 ? r.buf.data() : nullptr;
       res.body().more = !r.p.is_done();
       if (res.body().size == 0 && res.body().more) continue;
     } else {

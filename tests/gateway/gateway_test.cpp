@@ -447,6 +447,19 @@ TEST_F(Gateway, TokenIdsNeedNoTokenizerAndKeepAliveServesMore) {
   EXPECT_NE(asks[0].client_id, asks[1].client_id);
 }
 
+TEST_F(Gateway, KeepAliveServesStreamsOneAfterAnother) {
+  // A streamed answer ends with one last chunk: a second would be read as
+  // the start of the next answer on the connection.
+  client c(port());
+  for (int i = 0; i < 3; ++i) {
+    auto r = c.send(http::verb::post, completions_path,
+                    R"({"model":"m","prompt":[1,2,3],"stream":true})");
+    ASSERT_FALSE(r.ec) << i << ": " << r.ec.message();
+    ASSERT_EQ(r.status, 200u) << i << ": " << r.body;
+    EXPECT_NE(r.body.find("[DONE]"), std::string::npos) << r.body;
+  }
+}
+
 TEST_F(Gateway, LoraAdapterRoutesOnItsParentWithSaltedHashes) {
   const json body = {{"model", "m-lora"}, {"prompt", "adapter prompt"}};
   auto r = post(port(), completions_path, body.dump());
