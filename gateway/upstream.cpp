@@ -69,13 +69,25 @@ asio::awaitable<beast::error_code> connect_upstream(
     beast::tcp_stream& stream, const endpoint_url& url,
     std::chrono::milliseconds timeout) {
   beast::error_code ec;
-  asio::ip::tcp::resolver resolver(stream.get_executor());
-  auto results = co_await resolver.async_resolve(
-      url.host, url.port, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return ec;
   stream.expires_after(timeout);
-  co_await stream.async_connect(results,
-                                asio::redirect_error(asio::use_awaitable, ec));
+  // An address needs no resolver: Asio resolves on a thread of its own, a
+  // hand-off and a wake-up per connect.
+  const auto addr = asio::ip::make_address(url.host, ec);
+  if (!ec) {
+    const asio::ip::tcp::endpoint ep(
+        addr, static_cast<unsigned short>(std::stoi(url.port)));
+    co_await stream.async_connect(
+        ep, asio::redirect_error(asio::use_awaitable, ec));
+  } else {
+    ec = {};
+    asio::ip::tcp::resolver resolver(stream.get_executor());
+    auto results = co_await resolver.async_resolve(
+        url.host, url.port, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return ec;
+    stream.expires_after(timeout);
+    co_await stream.async_connect(
+        results, asio::redirect_error(asio::use_awaitable, ec));
+  }
   if (!ec) stream.socket().set_option(asio::ip::tcp::no_delay(true), ec);
   co_return ec;
 }
