@@ -1,6 +1,8 @@
 // The gateway's listener and routes (server.hpp): one coroutine per
-// connection on a strand of a small io_context pool, HTTP/1.1 keep-alive,
-// bounded bodies.
+// connection, HTTP/1.1 keep-alive, bounded bodies. Each thread runs an
+// io_context of its own and the listener deals connections out in turn: a
+// connection, its worker's connection and its tokenizer's stay on one
+// thread, with no lock or wake-up between threads on the way.
 #include "gateway/server.hpp"
 
 #include <atomic>
@@ -11,11 +13,11 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -67,42 +69,56 @@ struct gateway_server::impl {
   metrics::registry* registry = nullptr;
   std::unique_ptr<gateway_metrics> metrics;
   callback_gate gate;
-  gateway_context ctx;
-  asio::io_context io;
-  tcp::acceptor acceptor{io};
+  // One per thread, each context its thread's (its io_context, its
+  // engine tokenizer); the rest shared. The contexts outlive the
+  // coroutine frames that the io_contexts destroy.
+  std::vector<gateway_context> ctxs;
+  std::vector<std::unique_ptr<asio::io_context>> ios;
+  // A context with no connection yet must not return from run().
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>>
+      keep_running;
+  tcp::acceptor acceptor;
   std::vector<std::thread> threads;
+  size_t next = 0;  // the thread of the next connection (the listener's)
   int port = 0;
 
-  explicit impl(size_t threads_hint)
-      : io(static_cast<int>(std::max<size_t>(threads_hint, 1))) {}
+  explicit impl(size_t n) : ios(make_ios(n)), acceptor(*ios[0]) {}
+
+  static std::vector<std::unique_ptr<asio::io_context>> make_ios(size_t n) {
+    std::vector<std::unique_ptr<asio::io_context>> v;
+    for (size_t i = 0; i < std::max<size_t>(n, 1); ++i)
+      v.push_back(std::make_unique<asio::io_context>(1));
+    return v;
+  }
 
   asio::awaitable<void> accept_loop();
-  asio::awaitable<void> session(tcp::socket socket);
+  asio::awaitable<void> session(gateway_context& ctx, tcp::socket socket);
   answer models_answer() const;
 };
 
 asio::awaitable<void> gateway_server::impl::accept_loop() {
   for (;;) {
     beast::error_code ec;
+    const size_t k = next++ % ios.size();
     tcp::socket s = co_await acceptor.async_accept(
-        asio::make_strand(io), asio::redirect_error(asio::use_awaitable, ec));
+        *ios[k], asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       // Out of descriptors, say: wait a little rather than spin.
       KVMESH_WARN("gateway: accept: %s", ec.message().c_str());
-      asio::steady_timer t(io, std::chrono::milliseconds(50));
+      asio::steady_timer t(*ios[0], std::chrono::milliseconds(50));
       co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
     s.set_option(tcp::no_delay(true), ec);
     auto ex = s.get_executor();
-    asio::co_spawn(ex, session(std::move(s)), asio::detached);
+    asio::co_spawn(ex, session(ctxs[k], std::move(s)), asio::detached);
   }
 }
 
 answer gateway_server::impl::models_answer() const {
   nlohmann::ordered_json data = nlohmann::ordered_json::array();
-  for (const auto& m : ctx.mesh->models()) {
+  for (const auto& m : ctxs[0].mesh->models()) {
     nlohmann::ordered_json e;
     e["id"] = m.name;
     e["object"] = "model";
@@ -121,7 +137,8 @@ answer gateway_server::impl::models_answer() const {
   return a;
 }
 
-asio::awaitable<void> gateway_server::impl::session(tcp::socket socket) {
+asio::awaitable<void> gateway_server::impl::session(gateway_context& ctx,
+                                                    tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   const auto& opt = ctx.opt;
@@ -243,11 +260,12 @@ gateway_server::gateway_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 gateway_server::~gateway_server() {
   auto& p = *impl_;
-  asio::post(p.io, [&p] {
+  asio::post(*p.ios[0], [&p] {
     beast::error_code ec;
     p.acceptor.close(ec);
   });
-  p.io.stop();
+  for (auto& io : p.ios)
+    io->stop();
   for (auto& t : p.threads)
     if (t.joinable()) t.join();
   // Coroutines waiting for the mesh or a tokenizer go now, while their
@@ -282,15 +300,19 @@ expected<std::unique_ptr<gateway_server>> gateway_server::start(
   auto m = gateway_metrics::make(*p->registry);
   if (!m) return m.err();
   p->metrics = std::move(*m);
-  p->ctx.mesh = &mesh;
-  p->ctx.opt = opt;
-  p->ctx.metrics = p->metrics.get();
-  p->ctx.io = &p->io;
-  p->ctx.engine_tokenizer = make_engine_tokenizer(p->io);
-  p->ctx.gate = &p->gate;
+  for (auto& io : p->ios) {
+    gateway_context c;
+    c.mesh = &mesh;
+    c.opt = opt;
+    c.metrics = p->metrics.get();
+    c.io = io.get();
+    c.engine_tokenizer = make_engine_tokenizer(*io);
+    c.gate = &p->gate;
+    p->ctxs.push_back(std::move(c));
+  }
 
   beast::error_code err;
-  tcp::resolver resolver(p->io);
+  tcp::resolver resolver(*p->ios[0]);
   auto where = resolver.resolve(opt.host, std::to_string(opt.port),
                                 tcp::resolver::passive, err);
   if (err || where.empty())
@@ -308,9 +330,11 @@ expected<std::unique_ptr<gateway_server>> gateway_server::start(
                                         err.message());
   p->port = p->acceptor.local_endpoint().port();
   impl* raw = p.get();
-  asio::co_spawn(p->io, raw->accept_loop(), asio::detached);
-  for (size_t i = 0; i < opt.threads; ++i)
-    p->threads.emplace_back([raw] { raw->io.run(); });
+  asio::co_spawn(*p->ios[0], raw->accept_loop(), asio::detached);
+  for (auto& io : p->ios) {
+    p->keep_running.push_back(asio::make_work_guard(*io));
+    p->threads.emplace_back([io = io.get()] { io->run(); });
+  }
   return std::unique_ptr<gateway_server>(new gateway_server(std::move(p)));
 }
 

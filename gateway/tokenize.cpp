@@ -8,7 +8,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -73,7 +72,7 @@ class engine_tokenizer final
                       "no engine serves model '" + ask.model + "'"));
       return;
     }
-    asio::co_spawn(asio::make_strand(io_),
+    asio::co_spawn(io_,
                    serve(shared_from_this(), std::move(ask), std::move(done)),
                    asio::detached);
   }
