@@ -1,9 +1,12 @@
-"""deploy_check.py kustomize: renders each kustomization of deploy/kubernetes
-with a stand-in (resources, patches, replicas, images: what deploy/kubernetes
-uses; Debian 12 packages no kubectl) and validates the objects."""
+"""deploy_check.py kustomize and schema: each kustomization of
+deploy/kubernetes rendered by the real `kubectl kustomize` (every kubectl
+given must render the same objects), then checked for what the Kubernetes
+schemas cannot say (selectors match their pods, what a pod refers to
+exists, probes and Services reach served ports, the mesh's own rules), or
+validated against those schemas (kubernetes-models, tests/npm)."""
 
+import json
 import os
-import re
 import subprocess
 import yaml
 
@@ -11,76 +14,7 @@ from deploy_common import (DEFAULT_BLOCK_TOKENS, GATEWAY_LISTEN, bad, finish,
                            problems)
 
 
-# -- kustomize: the stand-in --------------------------------------------------
-
-KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "patches",
-                      "replicas", "images"}
-# Strategic-merge keys of the lists deploy/kubernetes patches (from the
-# Kubernetes API's patchMergeKey); any other list is replaced.
-MERGE_KEYS = {"containers": "name", "initContainers": "name", "env": "name",
-              "volumes": "name", "volumeMounts": "mountPath",
-              "imagePullSecrets": "name"}
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
-
-
-class Unsupported(Exception):
-    pass
-
-
-def load_docs(path):
-    with open(path, encoding="utf-8") as f:
-        return [d for d in yaml.safe_load_all(f) if d is not None]
-
-
-def merge_key(key, ctx):
-    if key == "ports":
-        return "containerPort" if "containers" in ctx else "port"
-    return MERGE_KEYS.get(key)
-
-
-def drop_nulls(v):
-    if isinstance(v, dict):
-        return {k: drop_nulls(x) for k, x in v.items() if x is not None}
-    if isinstance(v, list):
-        return [drop_nulls(x) for x in v]
-    return v
-
-
-def smp(base, patch, ctx):
-    """A strategic merge patch of the kinds deploy/kubernetes uses: maps
-    merge, null deletes, lists with a merge key merge by it, other lists
-    are replaced. Directives ($patch, ...) are not implemented."""
-    out = dict(base)
-    for k, v in patch.items():
-        if k.startswith("$"):
-            raise Unsupported(f"patch directive {k}")
-        if v is None:
-            out.pop(k, None)
-        elif k not in out:
-            out[k] = drop_nulls(v)
-        elif isinstance(out[k], dict) and isinstance(v, dict):
-            out[k] = smp(out[k], v, ctx + [k])
-        elif isinstance(out[k], list) and isinstance(v, list) and \
-                merge_key(k, ctx):
-            # As kustomize orders them: the patch's items first, in its
-            # order (merged with the base's item of the same key), then the
-            # base's items the patch does not name.
-            mk = merge_key(k, ctx)
-            merged, named = [], set()
-            for item in v:
-                if not isinstance(item, dict) or mk not in item:
-                    raise Unsupported(f"list {k} item without {mk}")
-                named.add(item[mk])
-                at = [x for x in out[k]
-                      if isinstance(x, dict) and x.get(mk) == item[mk]]
-                merged.append(smp(at[0], item, ctx + [k]) if at
-                              else drop_nulls(item))
-            merged += [x for x in out[k]
-                       if not (isinstance(x, dict) and x.get(mk) in named)]
-            out[k] = merged
-        else:
-            out[k] = drop_nulls(v)
-    return out
 
 
 def pod_specs(obj):
@@ -95,51 +29,6 @@ def containers(obj):
     for ps in pod_specs(obj):
         for c in (ps.get("initContainers") or []) + (ps.get("containers") or []):
             yield ps, c
-
-
-def render(directory):
-    path = os.path.join(directory, "kustomization.yaml")
-    with open(path, encoding="utf-8") as f:
-        k = yaml.safe_load(f) or {}
-    extra = set(k) - KUSTOMIZATION_KEYS
-    if extra:
-        raise Unsupported(f"{path}: {sorted(extra)} (the stand-in knows "
-                          f"{sorted(KUSTOMIZATION_KEYS)})")
-    objs = []
-    for r in k.get("resources") or []:
-        p = os.path.normpath(os.path.join(directory, r))
-        objs += render(p) if os.path.isdir(p) else load_docs(p)
-    def find(kind, name):
-        hits = [o for o in objs if o.get("kind") == kind and
-                (o.get("metadata") or {}).get("name") == name]
-        if len(hits) != 1:
-            raise Unsupported(f"{path}: {len(hits)} objects {kind}/{name}")
-        return hits[0]
-    for p in k.get("patches") or []:
-        if set(p) - {"path", "patch"}:
-            raise Unsupported(f"{path}: patch keys {sorted(set(p))}")
-        docs = (load_docs(os.path.join(directory, p["path"])) if "path" in p
-                else list(yaml.safe_load_all(p["patch"])))
-        for d in docs:
-            target = find(d.get("kind"), d["metadata"]["name"])
-            objs[objs.index(target)] = smp(target, d, [])
-    for r in k.get("replicas") or []:
-        hits = [o for o in objs if o.get("kind") in WORKLOADS and
-                o["metadata"]["name"] == r["name"]]
-        if not hits:
-            raise Unsupported(f"{path}: replicas: no workload {r['name']}")
-        for o in hits:
-            o["spec"]["replicas"] = r["count"]
-    for img in k.get("images") or []:
-        for o in objs:
-            for _, c in containers(o):
-                m = re.fullmatch(r"([^@]+?)(?::([^:/@]+))?(@.+)?", c["image"])
-                if m and m.group(1) == img["name"]:
-                    name = img.get("newName", m.group(1))
-                    tag = img.get("newTag", m.group(2))
-                    c["image"] = name + (f":{tag}" if tag else "") + \
-                        (m.group(3) or "")
-    return objs
 
 
 def labels_match(selector, labels):
@@ -195,6 +84,16 @@ def validate(objs, where):
             cw = f"{where}: {kind}/{name} container {c['name']}"
             if not c.get("image"):
                 bad(f"{cw}: no image")
+            # A probe on a port the container does not declare fails, or
+            # probes whatever else listens there.
+            served = {p.get("name") for p in c.get("ports") or []} | \
+                {p.get("containerPort") for p in c.get("ports") or []}
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                for how in ("httpGet", "tcpSocket", "grpc"):
+                    port = ((c.get(probe) or {}).get(how) or {}).get("port")
+                    if port is not None and port not in served:
+                        bad(f"{cw}: {probe} {how} port {port} is none of "
+                            "its container ports")
             for m in c.get("volumeMounts") or []:
                 if m["name"] not in vols:
                     bad(f"{cw}: mounts undeclared volume {m['name']}")
@@ -381,8 +280,8 @@ def first_difference(a, b, path="."):
     if isinstance(a, dict):
         for k in sorted(set(a) | set(b), key=str):
             if k not in a or k not in b:
-                return f"{path}/{k}: only in " + \
-                    ("the stand-in" if k in a else "kubectl")
+                return f"{path}/{k}: only in " + ("the first" if k in a
+                                                  else "the second")
             d = first_difference(a[k], b[k], f"{path}/{k}")
             if d:
                 return d
@@ -398,36 +297,92 @@ def first_difference(a, b, path="."):
     return None if a == b else f"{path}: {a!r} vs {b!r}"
 
 
-def cmd_kustomize(args):
-    use_kubectl = "--kubectl" in args
-    dirs = [a for a in args if a != "--kubectl"]
-    for d in dirs:
+def parse_args(args):
+    """(kubectls, dirs) from [--kubectl KUBECTL]... DIR...; kubectl from
+    PATH when none is given."""
+    kubectls, dirs = [], []
+    it = iter(args)
+    for a in it:
+        if a == "--kubectl":
+            kubectls.append(next(it, None) or "kubectl")
+        else:
+            dirs.append(a)
+    return kubectls or ["kubectl"], dirs
+
+
+def render(kubectls, d):
+    """The objects `kubectl kustomize d` renders, each kubectl agreeing
+    (kustomize's order of objects aside), or None after saying why not."""
+    first = None
+    for k in kubectls:
         try:
-            objs = render(d)
-        except (Unsupported, OSError, KeyError, yaml.YAMLError) as e:
-            bad(f"{d}: the stand-in cannot render it: {e}")
-            continue
-        n = len(problems)
-        mine = validate(objs, f"{d} (stand-in)")
-        if use_kubectl:
-            r = subprocess.run(["kubectl", "kustomize", d], text=True,
+            r = subprocess.run([k, "kustomize", d], text=True,
                                capture_output=True, timeout=120)
-            if r.returncode != 0:
-                bad(f"{d}: kubectl kustomize failed: {r.stderr.strip()}")
+        except OSError as e:
+            bad(f"{d}: {k} cannot run: {e} (scripts/install-deps --tests "
+                "installs kubernetes-client)")
+            return None
+        if r.returncode != 0:
+            bad(f"{d}: {k} kustomize failed: {r.stderr.strip()}")
+            return None
+        objs = [x for x in yaml.safe_load_all(r.stdout) if x]
+        keyed = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o
+                 for o in objs}
+        if first is None:
+            first = (k, objs, keyed)
+            continue
+        for key in sorted(set(first[2]) | set(keyed), key=str):
+            if key not in first[2] or key not in keyed:
+                bad(f"{d}: {key[0]}/{key[1]} rendered only by " +
+                    (first[0] if key in first[2] else k))
                 continue
-            real = validate([x for x in yaml.safe_load_all(r.stdout) if x],
-                            f"{d} (kubectl kustomize)")
-            for key in sorted(set(mine) | set(real)):
-                if key not in mine or key not in real:
-                    bad(f"{d}: {key[0]}/{key[1]} only in " +
-                        ("the stand-in" if key in mine else "kubectl"))
-                    continue
-                diff = first_difference(mine[key], real[key])
-                if diff:
-                    bad(f"{d}: stand-in and kubectl differ on "
-                        f"{key[0]}/{key[1]} at {diff}")
+            diff = first_difference(first[2][key], keyed[key])
+            if diff:
+                bad(f"{d}: {first[0]} and {k} render {key[0]}/{key[1]} "
+                    f"differently at {diff}")
+    return first[1]
+
+
+def cmd_kustomize(args):
+    kubectls, dirs = parse_args(args)
+    for d in dirs:
+        n = len(problems)
+        objs = render(kubectls, d)
+        if objs is None or len(problems) > n:
+            continue
+        validate(objs, d)
         if len(problems) == n:
-            print(f"kustomize: {d}: {len(objs)} objects valid" +
-                  (", kubectl kustomize renders the same" if use_kubectl
-                   else " (stand-in renderer, not kubectl kustomize)"))
+            print(f"kustomize: {d}: {len(objs)} objects, rendered alike by "
+                  f"{', '.join(kubectls)}, pass the checks")
     return finish("kustomize")
+
+
+def cmd_schema(args):
+    """Every rendered object validated against the Kubernetes OpenAPI
+    schemas by tests/deploy/k8s_schema.mjs (kubernetes-models)."""
+    kubectls, dirs = parse_args(args)
+    here = os.path.dirname(os.path.abspath(__file__))
+    npm = os.environ.get("KVMESH_NPM_MODULES") or os.path.join(
+        here, "..", "npm", "node_modules")
+    renderings = {}
+    for d in dirs:
+        objs = render(kubectls[:1], d)
+        if objs is not None:
+            renderings[d] = objs
+    if problems:
+        return finish("schema")
+    try:
+        r = subprocess.run(["node", os.path.join(here, "k8s_schema.mjs"),
+                            npm], input=json.dumps(renderings), text=True,
+                           capture_output=True, timeout=120)
+    except OSError as e:
+        bad(f"node cannot run: {e} (scripts/install-deps --tests installs "
+            "Node.js)")
+        return finish("schema")
+    out = (r.stdout + r.stderr).strip()
+    if r.returncode != 0:
+        for line in out.splitlines():
+            bad(line)
+    elif out:
+        print(f"schema: {out}")
+    return finish("schema")
