@@ -2,8 +2,9 @@
 # Checks deploy/ as far as a machine without a cluster, a Docker engine or a
 # network allows: YAML lint, the compose file, Kustomize renderings (real
 # `kubectl kustomize`) checked against the Kubernetes schemas and the
-# mesh's rules, the dashboard's queries against docs/metrics.md, the
-# systemd units (verified,
+# mesh's rules, the production NATS cluster's configuration (nats-server
+# -t, then its servers run on loopback ports), the dashboard's queries
+# against docs/metrics.md, the systemd units (verified,
 # sandboxed alike, their variables in kvmesh.env), the Dockerfile, the
 # Kubernetes entrypoint, and (given the binary) every deployment's command
 # lines run against a real nats-server. Each rule is also shown to catch a
@@ -177,6 +178,22 @@ break_k8s missing_gateway base "no Deployment and Service kvmesh-gateway" \
 # An engine probed on a port its container does not declare.
 break_k8s probe_port overlays/vllm "readinessProbe httpGet port htpp" \
   overlays/vllm/vllm.yaml 's/port: http$/port: htpp/'
+# A NATS cluster grown to 4 servers whose routes still name 3.
+break_k8s nats_routes overlays/production "its config's cluster routes are" \
+  overlays/production/nats.yaml 's/^  replicas: 3$/  replicas: 4/'
+# The NATS cluster's disruption budget gone (pdb.yaml's last object).
+break_k8s nats_budget overlays/production \
+  "no PodDisruptionBudget with maxUnavailable 1" \
+  overlays/production/pdb.yaml '/^# The NATS cluster keeps/,$d'
+# A server listening for routes on another port than its container's.
+break_k8s nats_cluster_port overlays/production \
+  "config's cluster listen port is 6223, its container's port cluster 6222" \
+  overlays/production/nats/nats.conf 's/listen: 0.0.0.0:6222/listen: 0.0.0.0:6223/'
+# A gateway connecting as another role's user.
+break_k8s nats_user overlays/production \
+  "kvmesh-gateway container gateway connects as 'client'" \
+  overlays/production/gateway.yaml 's/value: gateway$/value: client/'
+
 # break_schema NAME DIR SAYS FILE SED-SCRIPT: as break_k8s, for the schema
 # validation.
 break_schema() {
@@ -198,6 +215,30 @@ break_schema bad_quantity overlays/production \
 break_schema missing_port overlays/dev \
   "Service/kvmesh-gateway: .spec/ports/0 must have required property port" \
   mesh/gateway.yaml '/^      port: 8080$/d'
+
+# -- the production overlay's NATS cluster ----------------------------------
+# Its configuration as rendered: nats-server -t, then its 3 servers on
+# loopback ports form a cluster, auth.conf's users get in and the router
+# user creates the durable queue in 3 copies.
+step nats_cluster "${check[@]}" nats "${kube[@]}" \
+  "$deploy/kubernetes/overlays/production" "$deploy/nats/auth.conf"
+# break_nats NAME SAYS FILE SED-SCRIPT: as break_k8s, for that check.
+break_nats() {
+  local dir=$tmp/nats-$1
+  rm -rf "$dir" && cp -r "$deploy/kubernetes" "$dir"
+  sed -i "$4" "$dir/$3"
+  must_say "nats_cluster_catches_$1" "$2" "${check[@]}" nats "${kube[@]}" \
+    "$dir/overlays/production" "$deploy/nats/auth.conf"
+}
+# A setting nats-server cannot parse.
+break_nats invalid_config "nats-server -t refuses its nats.conf" \
+  overlays/production/nats/nats.conf 's/^lame_duck_duration: 30s$/lame_duck_duration: thirty/'
+# The overlay's copy of auth.conf behind deploy/nats/auth.conf.
+break_nats stale_auth "auth.conf differs from" \
+  overlays/production/nats/auth.conf '$a # edited'
+# More copies of the durable queue than servers.
+break_nats too_many_copies "cannot create the durable queue in 4 copies" \
+  overlays/production/config.yaml 's/DURABLE_REPLICAS: "3"/DURABLE_REPLICAS: "4"/'
 
 # -- Grafana ------------------------------------------------------------------
 step dashboard_metrics "${check[@]}" dashboard "$deploy/grafana/kvmesh.json" \

@@ -7,6 +7,7 @@ validated against those schemas (kubernetes-models, tests/npm)."""
 
 import json
 import os
+import re
 import subprocess
 import yaml
 
@@ -146,6 +147,7 @@ def validate(objs, where):
                     "template")
     check_gateway(by, configmaps, where)
     check_budgets(by, templates, where)
+    check_nats(by, configmaps, templates, where)
     check_block_sizes(by, configmaps.get("kvmesh-config", {}), where)
     index = by.get(("StatefulSet", "kvmesh-index"))
     config = configmaps.get("kvmesh-config", {})
@@ -202,19 +204,164 @@ def check_gateway(by, configmaps, where):
 
 def check_budgets(by, templates, where):
     """Where disruption budgets are set, every Deployment and StatefulSet
-    of kvmesh but NATS (a single server: a budget would block every drain
-    of its node) has one."""
+    of kvmesh has one, but a single NATS server (a budget would block
+    every drain of its node)."""
     budgets = [((o["spec"].get("selector") or {}).get("matchLabels") or {})
                for (k, _), o in by.items() if k == "PodDisruptionBudget"]
     if not budgets:
         return
     for o, tlabels in templates:
         if o["kind"] not in ("Deployment", "StatefulSet") or \
-                tlabels.get("app.kubernetes.io/component") == "nats":
+                (tlabels.get("app.kubernetes.io/component") == "nats" and
+                 o["spec"].get("replicas", 1) == 1):
             continue
         if not any(sel and labels_match(sel, tlabels) for sel in budgets):
             bad(f"{where}: {o['kind']}/{o['metadata']['name']} has no "
                 "PodDisruptionBudget")
+
+
+def nats_config(by, configmaps):
+    """(StatefulSet kvmesh-nats, its nats container, the text of the config
+    file its -c/--config names, the ConfigMap data beside it) or None where
+    there is no such StatefulSet; the text is None where the server runs
+    without a config file from a ConfigMap."""
+    sts = by.get(("StatefulSet", "kvmesh-nats"))
+    if sts is None:
+        return None
+    ps = sts["spec"]["template"]["spec"]
+    c = next((c for c in ps.get("containers") or [] if c["name"] == "nats"),
+             None)
+    if c is None:
+        return None
+    args = [str(a) for a in c.get("args") or []]
+    path = next((args[i + 1] for i, a in enumerate(args[:-1])
+                 if a in ("-c", "--config")), None)
+    if path is None:
+        return sts, c, None, {}
+    vols = {v["name"]: v for v in ps.get("volumes") or []}
+    for m in c.get("volumeMounts") or []:
+        cm = (vols.get(m["name"]) or {}).get("configMap", {}).get("name")
+        d = m["mountPath"].rstrip("/") + "/"
+        if cm and path.startswith(d):
+            data = configmaps.get(cm) or {}
+            return sts, c, data.get(path[len(d):]), data
+    return sts, c, None, {}
+
+
+def nats_routes(conf):
+    """The host:port of each route of the config's cluster block."""
+    m = re.search(r"\bcluster\s*\{(.*?)\n\}", conf, re.S)
+    block = re.sub(r"#[^\n]*", "", m.group(1)) if m else ""
+    r = re.search(r"\broutes\s*[:=]?\s*\[(.*?)\]", block, re.S)
+    return re.findall(r"nats-route://([^\s,\]]+)|nats://([^\s,\]]+)",
+                      r.group(1)) if r else []
+
+
+def check_nats(by, configmaps, templates, where):
+    """A NATS of several servers is one cluster: each server routes to
+    every pod of the StatefulSet by its name in the headless Service, on
+    the port the container and the Service declare, keeps JetStream on its
+    volume, has a budget letting one server go at a time, and kvmesh's URL
+    names the servers or their Service; durable records get more than one
+    copy. Where the config includes auth.conf, each kvmesh container
+    connects as its role's user, with the password the server takes from
+    the same Secret."""
+    found = nats_config(by, configmaps)
+    if found is None:
+        return
+    sts, c, conf, _ = found
+    n = sts["spec"].get("replicas", 1)
+    svc = sts["spec"].get("serviceName")
+    w = f"{where}: StatefulSet/kvmesh-nats"
+    if n > 1:
+        if conf is None:
+            bad(f"{w}: {n} servers, but no config file of a ConfigMap: they "
+                "form no cluster")
+            return
+        routes = {(a or b) for a, b in nats_routes(conf)}
+        ports = {p["containerPort"] for p in c.get("ports") or []
+                 if p.get("name") == "cluster"}
+        want = {f"kvmesh-nats-{i}.{svc}:{p}" for i in range(n)
+                for p in ports}
+        if not ports:
+            bad(f"{w}: container nats has no port named cluster")
+        elif routes != want:
+            bad(f"{w}: {n} servers, but its config's cluster routes are "
+                f"{sorted(routes)}, want {sorted(want)}")
+        # Where the config listens is where the container says it does.
+        declared = {p.get("name"): p["containerPort"]
+                    for p in c.get("ports") or []}
+        m = re.search(r"\bcluster\s*\{(.*?)\n\}", conf, re.S)
+        for what, name, text, pattern in (
+                ("listen", "client", conf, r"^listen\s*[:=]\s*\S*?(\d+)\s*$"),
+                ("http", "monitor", conf, r"^http\s*[:=]\s*\S*?(\d+)\s*$"),
+                ("cluster listen", "cluster", m.group(1) if m else "",
+                 r"^\s*listen\s*[:=]\s*\S*?(\d+)\s*$")):
+            got = re.search(pattern, text, re.M)
+            if not got or int(got.group(1)) != declared.get(name):
+                bad(f"{w}: its config's {what} port is "
+                    f"{got.group(1) if got else None}, its container's port "
+                    f"{name} {declared.get(name)}")
+        hs = by.get(("Service", svc)) or {}
+        if not any(p.get("targetPort") == "cluster" for p in
+                   (hs.get("spec") or {}).get("ports") or []):
+            bad(f"{w}: headless Service {svc} has no port to cluster")
+        if not re.search(r"^server_name\s*[:=]\s*\$POD_NAME\b", conf, re.M):
+            bad(f"{w}: its config's server_name is not $POD_NAME (JetStream "
+                "knows its peers by a unique, stable name)")
+        store = re.search(r"\bstore_dir\s*[:=]\s*\"?([^\s\"]+)", conf)
+        data = [m["mountPath"] for m in c.get("volumeMounts") or []
+                if m["name"] in {t["metadata"]["name"] for t in
+                                 sts["spec"].get("volumeClaimTemplates") or
+                                 []}]
+        if not store or not any(store.group(1).startswith(d.rstrip("/") + "/")
+                                or store.group(1) == d for d in data):
+            bad(f"{w}: JetStream's store_dir "
+                f"{store.group(1) if store else None} is not on its volume "
+                f"{data}")
+        labels = sts["spec"]["template"]["metadata"].get("labels") or {}
+        if not any(k == "PodDisruptionBudget" and
+                   labels_match((o["spec"].get("selector") or {}).get(
+                       "matchLabels") or {}, labels) and
+                   o["spec"].get("maxUnavailable") == 1
+                   for (k, _), o in by.items()):
+            bad(f"{w}: no PodDisruptionBudget with maxUnavailable 1 keeps its "
+                "majority through a drain")
+        config = configmaps.get("kvmesh-config", {})
+        hosts = [u.split("://")[-1].split("@")[-1].rsplit(":", 1)[0]
+                 for u in str(config.get("KVMESH_NATS_URL", "")).split(",")]
+        servers = {f"kvmesh-nats-{i}.{svc}" for i in range(n)}
+        if set(hosts) != servers and hosts != ["kvmesh-nats"]:
+            bad(f"{where}: KVMESH_NATS_URL names {hosts}, want the Service "
+                f"kvmesh-nats or every server {sorted(servers)}")
+        copies = int(config.get("KVMESH_ROUTER_DURABLE_REPLICAS", 1))
+        if not 1 < copies <= n:
+            bad(f"{where}: KVMESH_ROUTER_DURABLE_REPLICAS {copies} on {n} "
+                f"NATS servers: want 2 to {n} copies, so that the durable "
+                "queue outlives a server")
+    if conf is None or not re.search(r"^include\s+\S*auth\.conf", conf,
+                                     re.M):
+        return
+    secrets = {(e.get("secretRef") or {}).get("name")
+               for e in c.get("envFrom") or []} - {None}
+    for o, tlabels in templates:
+        role = tlabels.get("app.kubernetes.io/component")
+        for _, k in containers(o):
+            if role not in ("agent", "router", "index", "gateway") or \
+                    not k.get("image", "").split("/")[-1].startswith("kvmesh"):
+                continue
+            env = {e["name"]: e for e in k.get("env") or []}
+            user = (env.get("KVMESH_NATS_USER") or {}).get("value")
+            ref = ((env.get("KVMESH_NATS_PASSWORD") or {}).get("valueFrom")
+                   or {}).get("secretKeyRef") or {}
+            want_key = f"KVMESH_{role.upper()}_PASSWORD"
+            if user != role or ref.get("key") != want_key or \
+                    ref.get("name") not in secrets:
+                bad(f"{where}: {o['kind']}/{o['metadata']['name']} container "
+                    f"{k['name']} connects as {user!r} with password "
+                    f"{ref.get('name')}/{ref.get('key')}, want user {role!r} "
+                    f"and {want_key} of the Secret NATS takes "
+                    f"({sorted(secrets)}): auth.conf refuses it otherwise")
 
 
 def check_block_sizes(by, config, where):
@@ -386,3 +533,190 @@ def cmd_schema(args):
     elif out:
         print(f"schema: {out}")
     return finish("schema")
+
+
+def cmd_nats(args):
+    """The overlay's NATS configuration, as rendered: its auth.conf is the
+    one given (deploy/nats/auth.conf), `nats-server -t` accepts it, and its
+    servers, run here on loopback ports with the same file (addresses and
+    directories rewritten), form one cluster with a JetStream leader and
+    let auth.conf's users in, and no one else."""
+    import shutil
+    import socket
+    import tempfile
+    import time
+    import urllib.request
+    kubectls, rest = parse_args(args)
+    overlay, auth = rest
+    objs = render(kubectls[:1], overlay)
+    if objs is None:
+        return finish("nats")
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    configmaps = {n: o.get("data") or {} for (k, n), o in by.items()
+                  if k == "ConfigMap"}
+    found = nats_config(by, configmaps)
+    if not found or found[2] is None:
+        bad(f"{overlay}: StatefulSet/kvmesh-nats runs no config file of a "
+            "ConfigMap")
+        return finish("nats")
+    sts, _, conf, files = found
+    with open(auth, encoding="utf-8") as f:
+        if files.get("auth.conf") != f.read():
+            bad(f"{overlay}: the NATS ConfigMap's auth.conf differs from "
+                f"{auth} (copy it again)")
+    if not shutil.which("nats-server"):
+        bad("no nats-server (scripts/install-deps installs it)")
+        return finish("nats")
+    n = sts["spec"].get("replicas", 1)
+    names = [f"kvmesh-nats-{i}" for i in range(n)]
+    passwords = {v: f"pw-{v.lower()}" for v in
+                 re.findall(r"\$(KVMESH_[A-Z0-9_]+_PASSWORD)",
+                            files.get("auth.conf", ""))}
+    tmp = tempfile.mkdtemp(prefix="kvmesh-nats-")
+    procs = []
+    try:
+        for name, text in files.items():
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        env = {**os.environ, **passwords, "POD_NAME": names[0]}
+        r = subprocess.run(["nats-server", "-t", "-c",
+                            os.path.join(tmp, "nats.conf")], env=env,
+                           text=True, capture_output=True, timeout=30)
+        if r.returncode != 0:
+            bad(f"{overlay}: nats-server -t refuses its nats.conf: "
+                f"{(r.stdout + r.stderr).strip()}")
+            return finish("nats")
+
+        def free_port():
+            with socket.socket() as so:
+                so.bind(("127.0.0.1", 0))
+                return so.getsockname()[1]
+        ports = [(free_port(), free_port(), free_port()) for _ in names]
+        routes = {(a or b) for a, b in nats_routes(conf)}
+        for i, name in enumerate(names):
+            client, http, cluster = ports[i]
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            text = conf
+            for route in routes:
+                host = route.split(".")[0]
+                if host in names:
+                    text = text.replace(
+                        route, f"127.0.0.1:{ports[names.index(host)][2]}")
+            text = re.sub(r"^listen:.*$", f"listen: 127.0.0.1:{client}",
+                          text, flags=re.M)
+            text = re.sub(r"^http:.*$", f"http: 127.0.0.1:{http}", text,
+                          flags=re.M)
+            text = re.sub(r"^(\s+)listen:\s*\S+:\d+$",
+                          rf"\g<1>listen: 127.0.0.1:{cluster}", text,
+                          flags=re.M)
+            text = re.sub(r"\bstore_dir:.*$", f"store_dir: {d}/jetstream",
+                          text, flags=re.M)
+            text = re.sub(r"^pid_file:.*$", f"pid_file: {d}/nats.pid", text,
+                          flags=re.M)
+            # include is relative to the file: the ConfigMap's files beside.
+            for fname, ftext in files.items():
+                if fname != "nats.conf":
+                    with open(os.path.join(d, fname), "w") as f:
+                        f.write(ftext)
+            with open(os.path.join(d, "nats.conf"), "w") as f:
+                f.write(text)
+            log = open(os.path.join(d, "log"), "w")
+            procs.append(subprocess.Popen(
+                ["nats-server", "-c", os.path.join(d, "nats.conf")],
+                env={**env, "POD_NAME": name}, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        # Each server: a JetStream meta leader elected among all of them.
+        deadline = time.monotonic() + 30
+        pending = set(range(n))
+        while pending and time.monotonic() < deadline:
+            for i in sorted(pending):
+                try:
+                    with urllib.request.urlopen(
+                            f"http://127.0.0.1:{ports[i][1]}/jsz",
+                            timeout=1) as r:
+                        meta = json.load(r).get("meta_cluster") or {}
+                    if meta.get("leader") in names and \
+                            meta.get("cluster_size") == n:
+                        pending.discard(i)
+                except (OSError, ValueError):
+                    pass
+            time.sleep(0.2)
+        for i in sorted(pending):
+            with open(os.path.join(tmp, names[i], "log")) as f:
+                logs = " | ".join(f.read().strip().splitlines()[-3:])
+            bad(f"{overlay}: {names[i]} sees no JetStream leader of {n} "
+                f"servers within 30 s: {logs}")
+
+        if pending:
+            return finish("nats")
+
+        def connect(user, password, request=None):
+            """The server's answer to CONNECT and PING as a user; with
+            request (subject, payload), the reply to that request."""
+            with socket.create_connection(("127.0.0.1", ports[-1][0]),
+                                          5) as so:
+                so.settimeout(10)
+                f = so.makefile("rb")
+                f.readline()  # INFO
+                so.sendall(b"CONNECT " + json.dumps(
+                    {"user": user, "pass": password, "verbose": False}
+                ).encode() + b"\r\nPING\r\n")
+                got = f.readline().decode().strip()
+                if got != "PONG" or request is None:
+                    return got
+                subject, payload = request[0], json.dumps(request[1])
+                so.sendall(f"SUB _INBOX.check 1\r\nPUB {subject} "
+                           f"_INBOX.check {len(payload)}\r\n{payload}\r\n"
+                           "PING\r\n".encode())
+                while True:
+                    line = f.readline().decode().strip()
+                    if line.startswith("MSG "):
+                        return f.read(int(line.split()[-1]) + 2).decode()
+                    if line.startswith("-ERR") or not line:
+                        return line
+        users = re.findall(r"\{user:\s*(\w[\w-]*),\s*password:\s*\$(\w+)",
+                           files.get("auth.conf", ""))
+        try:
+            for user, var in users:
+                got = connect(user, passwords[var])
+                if got != "PONG":
+                    bad(f"{overlay}: user {user} of auth.conf is refused: "
+                        f"{got}")
+            got = connect(users[0][0] if users else "nobody", "wrong")
+            if users and "Authorization Violation" not in got:
+                bad(f"{overlay}: a wrong password is let in: {got}")
+            # The routers' durable queue, in as many copies as the config
+            # asks, created as the router user.
+            copies = int(configmaps.get("kvmesh-config", {}).get(
+                "KVMESH_ROUTER_DURABLE_REPLICAS", 1))
+            router = dict(users).get("router")
+            if router:
+                got = connect("router", passwords[router], (
+                    "$JS.API.STREAM.CREATE.KVMESH_ROUTE",
+                    {"name": "KVMESH_ROUTE", "num_replicas": copies,
+                     "subjects": ["kvmesh.route.durable.>"]}))
+                reply = json.loads(got) if got.startswith("{") else {}
+                if reply.get("error") or \
+                        (reply.get("config") or {}).get("num_replicas") != \
+                        copies:
+                    bad(f"{overlay}: the router user cannot create the "
+                        f"durable queue in {copies} copies: {got.strip()}")
+        except (OSError, ValueError) as e:
+            bad(f"{overlay}: talking to {names[-1]} failed: {e}")
+        if not problems:
+            print(f"nats: {overlay}: nats-server -t accepts it; {n} servers "
+                  f"form one cluster with a JetStream leader; "
+                  f"{len(users)} users of auth.conf get in, a wrong "
+                  "password does not; the router user creates the durable "
+                  f"queue in {copies} copies")
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return finish("nats")
