@@ -178,6 +178,13 @@ break_k8s missing_gateway base "no Deployment and Service kvmesh-gateway" \
 # An engine probed on a port its container does not declare.
 break_k8s probe_port overlays/vllm "readinessProbe httpGet port htpp" \
   overlays/vllm/vllm.yaml 's/port: http$/port: htpp/'
+# An agent reading KV events' replay on another port than vLLM serves it.
+break_k8s engine_replay overlays/vllm \
+  "agent's --kv-replay tcp://127.0.0.1:5601 does not read vllm's" \
+  overlays/vllm/vllm.yaml 's#--kv-replay tcp://127.0.0.1:5600#--kv-replay tcp://127.0.0.1:5601#'
+# An engine whose GPU is requested but not limited.
+break_k8s engine_gpu overlays/vllm "container vllm's nvidia.com/gpu requests 1, limits None" \
+  overlays/vllm/vllm.yaml '/limits:/,/nvidia.com\/gpu/{/nvidia.com\/gpu/d}'
 # A NATS cluster grown to 4 servers whose routes still name 3.
 break_k8s nats_routes overlays/production "its config's cluster routes are" \
   overlays/production/nats.yaml 's/^  replicas: 3$/  replicas: 4/'

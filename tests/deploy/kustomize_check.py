@@ -148,6 +148,7 @@ def validate(objs, where):
     check_gateway(by, configmaps, where)
     check_budgets(by, templates, where)
     check_nats(by, configmaps, templates, where)
+    check_engine_pods(by, configmaps, where)
     check_block_sizes(by, configmaps.get("kvmesh-config", {}), where)
     index = by.get(("StatefulSet", "kvmesh-index"))
     config = configmaps.get("kvmesh-config", {})
@@ -362,6 +363,63 @@ def check_nats(by, configmaps, templates, where):
                     f"{ref.get('name')}/{ref.get('key')}, want user {role!r} "
                     f"and {want_key} of the Secret NATS takes "
                     f"({sorted(secrets)}): auth.conf refuses it otherwise")
+
+
+def check_engine_pods(by, configmaps, where):
+    """A pod of a vLLM engine and its agent: the engine has its GPU
+    (requested and limited alike), publishes KV events where the agent
+    reads them (endpoint, replay, topic, on localhost), and the agent
+    fronts the engine's own port."""
+    for (kind, name), o in by.items():
+        cs = {c["name"]: c for _, c in containers(o)}
+        vllm, agent = cs.get("vllm"), cs.get("agent")
+        if not vllm or not agent:
+            continue
+        w = f"{where}: {kind}/{name}"
+        res = vllm.get("resources") or {}
+        gpus = [str((res.get(k) or {}).get("nvidia.com/gpu"))
+                for k in ("requests", "limits")]
+        if gpus[0] == "None" or gpus[0] != gpus[1]:
+            bad(f"{w}: container vllm's nvidia.com/gpu requests {gpus[0]}, "
+                f"limits {gpus[1]}: want a GPU, the same in both")
+        args = [str(a) for a in vllm.get("args") or []]
+
+        def arg(argv, flag_name):
+            return argv[argv.index(flag_name) + 1] \
+                if flag_name in argv[:-1] else None
+        try:
+            events = json.loads(arg(args, "--kv-events-config") or "{}")
+        except ValueError as e:
+            bad(f"{w}: vllm's --kv-events-config is no JSON: {e}")
+            continue
+        env = {e["name"]: str(e.get("value", "")) for e in
+               agent.get("env") or []}
+        aargs = (env.get("AGENT_ARGS") or "").split()
+        port = lambda u: (u or "").rsplit(":", 1)[-1]  # noqa: E731
+        want = {"--kv-events": events.get("endpoint"),
+                "--kv-replay": events.get("replay_endpoint")}
+        if not events.get("enable_kv_cache_events"):
+            bad(f"{w}: vllm publishes no KV events (--kv-events-config "
+                "enable_kv_cache_events)")
+        for f, endpoint in want.items():
+            got = arg(aargs, f)
+            if not endpoint or not got or port(got) != port(endpoint) or \
+                    "127.0.0.1" not in got:
+                bad(f"{w}: agent's {f} {got} does not read vllm's "
+                    f"{endpoint} on localhost")
+        if arg(aargs, "--kv-topic") != events.get("topic"):
+            bad(f"{w}: agent's --kv-topic {arg(aargs, '--kv-topic')} is not "
+                f"vllm's topic {events.get('topic')}")
+        engine = arg(aargs, "--engine-url")
+        if port(engine) != arg(args, "--port"):
+            bad(f"{w}: agent's --engine-url {engine} is not vllm's --port "
+                f"{arg(args, '--port')}")
+        front = arg(aargs, "--front-port")
+        if front is None or int(front) not in {
+                p["containerPort"] for p in agent.get("ports") or []
+                if p.get("name") == "front"}:
+            bad(f"{w}: agent's --front-port {front} is not its container "
+                "port named front")
 
 
 def check_block_sizes(by, config, where):
