@@ -4,7 +4,9 @@
 usage: deploy_check.py metrics DOC
        deploy_check.py dashboard DASHBOARD.json DOC
        deploy_check.py compose COMPOSE.yaml
-       deploy_check.py kustomize [--kubectl] DIR...
+       deploy_check.py kustomize [--kubectl KUBECTL]... DIR...
+       deploy_check.py schema [--kubectl KUBECTL]... DIR...
+       deploy_check.py nats [--kubectl KUBECTL]... OVERLAY_DIR AUTH.conf
        deploy_check.py dockerfile DOCKERFILE [KVMESH_BINARY]
        deploy_check.py entrypoint ENTRYPOINT.sh
        deploy_check.py systemd KVMESH.env UNIT...
@@ -12,13 +14,13 @@ usage: deploy_check.py metrics DOC
 
 Each prints what it found wrong, one line per problem, and exits 1 if
 anything was; 2 for a bad invocation; 77 when it cannot run here (smoke
-without nats-server). `kustomize` renders each
-kustomization with a stand-in written here (resources, patches, replicas,
-images: what deploy/kubernetes uses) and validates the objects; with
---kubectl it also renders with the real `kubectl kustomize`, validates that
-output too and requires both renderings to agree. The stand-in exists for
-machines without kubectl (Debian 12 does not package it); it is not
-kustomize.
+without nats-server). `kustomize` renders each kustomization with
+`kubectl kustomize` (each KUBECTL given, `kubectl` by default; all must
+render the same objects) and checks what the Kubernetes schemas cannot
+say; `schema` validates the rendered objects against those schemas
+(kubernetes-models in tests/npm, run by Node.js); `nats` checks an
+overlay's NATS configuration with `nats-server -t` and runs its cluster on
+loopback ports.
 """
 
 import json
@@ -34,7 +36,7 @@ import yaml
 sys.dont_write_bytecode = True
 from deploy_common import (DEFAULT_BLOCK_TOKENS, GATEWAY_LISTEN, bad, finish,
                            flag, problems)
-from kustomize_check import cmd_kustomize
+from kustomize_check import cmd_kustomize, cmd_nats, cmd_schema
 from smoke_check import cmd_smoke
 
 
@@ -548,6 +550,8 @@ def main(argv):
                 "dashboard": (cmd_dashboard, 2, 2),
                 "compose": (cmd_compose, 1, 1),
                 "kustomize": (cmd_kustomize, 1, 99),
+                "schema": (cmd_schema, 1, 99),
+                "nats": (cmd_nats, 2, 6),
                 "dockerfile": (cmd_dockerfile, 1, 2),
                 "entrypoint": (cmd_entrypoint, 1, 1),
                 "systemd": (cmd_systemd, 2, 99),

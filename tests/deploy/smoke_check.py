@@ -156,7 +156,11 @@ def cmd_smoke(args):
         expect["kvmesh-systemd"] = (int(env["KVMESH_AGENT_WORKERS"]), routers,
                                     int(env["INDEX_SHARDS"]))
         # Kubernetes: the dev overlay's ConfigMap through the entrypoint.
-        objs = render(os.path.join(deploy, "kubernetes", "overlays", "dev"))
+        objs = render((os.environ.get("KVMESH_KUBECTL") or "kubectl").split()
+                      [:1], os.path.join(deploy, "kubernetes", "overlays",
+                                         "dev"))
+        if objs is None:
+            return finish("smoke")
         config = next(o["data"] for o in objs if o["kind"] == "ConfigMap"
                       and o["metadata"]["name"] == "kvmesh-config")
         kenv = {k: str(v) for k, v in config.items()}
