@@ -26,6 +26,7 @@ struct gateway_flags {
   uint32_t block_tokens = default_block_tokens;
   uint32_t timeout_ms = 5000;
   uint32_t max_reroutes = 2;
+  uint32_t upstream_idle = 16;
   uint64_t max_body_bytes = uint64_t{16} << 20;
   uint32_t heartbeat_ms = 1000;
   std::vector<std::string> tokenizers;  // MODEL=DIR
@@ -86,6 +87,7 @@ int run_gateway(gateway_flags f) {
   go.threads = f.http_threads;
   go.block_tokens = f.block_tokens;
   go.max_reroutes = f.max_reroutes;
+  go.upstream_idle = f.upstream_idle;
   go.max_body_bytes = f.max_body_bytes;
   // Before connecting: a model whose ids cannot be exact stops the start.
   auto tokenizers = load_tokenizers(f);
@@ -165,6 +167,11 @@ void add_gateway(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--max-reroutes", f->max_reroutes,
                   "route a request again this often at most when its GPU "
                   "fails before the first byte")
+      ->capture_default_str();
+  cmd->add_option("--upstream-idle", f->upstream_idle,
+                  "idle keep-alive connections each HTTP thread keeps per "
+                  "worker for the next request (0: a connection per "
+                  "request)")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", f->max_body_bytes,
                   "largest request body (413 past it)")

@@ -262,6 +262,7 @@ asio::awaitable<served> serve_completion(
 
   proxy_options popt;
   popt.connect_timeout = ctx.opt.connect_timeout;
+  popt.pool = ctx.pool.get();
   popt.idle_timeout = ctx.opt.upstream_idle_timeout;
   const std::function<void()> first_byte =
       first_byte_clock(ctx.metrics, arrived);

@@ -1,5 +1,6 @@
-// What every connection of a gateway server shares: the mesh, the options,
-// the series, the executor, the default tokenizer and the gate of pending
+// What the connections of one of a gateway server's threads share: the
+// mesh, the options, the series, the thread's io_context, its idle
+// connections to the workers, the default tokenizer and the gate of pending
 // callbacks. Internal to the gateway.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include "gateway/metrics.hpp"
 #include "gateway/server.hpp"
 #include "gateway/tokenize.hpp"
+#include "gateway/upstream.hpp"
 
 namespace kvmesh::gateway {
 
@@ -20,6 +22,7 @@ struct gateway_context {
   gateway_options opt;
   gateway_metrics* metrics = nullptr;
   boost::asio::io_context* io = nullptr;
+  std::unique_ptr<upstream_pool> pool;  // io's
   std::shared_ptr<prompt_tokenizer> engine_tokenizer;
   callback_gate* gate = nullptr;
 };

@@ -6,6 +6,7 @@
 #include "engines/openai.hpp"
 
 #include <array>
+#include <optional>
 #include <variant>
 #include <vector>
 
@@ -156,15 +157,6 @@ asio::awaitable<proxy_result> proxy_request(
     out.why = url.err().message;
     co_return out;
   }
-  beast::tcp_stream up(co_await asio::this_coro::executor);
-  error_code ec = co_await connect_upstream(up, *url, opt.connect_timeout);
-  if (ec) {
-    out.outcome = proxy_outcome::before_first;
-    out.why = "worker " + std::to_string(answer.worker) + " at " +
-              answer.endpoint + ": " + ec.message();
-    co_return out;
-  }
-
   // The request as the client sent it, this hop's headers excepted.
   http::request<http::string_body> ureq{
       http::verb::post, url->prefix + std::string(req.target()), 11};
@@ -174,31 +166,62 @@ asio::awaitable<proxy_result> proxy_request(
   ureq.set(http::field::host, url->host_header());
   ureq.set(mesh_id_header, std::to_string(answer.request));
   ureq.set(client_id_header, client_id);
-  ureq.keep_alive(false);  // one request per connection to a worker
+  ureq.keep_alive(opt.pool != nullptr);
   ureq.body() = req.body();
   ureq.prepare_payload();
-  up.expires_after(opt.idle_timeout);
-  co_await http::async_write(up, ureq, asio::redirect_error(use_awaitable, ec));
-  if (ec) {
-    out.outcome = proxy_outcome::before_first;
-    out.why = "worker " + std::to_string(answer.worker) +
-              ": sending the request: " + ec.message();
-    co_return out;
-  }
 
+  // An idle connection the worker closed as we reused it fails before
+  // its first byte: once more on a new one, not a failure of the worker.
+  beast::tcp_stream up(co_await asio::this_coro::executor);
   beast::flat_buffer ubuf;
-  http::response_parser<http::buffer_body> p;
-  p.body_limit(boost::none);  // a long stream is the point
+  std::optional<http::response_parser<http::buffer_body>> parser;
   watched w{client, client_buffer, up, {}};
-  auto header =
-      co_await (read_header(up, ubuf, p, opt.idle_timeout) || watch(w));
-  if (header.index() == 1) {
-    out.outcome = proxy_outcome::client_gone;
-    out.why =
-        "client, before the worker's first byte: " + w.client_ec.message();
-    co_return out;
+  error_code ec;
+  for (bool fresh_only = false;; fresh_only = true) {
+    bool reused = false;
+    if (opt.pool && !fresh_only)
+      ec = co_await opt.pool->connect(up, *url, opt.connect_timeout, reused);
+    else
+      ec = co_await connect_upstream(up, *url, opt.connect_timeout);
+    if (ec) {
+      out.outcome = proxy_outcome::before_first;
+      out.why = "worker " + std::to_string(answer.worker) + " at " +
+                answer.endpoint + ": " + ec.message();
+      co_return out;
+    }
+    up.expires_after(opt.idle_timeout);
+    co_await http::async_write(up, ureq,
+                               asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (reused && is_stale_failure(ec)) {
+        up.close();
+        continue;
+      }
+      out.outcome = proxy_outcome::before_first;
+      out.why = "worker " + std::to_string(answer.worker) +
+                ": sending the request: " + ec.message();
+      co_return out;
+    }
+    ubuf.clear();
+    parser.emplace();
+    parser->body_limit(boost::none);  // a long stream is the point
+    auto header =
+        co_await (read_header(up, ubuf, *parser, opt.idle_timeout) || watch(w));
+    if (header.index() == 1) {
+      out.outcome = proxy_outcome::client_gone;
+      out.why =
+          "client, before the worker's first byte: " + w.client_ec.message();
+      co_return out;
+    }
+    ec = std::get<0>(header);
+    if (ec && reused && is_stale_failure(ec) && !parser->got_some() &&
+        ubuf.size() == 0) {
+      up.close();
+      continue;
+    }
+    break;
   }
-  ec = std::get<0>(header);
+  auto& p = *parser;
   if (ec) {
     const bool got = p.got_some() || ubuf.size() > 0;
     out.outcome =
@@ -277,6 +300,7 @@ asio::awaitable<proxy_result> proxy_request(
     case pump_end::done:
       out.outcome = proxy_outcome::done;
       out.keep_alive = req.keep_alive();
+      if (opt.pool && p.keep_alive()) opt.pool->give_back(*url, up.release_socket());
       break;
     case pump_end::client_failed:
       out.outcome = proxy_outcome::client_gone;

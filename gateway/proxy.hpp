@@ -18,6 +18,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "gateway/mesh.hpp"
+#include "gateway/upstream.hpp"
 
 namespace kvmesh::gateway {
 
@@ -25,6 +26,9 @@ struct proxy_options {
   std::chrono::milliseconds connect_timeout{5000};
   // Longest silence of a worker, and of a client that does not read.
   std::chrono::milliseconds idle_timeout{600000};
+  // Idle connections to the workers (this thread's); null: a connection
+  // per request.
+  upstream_pool* pool = nullptr;
   // The answer's Server-Timing value (what the gateway spent on the
   // request before it reached the worker); empty: none added.
   std::string server_timing;

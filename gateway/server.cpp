@@ -271,6 +271,9 @@ gateway_server::~gateway_server() {
   // Coroutines waiting for the mesh or a tokenizer go now, while their
   // executor lives; the rest go with the io_context.
   p.gate.close();
+  // Idle sockets before the io_contexts they belong to.
+  for (auto& c : p.ctxs)
+    c.pool.reset();
 }
 
 int gateway_server::port() const {
@@ -306,7 +309,8 @@ expected<std::unique_ptr<gateway_server>> gateway_server::start(
     c.opt = opt;
     c.metrics = p->metrics.get();
     c.io = io.get();
-    c.engine_tokenizer = make_engine_tokenizer(*io);
+    c.pool = std::make_unique<upstream_pool>(opt.upstream_idle);
+    c.engine_tokenizer = make_engine_tokenizer(*io, c.pool.get());
     c.gate = &p->gate;
     p->ctxs.push_back(std::move(c));
   }

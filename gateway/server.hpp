@@ -31,6 +31,9 @@ struct gateway_options {
   // Routes again after a worker failed before its first byte, at most.
   uint32_t max_reroutes = 2;
   std::chrono::milliseconds connect_timeout{5000};  // to a worker
+  // Idle keep-alive connections kept per worker (and engine) by each
+  // thread; 0: a new connection for every request.
+  size_t upstream_idle = 16;
   // Longest silence of a worker mid-answer, or of a client not reading.
   std::chrono::milliseconds upstream_idle_timeout{600000};
   // Longest wait for a client's (next) request on a connection.

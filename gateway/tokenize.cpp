@@ -3,6 +3,7 @@
 #include "gateway/tokenize.hpp"
 
 #include <atomic>
+#include <optional>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -62,8 +63,9 @@ class engine_tokenizer final
     : public prompt_tokenizer,
       public std::enable_shared_from_this<engine_tokenizer> {
  public:
-  engine_tokenizer(asio::io_context& io, engine_tokenizer_options opt)
-      : io_(io), opt_(opt) {}
+  engine_tokenizer(asio::io_context& io, upstream_pool* pool,
+                   engine_tokenizer_options opt)
+      : io_(io), pool_(pool), opt_(opt) {}
 
   void tokenize(tokenize_ask ask,
                 std::function<void(expected<tokenize_result>)> done) override {
@@ -107,32 +109,49 @@ class engine_tokenizer final
                                                   const std::string& body) {
     auto url = parse_endpoint_url(endpoint);
     if (!url) co_return make_error(ec::io_error, url.err().message);
-    beast::tcp_stream s(co_await asio::this_coro::executor);
-    beast::error_code e =
-        co_await connect_upstream(s, *url, opt_.connect_timeout);
-    if (e)
-      co_return make_error(ec::io_error,
-                           "tokenize at " + endpoint + ": " + e.message());
     http::request<http::string_body> req{http::verb::post,
                                          url->prefix + "/tokenize", 11};
     req.set(http::field::host, url->host_header());
     req.set(http::field::content_type, "application/json");
     req.set(http::field::accept, "application/json");
-    req.keep_alive(false);
+    req.keep_alive(pool_ != nullptr);
     req.body() = body;
     req.prepare_payload();
-    s.expires_after(opt_.timeout);
-    co_await http::async_write(s, req,
-                               asio::redirect_error(asio::use_awaitable, e));
+    // A reused connection the engine closed meanwhile: once more on a new
+    // one (upstream_pool).
+    beast::tcp_stream s(co_await asio::this_coro::executor);
     beast::flat_buffer buf;
-    http::response_parser<http::string_body> p;
-    p.body_limit(opt_.max_response_bytes);
-    if (!e)
-      co_await http::async_read(s, buf, p,
-                                asio::redirect_error(asio::use_awaitable, e));
+    std::optional<http::response_parser<http::string_body>> parser;
+    beast::error_code e;
+    for (bool fresh_only = false;; fresh_only = true) {
+      bool reused = false;
+      if (pool_ && !fresh_only)
+        e = co_await pool_->connect(s, *url, opt_.connect_timeout, reused);
+      else
+        e = co_await connect_upstream(s, *url, opt_.connect_timeout);
+      if (e)
+        co_return make_error(ec::io_error,
+                             "tokenize at " + endpoint + ": " + e.message());
+      s.expires_after(opt_.timeout);
+      co_await http::async_write(s, req,
+                                 asio::redirect_error(asio::use_awaitable, e));
+      buf.clear();
+      parser.emplace();
+      parser->body_limit(opt_.max_response_bytes);
+      if (!e)
+        co_await http::async_read(
+            s, buf, *parser, asio::redirect_error(asio::use_awaitable, e));
+      if (e && reused && is_stale_failure(e) && !parser->got_some()) {
+        s.close();
+        continue;
+      }
+      break;
+    }
     if (e)
       co_return make_error(ec::io_error,
                            "tokenize at " + endpoint + ": " + e.message());
+    auto& p = *parser;
+    if (pool_ && p.keep_alive()) pool_->give_back(*url, s.release_socket());
     const auto& res = p.get();
     const unsigned status = res.result_int();
     if (status == 400 || status == 422)
@@ -151,6 +170,7 @@ class engine_tokenizer final
   }
 
   asio::io_context& io_;
+  upstream_pool* pool_;  // io_'s
   engine_tokenizer_options opt_;
   std::atomic<size_t> next_{0};
 };
@@ -158,8 +178,8 @@ class engine_tokenizer final
 }  // namespace
 
 std::shared_ptr<prompt_tokenizer> make_engine_tokenizer(
-    asio::io_context& io, engine_tokenizer_options opt) {
-  return std::make_shared<engine_tokenizer>(io, opt);
+    asio::io_context& io, upstream_pool* pool, engine_tokenizer_options opt) {
+  return std::make_shared<engine_tokenizer>(io, pool, opt);
 }
 
 }  // namespace kvmesh::gateway

@@ -1,12 +1,17 @@
-// Upstream endpoints: URLs, connecting, hop-by-hop headers (upstream.hpp).
+// Upstream endpoints: URLs, connecting, idle connections, hop-by-hop
+// headers (upstream.hpp).
 #include "gateway/upstream.hpp"
+
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/error.hpp>
 
 namespace kvmesh::gateway {
 
@@ -90,6 +95,53 @@ asio::awaitable<beast::error_code> connect_upstream(
   }
   if (!ec) stream.socket().set_option(asio::ip::tcp::no_delay(true), ec);
   co_return ec;
+}
+
+namespace {
+
+// Whether the endpoint has closed (or written unasked into) an idle
+// connection: a peek that would block means it is still open and quiet.
+bool still_open(asio::ip::tcp::socket& s) {
+  char c;
+  const ssize_t n =
+      ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
+asio::awaitable<beast::error_code> upstream_pool::connect(
+    beast::tcp_stream& stream, const endpoint_url& url,
+    std::chrono::milliseconds timeout, bool& reused) {
+  reused = false;
+  auto it = idle_.find(url.host_header());
+  if (it != idle_.end()) {
+    const auto oldest = std::chrono::steady_clock::now() - max_idle_for_;
+    auto& v = it->second;
+    while (!v.empty()) {
+      idle c = std::move(v.back());
+      v.pop_back();
+      if (c.since < oldest || !still_open(c.socket)) continue;
+      stream.socket() = std::move(c.socket);
+      reused = true;
+      co_return beast::error_code{};
+    }
+  }
+  co_return co_await connect_upstream(stream, url, timeout);
+}
+
+void upstream_pool::give_back(const endpoint_url& url,
+                              asio::ip::tcp::socket socket) {
+  if (max_idle_ == 0 || !socket.is_open()) return;
+  auto& v = idle_[url.host_header()];
+  if (v.size() >= max_idle_) v.erase(v.begin());  // the oldest goes
+  v.push_back({std::move(socket), std::chrono::steady_clock::now()});
+}
+
+bool is_stale_failure(const beast::error_code& ec) {
+  return ec == beast::http::error::end_of_stream ||
+         ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe;
 }
 
 namespace {

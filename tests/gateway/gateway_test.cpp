@@ -669,8 +669,26 @@ TEST_F(Gateway, RefusedWorkerIsRoutedAroundWithoutIt) {
   EXPECT_EQ(metric(metrics(), "kvmesh_gateway_reroutes_total"), 1);
 }
 
-TEST_F(Gateway, WorkerDyingBeforeItsFirstByteIsRoutedAround) {
+TEST_F(Gateway, AnIdleConnectionTheWorkerDroppedIsTriedAgainNew) {
+  // The prompt's /tokenize left an idle connection to the stand-in, which
+  // the request reuses; the stand-in drops it, as a server whose
+  // keep-alive ran out would: a new connection, the same worker.
   control(*engine_, {{"op", "fail"}, {"mode", "drop"}, {"count", 1}});
+  const double dropped = stats()["dropped"].get<double>();
+  auto r = post(port(), completions_path,
+                R"({"model":"m","prompt":"abcdefgh","stream":true})",
+                {{"X-Request-Id", "t-stale"}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.body, seen("t-stale")["sent"].get<std::string>());
+  EXPECT_EQ(stats()["dropped"].get<double>(), dropped + 1);
+  EXPECT_EQ(mesh_.asks().size(), 1u);
+  EXPECT_EQ(metric(metrics(), "kvmesh_gateway_reroutes_total"), 0);
+}
+
+TEST_F(Gateway, WorkerDyingBeforeItsFirstByteIsRoutedAround) {
+  // Dropped on the reused connection, then on a new one: the worker
+  // failed, and the request goes to another.
+  control(*engine_, {{"op", "fail"}, {"mode", "drop"}, {"count", 2}});
   const double dropped = stats()["dropped"].get<double>();
   auto r = post(port(), completions_path,
                 R"({"model":"m","prompt":"abcdefgh","stream":true})",
@@ -678,7 +696,7 @@ TEST_F(Gateway, WorkerDyingBeforeItsFirstByteIsRoutedAround) {
   ASSERT_EQ(r.status, 200u) << r.body;
   EXPECT_FALSE(r.ec) << r.ec.message();
   EXPECT_EQ(r.body, seen("t-drop")["sent"].get<std::string>());
-  EXPECT_EQ(stats()["dropped"].get<double>(), dropped + 1);
+  EXPECT_EQ(stats()["dropped"].get<double>(), dropped + 2);
   const auto asks = mesh_.asks();
   ASSERT_EQ(asks.size(), 2u);
   EXPECT_EQ(asks[1].exclude_workers, (std::vector<uint32_t>{1}));
