@@ -36,11 +36,11 @@ struct gateway_flags {
 
 // What the gateway runs: its view of the mesh and its HTTP server, stopped
 // server first (its requests wait on the mesh).
+// Destroyed in reverse: the server first, the tokenizers last.
 struct gateway_node {
-  std::unique_ptr<gateway::local_tokenizers> tokenizers;  // goes last
+  std::unique_ptr<gateway::local_tokenizers> tokenizers;
   std::unique_ptr<gateway::nats_mesh> mesh;
   std::unique_ptr<gateway::gateway_server> server;
-  ~gateway_node() { server.reset(); }
 };
 
 // The in-process tokenizers of --tokenizer MODEL=DIR, every one loaded
