@@ -7,11 +7,11 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "gateway/callback_gate.hpp"
 #include "gateway/mesh.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/server.hpp"
 #include "gateway/tokenize.hpp"
+#include "web/callback_gate.hpp"
 
 namespace kvmesh::gateway {
 
@@ -21,7 +21,7 @@ struct gateway_context {
   gateway_metrics* metrics = nullptr;
   boost::asio::io_context* io = nullptr;
   std::shared_ptr<prompt_tokenizer> engine_tokenizer;
-  callback_gate* gate = nullptr;
+  web::callback_gate* gate = nullptr;
 };
 
 }  // namespace kvmesh::gateway

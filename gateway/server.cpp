@@ -29,8 +29,8 @@
 #include "core/log.hpp"
 #include "gateway/completion.hpp"
 #include "gateway/context.hpp"
-#include "gateway/proxy.hpp"
-#include "gateway/respond.hpp"
+#include "web/proxy.hpp"
+#include "web/respond.hpp"
 
 namespace kvmesh::gateway {
 
@@ -38,6 +38,11 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using asio::ip::tcp;
+using web::answer;
+using web::client_id_header;
+using web::close_gracefully;
+using web::error_answer;
+using web::respond;
 
 namespace {
 
@@ -66,7 +71,7 @@ struct gateway_server::impl {
   std::unique_ptr<metrics::registry> own_registry;
   metrics::registry* registry = nullptr;
   std::unique_ptr<gateway_metrics> metrics;
-  callback_gate gate;
+  web::callback_gate gate;
   gateway_context ctx;
   asio::io_context io;
   tcp::acceptor acceptor{io};

@@ -1,5 +1,5 @@
 // Upstream endpoints: URLs, connecting, hop-by-hop headers (upstream.hpp).
-#include "gateway/upstream.hpp"
+#include "web/upstream.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -140,4 +140,4 @@ void copy_end_to_end(const beast::http::fields& from, beast::http::fields& to,
   }
 }
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web
