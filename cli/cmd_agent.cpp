@@ -41,7 +41,7 @@ struct agent_flags {
   std::string front_host = "0.0.0.0";
   std::string advertise_host;
   uint32_t front_port = 0;
-  uint32_t front_threads = 64;
+  uint32_t front_threads = 2;
   uint32_t metrics_ms = 1000;
   uint32_t unhealthy_after = 3;
   uint32_t award_ttl_ms = 60000;
@@ -226,10 +226,9 @@ void add_real_engine_flags(CLI::App& cmd, agent_flags& f) {
       ->group(real)
       ->capture_default_str();
   cmd.add_option("--front-threads", f.front_threads,
-                 "requests each front serves at once (a stream holds a "
-                 "thread of its pool, made at start, and one reading the "
-                 "engine)")
-      ->check(CLI::Range(2, 100000))
+                 "I/O threads of each front; they serve any number of "
+                 "requests and streams at once")
+      ->check(CLI::Range(1, 64))
       ->group(real)
       ->capture_default_str();
   cmd.add_option("--advertise-host", f.advertise_host,

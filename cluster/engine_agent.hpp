@@ -38,9 +38,8 @@ struct engine_agent_options {
   std::string front_host = "0.0.0.0";
   std::string advertise_host;  // "" : front_host, or this host's name
   int front_port = 0;
-  // Each front's threads: the requests it serves at once (a stream holds
-  // one, and one more reading the engine).
-  size_t front_threads = 64;
+  // Each front's I/O threads (any number of requests and streams).
+  size_t front_threads = 2;
   // /health and /metrics are read this often; after unhealthy_after
   // failures in a row the workers refuse awards until one succeeds.
   std::chrono::milliseconds poll{1000};

@@ -1,6 +1,8 @@
 // The OpenAI-compatible HTTP front of one real engine's WORKER: it forwards
 // /v1/completions and /v1/chat/completions (streaming or not) to the engine
 // and tells the WORKER of each request's arrival, first token and end.
+// Asynchronous (Boost.Beast on Asio, C++20 inside, C++17 here): a few
+// threads serve any number of connections and streams.
 #pragma once
 
 #include <chrono>
@@ -27,7 +29,9 @@ struct openai_front_options {
   // More JSON members for GET /kvmesh/stats (the subscriber's counters).
   std::function<std::string()> extra_stats;
   std::chrono::seconds upstream_timeout{600};
-  size_t threads = 64;  // concurrent requests (each streaming one holds one)
+  // I/O threads; they serve any number of requests at once (a stream
+  // holds a connection, no thread).
+  size_t threads = 2;
 };
 
 // Request header naming the route request's id (the decision's "request"),
@@ -47,7 +51,8 @@ class openai_front {
   // bind() and serve(opt.worker).
   static expected<std::unique_ptr<openai_front>> start(
       caf::actor_system& sys, const openai_front_options& opt);
-  // Stops serving; requests in flight end (their WORKER is told).
+  // Stops serving; requests in flight end (their engine connections close
+  // and their WORKER is told).
   ~openai_front();
   openai_front(const openai_front&) = delete;
   openai_front& operator=(const openai_front&) = delete;

@@ -10,8 +10,8 @@
 
 #include "core/block_hash.hpp"
 #include "core/log.hpp"
-#include "gateway/proxy.hpp"
-#include "gateway/respond.hpp"
+#include "web/proxy.hpp"
+#include "web/respond.hpp"
 
 namespace kvmesh::gateway {
 
@@ -19,6 +19,15 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using steady = std::chrono::steady_clock;
+using web::answer;
+using web::await_callback;
+using web::callback_start;
+using web::error_answer;
+using web::proxy_options;
+using web::proxy_outcome;
+using web::proxy_request;
+using web::proxy_result;
+using web::respond;
 
 namespace {
 
@@ -101,6 +110,24 @@ std::string routed_name(const std::string& client_id, const route_answer& won) {
   return "request " + client_id + " (mesh request " +
          std::to_string(won.request) + ", worker " +
          std::to_string(won.worker) + ")";
+}
+
+// The relay's call of the worker `won` names: the mesh's and the client's
+// ids to the worker; back to the client, its id and which GPU and which of
+// the mesh's requests served it (what a client or an operator needs to
+// follow it in the decision logs and `kvmesh admin`).
+web::upstream_call worker_call(const route_answer& won,
+                               const std::string& client_id) {
+  web::upstream_call c;
+  c.endpoint = won.endpoint;
+  c.name = "worker " + std::to_string(won.worker);
+  const std::string request = std::to_string(won.request);
+  c.request_headers = {{web::mesh_id_header, request},
+                       {web::client_id_header, client_id}};
+  c.answer_headers = {{web::client_id_header, client_id},
+                      {web::worker_header, std::to_string(won.worker)},
+                      {web::mesh_id_header, request}};
+  return c;
 }
 
 // One tokenizer's answer, timed by its path (engine, local); a handoff is
@@ -286,8 +313,9 @@ asio::awaitable<served> serve_completion(
     const route_answer& won = *routed;
     const std::string name = routed_name(client_id, won);
     popt.server_timing = server_timing(tokenize_s, route_s);
-    proxy_result r = co_await proxy_request(client, client_buffer, req, won,
-                                            client_id, popt, first_byte);
+    const web::upstream_call to = worker_call(won, client_id);
+    proxy_result r = co_await proxy_request(client, client_buffer, req, to,
+                                            popt, first_byte);
     if (r.outcome == proxy_outcome::done)
       co_return served{r.status, r.keep_alive};
     if (r.outcome == proxy_outcome::client_gone) {

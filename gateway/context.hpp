@@ -8,12 +8,12 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "gateway/callback_gate.hpp"
 #include "gateway/mesh.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/server.hpp"
 #include "gateway/tokenize.hpp"
-#include "gateway/upstream.hpp"
+#include "web/callback_gate.hpp"
+#include "web/upstream.hpp"
 
 namespace kvmesh::gateway {
 
@@ -22,9 +22,9 @@ struct gateway_context {
   gateway_options opt;
   gateway_metrics* metrics = nullptr;
   boost::asio::io_context* io = nullptr;
-  std::unique_ptr<upstream_pool> pool;  // io's
+  std::unique_ptr<web::upstream_pool> pool;  // io's
   std::shared_ptr<prompt_tokenizer> engine_tokenizer;
-  callback_gate* gate = nullptr;
+  web::callback_gate* gate = nullptr;
 };
 
 }  // namespace kvmesh::gateway

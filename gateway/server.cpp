@@ -31,8 +31,8 @@
 #include "core/log.hpp"
 #include "gateway/completion.hpp"
 #include "gateway/context.hpp"
-#include "gateway/proxy.hpp"
-#include "gateway/respond.hpp"
+#include "web/proxy.hpp"
+#include "web/respond.hpp"
 
 namespace kvmesh::gateway {
 
@@ -40,6 +40,11 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using asio::ip::tcp;
+using web::answer;
+using web::client_id_header;
+using web::close_gracefully;
+using web::error_answer;
+using web::respond;
 
 namespace {
 
@@ -68,7 +73,7 @@ struct gateway_server::impl {
   std::unique_ptr<metrics::registry> own_registry;
   metrics::registry* registry = nullptr;
   std::unique_ptr<gateway_metrics> metrics;
-  callback_gate gate;
+  web::callback_gate gate;
   // One per thread, each context its thread's (its io_context, its
   // engine tokenizer); the rest shared. The contexts outlive the
   // coroutine frames that the io_contexts destroy.
@@ -309,7 +314,7 @@ expected<std::unique_ptr<gateway_server>> gateway_server::start(
     c.opt = opt;
     c.metrics = p->metrics.get();
     c.io = io.get();
-    c.pool = std::make_unique<upstream_pool>(opt.upstream_idle);
+    c.pool = std::make_unique<web::upstream_pool>(opt.upstream_idle);
     c.engine_tokenizer = make_engine_tokenizer(*io, c.pool.get());
     c.gate = &p->gate;
     p->ctxs.push_back(std::move(c));

@@ -17,13 +17,17 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "gateway/upstream.hpp"
+#include "web/upstream.hpp"
 
 namespace kvmesh::gateway {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+using web::connect_upstream;
+using web::is_stale_failure;
+using web::parse_endpoint_url;
+using web::upstream_pool;
 
 expected<std::vector<uint32_t>> parse_tokenize_answer(const std::string& body) {
   auto doc = nlohmann::json::parse(body, nullptr, false);

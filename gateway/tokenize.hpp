@@ -57,13 +57,17 @@ struct engine_tokenizer_options {
   size_t max_response_bytes = 64 << 20;
 };
 
+}  // namespace kvmesh::gateway
+namespace kvmesh::web {
 class upstream_pool;
+}  // namespace kvmesh::web
+namespace kvmesh::gateway {
 
 // Asks POST {endpoint}/tokenize of the ask's engines, one after the other
 // (starting from a rotating one) until one answers; runs on `io`, on
 // `pool`'s idle connections (io's; null: a connection per call).
 std::shared_ptr<prompt_tokenizer> make_engine_tokenizer(
-    boost::asio::io_context& io, upstream_pool* pool = nullptr,
+    boost::asio::io_context& io, web::upstream_pool* pool = nullptr,
     engine_tokenizer_options opt = {});
 
 // The token ids of vLLM's /tokenize answer {"count", "tokens": [...], ...}.

@@ -1,5 +1,5 @@
-// The gateway's own answers and a graceful close (respond.hpp).
-#include "gateway/respond.hpp"
+// A server's own answers and a graceful close (respond.hpp).
+#include "web/respond.hpp"
 
 #include <array>
 
@@ -9,10 +9,10 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "gateway/errors.hpp"
-#include "gateway/proxy.hpp"
+#include "web/errors.hpp"
+#include "web/proxy.hpp"
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -32,7 +32,7 @@ asio::awaitable<bool> respond(beast::tcp_stream& client, const answer& a,
                               std::chrono::milliseconds timeout) {
   http::response<http::string_body> res{static_cast<http::status>(a.status),
                                         11};
-  res.set(http::field::server, "kvmesh-gateway");
+  res.set(http::field::server, a.server);
   res.set(http::field::content_type, a.content_type);
   if (!client_id.empty()) res.set(client_id_header, client_id);
   for (const auto& [k, v] : a.headers)
@@ -61,4 +61,4 @@ asio::awaitable<void> close_gracefully(beast::tcp_stream& client,
   client.close();
 }
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web

@@ -1,10 +1,10 @@
-// The error answers of the gateway in OpenAI's shape:
+// Error answers in OpenAI's shape (the gateway's, an engine front's):
 // {"error": {"message", "type", "param", "code"}}.
 #pragma once
 
 #include <string>
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 // `type`: "invalid_request_error" for the client's mistakes (4xx), else
 // what failed ("upstream_error", "overloaded_error", "timeout_error").
@@ -17,4 +17,4 @@ std::string openai_error_json(const std::string& message,
 // The type of an error answer of `status`.
 const char* openai_error_type(int status);
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web

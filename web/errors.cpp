@@ -1,9 +1,9 @@
 // OpenAI-shaped error bodies (errors.hpp).
-#include "gateway/errors.hpp"
+#include "web/errors.hpp"
 
 #include <nlohmann/json.hpp>
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 std::string openai_error_json(const std::string& message,
                               const std::string& type, const std::string& param,
@@ -30,4 +30,4 @@ const char* openai_error_type(int status) {
   return "invalid_request_error";
 }
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web

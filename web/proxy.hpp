@@ -1,15 +1,17 @@
-// Forwarding one request to the worker the mesh chose and streaming its
-// answer back as it arrives, byte for byte, with the engine's headers
-// (minus hop-by-hop ones). Tells apart a worker that failed before its
-// first byte (the request may go elsewhere) from one that failed after
-// (the client sees the error) and from a client that went away (the
-// worker's connection is closed at once). Internal to the gateway (C++20
-// coroutines on Boost.Asio).
+// Forwarding one request to an upstream (the worker the mesh chose, or an
+// engine behind a worker's front) and streaming its answer back as it
+// arrives, byte for byte, with the upstream's headers (minus hop-by-hop
+// ones). Tells apart an upstream that failed before its first byte (the
+// request may go elsewhere) from one that failed after (the client sees
+// the error) and from a client that went away (the upstream's connection
+// is closed at once). Internal (C++20 coroutines on Boost.Asio).
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -17,10 +19,9 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include "gateway/mesh.hpp"
-#include "gateway/upstream.hpp"
+#include "web/upstream.hpp"
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 struct proxy_options {
   std::chrono::milliseconds connect_timeout{5000};
@@ -32,6 +33,28 @@ struct proxy_options {
   // The answer's Server-Timing value (what the gateway spent on the
   // request before it reached the worker); empty: none added.
   std::string server_timing;
+  // Called once, at the answer's first body byte: a streamed answer's
+  // first token (its header comes before the prefill is done).
+  std::function<void()> first_body_byte;
+  // Whether an event-stream answer that breaks off ends with an SSE error
+  // event saying why; without it the client sees only the unfinished
+  // body (a gateway in front says why itself).
+  bool break_event = true;
+};
+
+using header_list = std::vector<std::pair<std::string, std::string>>;
+
+// Where a request goes and what its hop adds.
+struct upstream_call {
+  // http://HOST:PORT[/PREFIX]: the client's target is appended.
+  std::string endpoint;
+  // How failures name the upstream ("worker 3").
+  std::string name;
+  // Which of the client's end-to-end headers go on (lower case): empty,
+  // all of them but Host, Content-Length, Expect and the ids.
+  std::vector<std::string> pass;
+  header_list request_headers;  // set on the upstream's request
+  header_list answer_headers;   // set on the answer to the client
 };
 
 enum class proxy_outcome {
@@ -49,21 +72,22 @@ struct proxy_result {
   bool keep_alive = false;
 };
 
-// Sends `req` (its target and body as the client sent them) to
-// `answer.endpoint`, with X-Kvmesh-Request-Id: answer.request and
-// X-Request-Id: client_id, and relays the answer to `client`.
+// Sends `req` (its method, target and body as the client sent them) to
+// `call.endpoint` with the headers `call` says, and relays the answer to
+// `client`.
 // `client_buffer` holds what the client sent beyond `req` (a pipelined
 // request): bytes read while watching for a hang-up are appended to it.
 // `first_byte` is called once the worker's first byte came.
 boost::asio::awaitable<proxy_result> proxy_request(
     boost::beast::tcp_stream& client, boost::beast::flat_buffer& client_buffer,
     const boost::beast::http::request<boost::beast::http::string_body>& req,
-    const route_answer& answer, const std::string& client_id,
-    const proxy_options& opt, const std::function<void()>& first_byte);
+    const upstream_call& call, const proxy_options& opt,
+    const std::function<void()>& first_byte);
 
 // Header naming the client's request id (accepted, made up, echoed).
 inline constexpr const char* client_id_header = "X-Request-Id";
-// Header naming the mesh's request id (route_answer.request) to the worker.
+// Header naming the mesh's request id (the route's decision) to the worker
+// and its front.
 inline constexpr const char* mesh_id_header = "X-Kvmesh-Request-Id";
 // Response header: the worker (GPU) that served the request.
 inline constexpr const char* worker_header = "X-Kvmesh-Worker";
@@ -71,4 +95,4 @@ inline constexpr const char* worker_header = "X-Kvmesh-Worker";
 // durations, which clients and browsers' developer tools read.
 inline constexpr const char* server_timing_header = "Server-Timing";
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web

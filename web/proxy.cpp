@@ -1,7 +1,7 @@
-// The relay of one request to its worker (proxy.hpp): the request out, the
-// answer's header, then its body piece by piece as the worker sends it,
-// while the client's socket is watched for a hang-up.
-#include "gateway/proxy.hpp"
+// The relay of one request to its upstream (proxy.hpp): the request out,
+// the answer's header, then its body piece by piece as the upstream sends
+// it, while the client's socket is watched for a hang-up.
+#include "web/proxy.hpp"
 
 #include "engines/openai.hpp"
 
@@ -20,10 +20,10 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "gateway/errors.hpp"
-#include "gateway/upstream.hpp"
+#include "web/errors.hpp"
+#include "web/upstream.hpp"
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -69,6 +69,7 @@ struct relay {
   std::array<char, relay_buffer>& buf;
   const proxy_options& opt;
   error_code upstream_ec;
+  bool body_seen = false;  // opt.first_body_byte was called
 };
 
 // Worker to client, piece by piece.
@@ -88,6 +89,10 @@ asio::awaitable<pump_end> pump(relay& r) {
         co_return pump_end::upstream_failed;
       }
       res.body().size = r.buf.size() - res.body().size;
+      if (res.body().size > 0 && !r.body_seen) {
+        r.body_seen = true;
+        if (r.opt.first_body_byte) r.opt.first_body_byte();
+      }
       // No data is no buffer: a buffer of size 0 would be serialized as a
       // chunk of size 0, which is the last chunk, before the last chunk.
       res.body().data = res.body().size > 0 ? r.buf.data() : nullptr;
@@ -146,12 +151,11 @@ asio::awaitable<error_code> read_header(
 
 asio::awaitable<proxy_result> proxy_request(
     beast::tcp_stream& client, beast::flat_buffer& client_buffer,
-    const http::request<http::string_body>& req, const route_answer& answer,
-    const std::string& client_id, const proxy_options& opt,
-    const std::function<void()>& first_byte) {
+    const http::request<http::string_body>& req, const upstream_call& call,
+    const proxy_options& opt, const std::function<void()>& first_byte) {
   using namespace asio::experimental::awaitable_operators;
   proxy_result out;
-  auto url = parse_endpoint_url(answer.endpoint);
+  auto url = parse_endpoint_url(call.endpoint);
   if (!url) {
     out.outcome = proxy_outcome::before_first;
     out.why = url.err().message;
@@ -159,13 +163,19 @@ asio::awaitable<proxy_result> proxy_request(
   }
   // The request as the client sent it, this hop's headers excepted.
   http::request<http::string_body> ureq{
-      http::verb::post, url->prefix + std::string(req.target()), 11};
-  copy_end_to_end(req, ureq,
-                  {"host", "content-length", "x-request-id",
-                   "x-kvmesh-request-id", "expect"});
+      req.method(), url->prefix + std::string(req.target()), 11};
+  if (call.pass.empty()) {
+    copy_end_to_end(req, ureq,
+                    {"host", "content-length", "x-request-id",
+                     "x-kvmesh-request-id", "expect"});
+  } else {
+    for (const auto& name : call.pass)
+      for (auto [f, end] = req.equal_range(name); f != end; ++f)
+        ureq.insert(f->name_string(), f->value());
+  }
   ureq.set(http::field::host, url->host_header());
-  ureq.set(mesh_id_header, std::to_string(answer.request));
-  ureq.set(client_id_header, client_id);
+  for (const auto& [k, v] : call.request_headers)
+    ureq.set(k, v);
   ureq.keep_alive(opt.pool != nullptr);
   ureq.body() = req.body();
   ureq.prepare_payload();
@@ -185,8 +195,7 @@ asio::awaitable<proxy_result> proxy_request(
       ec = co_await connect_upstream(up, *url, opt.connect_timeout);
     if (ec) {
       out.outcome = proxy_outcome::before_first;
-      out.why = "worker " + std::to_string(answer.worker) + " at " +
-                answer.endpoint + ": " + ec.message();
+      out.why = call.name + " at " + call.endpoint + ": " + ec.message();
       co_return out;
     }
     up.expires_after(opt.idle_timeout);
@@ -198,8 +207,7 @@ asio::awaitable<proxy_result> proxy_request(
         continue;
       }
       out.outcome = proxy_outcome::before_first;
-      out.why = "worker " + std::to_string(answer.worker) +
-                ": sending the request: " + ec.message();
+      out.why = call.name + ": sending the request: " + ec.message();
       co_return out;
     }
     ubuf.clear();
@@ -226,8 +234,7 @@ asio::awaitable<proxy_result> proxy_request(
     const bool got = p.got_some() || ubuf.size() > 0;
     out.outcome =
         got ? proxy_outcome::after_first : proxy_outcome::before_first;
-    out.why = "worker " + std::to_string(answer.worker) +
-              ": reading its answer: " + ec.message();
+    out.why = call.name + ": reading its answer: " + ec.message();
     co_return out;
   }
   // A worker's front whose engine answered nothing: as if the worker had
@@ -235,8 +242,7 @@ asio::awaitable<proxy_result> proxy_request(
   if (p.get().result() == http::status::bad_gateway &&
       p.get().find(engine_unreachable_header) != p.get().end()) {
     out.outcome = proxy_outcome::before_first;
-    out.why = "worker " + std::to_string(answer.worker) +
-              ": its engine did not answer";
+    out.why = call.name + ": its engine did not answer";
     co_return out;
   }
   if (first_byte) first_byte();
@@ -248,18 +254,14 @@ asio::awaitable<proxy_result> proxy_request(
     const std::string connection(res[http::field::connection]);
     std::vector<std::string> drop;
     for (const auto& f : res)
-      if (hop_by_hop(f.name_string(), connection) ||
-          beast::iequals(f.name_string(), client_id_header))
+      if (hop_by_hop(f.name_string(), connection))
         drop.emplace_back(f.name_string());
     for (const auto& name : drop)
       res.erase(name);
   }
   res.version(11);
-  res.set(client_id_header, client_id);
-  // Which GPU and which of the mesh's requests served it: what a client or
-  // an operator needs to follow it in the decision logs and `kvmesh admin`.
-  res.set(worker_header, std::to_string(answer.worker));
-  res.set(mesh_id_header, std::to_string(answer.request));
+  for (const auto& [k, v] : call.answer_headers)
+    res.set(k, v);
   // Beside the engine's own Server-Timing, if it sent one: a list header
   // may come in several lines.
   if (!opt.server_timing.empty())
@@ -308,9 +310,8 @@ asio::awaitable<proxy_result> proxy_request(
       break;
     case pump_end::upstream_failed: {
       out.outcome = proxy_outcome::after_first;
-      out.why = "worker " + std::to_string(answer.worker) +
-                ": its answer broke off: " + r.upstream_ec.message();
-      if (sse && !framed) {
+      out.why = call.name + ": its answer broke off: " + r.upstream_ec.message();
+      if (sse && !framed && opt.break_event) {
         // One last event says why; the chunked body is never finished,
         // so the client's HTTP library sees the break too.
         const std::string event =
@@ -334,4 +335,4 @@ asio::awaitable<proxy_result> proxy_request(
   co_return out;
 }
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web

@@ -1,7 +1,7 @@
 // Talking to an upstream HTTP/1.1 endpoint (an engine's or a worker's
 // front): its URL, an asynchronous connect with a deadline, idle keep-alive
 // connections kept for the next request, and the headers a proxy must not
-// pass on. Internal to the gateway (C++20 coroutines on Boost.Asio).
+// pass on. Internal (C++20 coroutines on Boost.Asio).
 #pragma once
 
 #include <chrono>
@@ -18,7 +18,7 @@
 
 #include "core/error.hpp"
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 // http://HOST[:PORT][/PREFIX]: no https, the workers are inside the mesh.
 struct endpoint_url {
@@ -88,4 +88,4 @@ void copy_end_to_end(const boost::beast::http::fields& from,
                      boost::beast::http::fields& to,
                      std::initializer_list<std::string_view> skip = {});
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web

@@ -1,6 +1,6 @@
-// Writing the gateway's own answers to a client (errors, /v1/models,
-// /health), and closing a connection politely when the client may still
-// be sending. Internal to the gateway (C++20 coroutines on Boost.Asio).
+// Writing a server's own answers to a client (errors, /v1/models, /health,
+// statistics), and closing a connection politely when the client may still
+// be sending. Internal (C++20 coroutines on Boost.Asio).
 #pragma once
 
 #include <chrono>
@@ -11,13 +11,14 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 struct answer {
   unsigned status = 200;
   std::string body;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones
+  std::string server = "kvmesh-gateway";                     // Server:
 };
 
 // An OpenAI-shaped error answer of `status`: {"error": {...}}.
@@ -38,4 +39,4 @@ boost::asio::awaitable<bool> respond(boost::beast::tcp_stream& client,
 boost::asio::awaitable<void> close_gracefully(boost::beast::tcp_stream& client,
                                               std::chrono::milliseconds linger);
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web

@@ -1,8 +1,8 @@
 // Waiting in a coroutine for a callback that another thread may call (the
-// mesh's route, a tokenizer): the coroutine resumes on its own executor,
-// and a callback still pending when the server stops is dropped then, so
-// that a late call is ignored instead of touching a dead server. Internal
-// to the gateway (C++20 coroutines on Boost.Asio).
+// mesh's route, a tokenizer, an actor's answer): the coroutine resumes on
+// its own executor, and a callback still pending when the server stops is
+// dropped then, so that a late call is ignored instead of touching a dead
+// server. Internal (C++20 coroutines on Boost.Asio).
 #pragma once
 
 #include <functional>
@@ -18,7 +18,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 class callback_gate {
  public:
@@ -125,4 +125,4 @@ boost::asio::awaitable<T> await_callback(callback_gate& gate,
       boost::asio::use_awaitable);
 }
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web

@@ -1,6 +1,6 @@
 // Upstream endpoints: URLs, connecting, idle connections, hop-by-hop
 // headers (upstream.hpp).
-#include "gateway/upstream.hpp"
+#include "web/upstream.hpp"
 
 #include <sys/socket.h>
 
@@ -13,7 +13,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/error.hpp>
 
-namespace kvmesh::gateway {
+namespace kvmesh::web {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -192,4 +192,4 @@ void copy_end_to_end(const beast::http::fields& from, beast::http::fields& to,
   }
 }
 
-}  // namespace kvmesh::gateway
+}  // namespace kvmesh::web
