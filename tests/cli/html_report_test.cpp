@@ -112,6 +112,20 @@ TEST(html_report, the_heatmap_has_a_key) {
   EXPECT_NE(heat.find(">5 requests</text>"), std::string::npos);
 }
 
+TEST(html_report, every_column_header_names_its_unit) {
+  const report_page p = sample_page();
+  const auto rows = table_cells(p.oracle, p.results);
+  const std::string page = html_report(p);
+  for (size_t c = 1; c < rows[0].size(); ++c) {
+    const std::string& h = rows[0][c];
+    bool unit = false;
+    for (const char* u : {"_ms", "%", "_blocks", "tok/s", "max/mean"})
+      unit = unit || h.find(u) != std::string::npos;
+    EXPECT_TRUE(unit) << h;
+    EXPECT_NE(page.find("<th>" + h + "</th>"), std::string::npos) << h;
+  }
+}
+
 TEST(html_report, self_contained_and_escaped) {
   const std::string page = html_report(sample_page());
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
