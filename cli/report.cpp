@@ -107,7 +107,8 @@ json result_json(const sim_result& r) {
                 {"total", r.hit_ratio.total}}},
               {"prefill_blocks", r.prefill_blocks},
               {"throughput_tok_s", r.throughput_tok_s},
-              {"imbalance", r.imbalance},
+              {"imbalance",  // null: the run was too short to measure it
+               std::isfinite(r.imbalance) ? json(r.imbalance) : json(nullptr)},
               {"assigned", assigned},
               {"completed", r.completed},
               {"requests", r.requests}};
@@ -140,7 +141,8 @@ std::vector<std::vector<std::string>> table_cells(
          cell("%.1f", 100 * r.hit_ratio.disk),
          cell("%.1f", 100 * r.hit_ratio.total),
          std::to_string(r.prefill_blocks), cell("%.0f", r.throughput_tok_s),
-         cell("%.2f", r.imbalance)});
+         // A run too short to measure it has none, never a ratio below 1.
+         std::isfinite(r.imbalance) ? cell("%.2f", r.imbalance) : "-"});
   rows.push_back({"oracle", cell("%.0f", oracle.ttft_ms.mean),
                   cell("%.0f", oracle.ttft_ms.p50),
                   cell("%.0f", oracle.ttft_ms.p90),

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 namespace kvmesh::cli {
@@ -124,6 +125,17 @@ TEST(html_report, every_column_header_names_its_unit) {
     EXPECT_TRUE(unit) << h;
     EXPECT_NE(page.find("<th>" + h + "</th>"), std::string::npos) << h;
   }
+}
+
+TEST(html_report, an_unmeasured_imbalance_is_a_dash_never_zero) {
+  report_page p = sample_page();
+  p.results[0].imbalance = 1.25;
+  p.results[1].imbalance = std::nan("");  // a bench run too short to sample
+  const auto rows = table_cells(p.oracle, p.results);
+  EXPECT_EQ(rows[1].back(), "1.25");
+  EXPECT_EQ(rows[2].back(), "-");
+  EXPECT_TRUE(result_json(p.results[1])["imbalance"].is_null());
+  EXPECT_EQ(result_json(p.results[0])["imbalance"], 1.25);
 }
 
 TEST(html_report, self_contained_and_escaped) {
