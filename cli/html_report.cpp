@@ -138,10 +138,29 @@ std::string queued_charts(const report_page& p) {
     }
     charts.push_back(std::move(c));
   }
-  const double y_max = svg::shared_max(charts);
+  // But a policy whose queues peak above outlier times the median
+  // policy's would flatten every other chart to a line: it keeps a scale of
+  // its own, and its title says so.
+  constexpr double outlier = 10;
+  std::vector<double> peaks;
+  for (const svg::line_chart& c : charts)
+    peaks.push_back(svg::shared_max({c}));
+  std::vector<double> sorted = peaks;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  const auto apart = [&](double peak) {
+    return median > 0 && peak > outlier * median;
+  };
+  double shared = 0;
+  for (double peak : peaks)
+    if (!apart(peak)) shared = std::max(shared, peak);
   std::string out = "<div class=\"small-multiples\">";
-  for (svg::line_chart& c : charts) {
-    c.y_max = y_max;
+  for (size_t i = 0; i < charts.size(); ++i) {
+    svg::line_chart& c = charts[i];
+    if (apart(peaks[i]))
+      c.title += " (own scale)";
+    else
+      c.y_max = shared;
     out += svg::render(c);
   }
   return out + "</div>\n";
@@ -227,8 +246,9 @@ std::string html_report(const report_page& p) {
   out += "<h2>Queued work per worker over time</h2>\n<p class=\"note\">" +
          escape(p.queued_note) +
          " One line per worker (colours repeat after 10), one chart per "
-         "policy, all on one scale: lines far apart mean unbalanced "
-         "queues.</p>\n";
+         "policy, all on one scale but for a policy whose queues peak above "
+         "10 times the median policy's (its title says \"own scale\"): "
+         "lines far apart mean unbalanced queues.</p>\n";
   out += queued_charts(p);
   out +=
       "<h2>Reuse by tier</h2>\n<p class=\"note\">Blocks of every prompt "

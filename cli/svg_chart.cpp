@@ -20,7 +20,7 @@ std::string px(double v) {
 // A number in an attribute, for programs: no suffixes, no rounding.
 std::string plain(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
+  std::snprintf(buf, sizeof(buf), "%.10g", v);
   return buf;
 }
 

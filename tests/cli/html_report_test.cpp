@@ -100,6 +100,23 @@ TEST(html_report, queued_charts_share_one_y_scale) {
   EXPECT_EQ(attribute(rr, "data-y-max"), "40");
 }
 
+TEST(html_report, a_policy_far_above_the_others_keeps_its_own_scale) {
+  report_page p = sample_page();
+  // kvmesh peaks at 4 blocks, round_robin at 5; prefix at 900 would
+  // flatten both.
+  p.results[1].queued_over_time = {{0, {5, 0, 0}}, {100, {0, 1, 0}}};
+  p.results.push_back(result(policy_kind::prefix, false));
+  p.results[2].queued_over_time = {{0, {900, 0, 0}}, {100, {0, 0, 0}}};
+  const std::string page = html_report(p);
+  EXPECT_EQ(attribute(chart(page, "queued-kvmesh"), "data-y-max"), "5");
+  EXPECT_EQ(attribute(chart(page, "queued-round_robin"), "data-y-max"), "5");
+  const std::string apart = chart(page, "queued-prefix");
+  EXPECT_EQ(attribute(apart, "data-y-max"), "1000");
+  EXPECT_NE(apart.find("prefix (own scale)"), std::string::npos);
+  EXPECT_EQ(chart(page, "queued-kvmesh").find("own scale"),
+            std::string::npos);
+}
+
 TEST(html_report, axes_follow_the_data) {
   // TTFT up to 110 ms (the oracle's 8): the axis ends at 200 ms, not 1000.
   EXPECT_EQ(attribute(chart(html_report(sample_page()), "ttft-cdf"),
