@@ -368,8 +368,7 @@ std::string drive_trace(nats_bus& bus, const bench_options& o,
   ro.time_scale = o.time_scale;
   ro.heartbeat_ms = o.heartbeat_ms;
   ro.timeout_s = in.timeout_s;
-  auto r =
-      harness::replay_trace(bus, ro, in.trace, m, &sampler, rounds->get());
+  auto r = harness::replay_trace(bus, ro, in.trace, m, &sampler, rounds->get());
   if (!r) return r.err().message;
   run.sg_during = (*rounds)->finish(std::chrono::seconds(2));
   rounds->reset();

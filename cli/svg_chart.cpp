@@ -84,10 +84,9 @@ std::string text(double x, double y, const std::string& content,
 std::string open_svg(const std::string& id, int width, double height,
                      const std::string& attributes = "") {
   return "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" id=\"" +
-         escape(id) + "\"" + attributes + " width=\"" +
-         std::to_string(width) + "\" height=\"" +
-         px(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " +
-         px(height) + "\" role=\"img\">";
+         escape(id) + "\"" + attributes + " width=\"" + std::to_string(width) +
+         "\" height=\"" + px(height) + "\" viewBox=\"0 0 " +
+         std::to_string(width) + " " + px(height) + "\" role=\"img\">";
 }
 
 std::string no_data(const std::string& id, const std::string& title,
@@ -198,8 +197,8 @@ std::string render(const line_chart& c) {
     xs.hi = round_up(x_hi);
     if (xs.hi <= xs.lo) xs.hi = round_up(xs.lo * 1.5);
     x_ticks.push_back(xs.lo);
-    for (double t = std::pow(10.0, std::ceil(std::log10(xs.lo)));
-         t < xs.hi; t *= 10)
+    for (double t = std::pow(10.0, std::ceil(std::log10(xs.lo))); t < xs.hi;
+         t *= 10)
       if (std::log10(t / xs.lo) > 0.2 && std::log10(xs.hi / t) > 0.2)
         x_ticks.push_back(t);
     x_ticks.push_back(xs.hi);
@@ -212,10 +211,9 @@ std::string render(const line_chart& c) {
   const std::vector<double> y_ticks = linear_ticks(0, y_top, 5);
   const scale ys{0, y_ticks.back(), h - bottom, top};
 
-  std::string out = open_svg(
-      c.id, c.width, h,
-      " data-x-max=\"" + plain(xs.hi) + "\" data-y-max=\"" + plain(ys.hi) +
-          "\"");
+  std::string out = open_svg(c.id, c.width, h,
+                             " data-x-max=\"" + plain(xs.hi) +
+                                 "\" data-y-max=\"" + plain(ys.hi) + "\"");
   out += text(left, 20, escape(c.title), "title");
   out += "<g class=\"axes\">";
   for (double t : x_ticks) {
@@ -247,8 +245,10 @@ std::string render(const line_chart& c) {
   const auto style = [&](const series& s, size_t i, double width) {
     const bool faded = any_highlight && !s.highlight && !s.dashed;
     return " stroke=\"" + stroke_of(s, i) + "\" stroke-width=\"" +
-           px(s.highlight ? 2 * width : faded ? 0.75 * width : width) + "\"" +
-           (faded ? " stroke-opacity=\"0.55\"" : "") +
+           px(s.highlight ? 2 * width
+              : faded     ? 0.75 * width
+                          : width) +
+           "\"" + (faded ? " stroke-opacity=\"0.55\"" : "") +
            (s.dashed ? " stroke-dasharray=\"5 3\"" : "");
   };
   // The highlighted series last, on top of the others.
@@ -419,8 +419,8 @@ std::string render(const heatmap& c) {
     out += "<rect x=\"" + px(left + k * step_w) + "\" y=\"" + px(key_y) +
            "\" width=\"" + px(step_w + 0.5) + "\" height=\"12\" fill=\"" +
            heat_fill((k + 0.5) / steps) + "\"/>";
-  out += "<rect class=\"frame\" fill=\"none\" stroke=\"#999\" x=\"" +
-         px(left) + "\" y=\"" + px(key_y) + "\" width=\"" + px(key_w) +
+  out += "<rect class=\"frame\" fill=\"none\" stroke=\"#999\" x=\"" + px(left) +
+         "\" y=\"" + px(key_y) + "\" width=\"" + px(key_w) +
          "\" height=\"12\"/>";
   out += text(left + key_w + 8, key_y + 10,
               short_number(max) + (c.unit.empty() ? "" : " " + escape(c.unit)),

@@ -71,7 +71,7 @@ struct heatmap {
   std::string title;
   std::string x_label;
   std::string y_label;
-  std::string unit;  // of the values, e.g. "requests"
+  std::string unit;                         // of the values, e.g. "requests"
   std::vector<std::string> rows;            // top down
   std::vector<std::string> columns;         // left to right
   std::vector<std::vector<double>> values;  // [row][column], >= 0

@@ -85,8 +85,7 @@ TEST(html_report, kvmesh_stands_out_among_the_policies) {
   const size_t kv = ttft.find("class=\"mark highlight\"");
   EXPECT_NE(ttft.find("<title>kvmesh</title>", kv), std::string::npos);
   EXPECT_EQ(ttft.find("<title>round_robin</title>", kv), std::string::npos);
-  EXPECT_NE(ttft.find("font-weight=\"bold\">kvmesh</text>"),
-            std::string::npos);
+  EXPECT_NE(ttft.find("font-weight=\"bold\">kvmesh</text>"), std::string::npos);
 }
 
 TEST(html_report, queued_charts_share_one_y_scale) {
@@ -113,15 +112,14 @@ TEST(html_report, a_policy_far_above_the_others_keeps_its_own_scale) {
   const std::string apart = chart(page, "queued-prefix");
   EXPECT_EQ(attribute(apart, "data-y-max"), "1000");
   EXPECT_NE(apart.find("prefix (own scale)"), std::string::npos);
-  EXPECT_EQ(chart(page, "queued-kvmesh").find("own scale"),
-            std::string::npos);
+  EXPECT_EQ(chart(page, "queued-kvmesh").find("own scale"), std::string::npos);
 }
 
 TEST(html_report, axes_follow_the_data) {
   // TTFT up to 110 ms (the oracle's 8): the axis ends at 200 ms, not 1000.
-  EXPECT_EQ(attribute(chart(html_report(sample_page()), "ttft-cdf"),
-                      "data-x-max"),
-            "200");
+  EXPECT_EQ(
+      attribute(chart(html_report(sample_page()), "ttft-cdf"), "data-x-max"),
+      "200");
 }
 
 TEST(html_report, the_heatmap_has_a_key) {

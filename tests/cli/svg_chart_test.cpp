@@ -89,8 +89,8 @@ TEST(svg_chart, charts_side_by_side_share_one_y_scale) {
 TEST(svg_chart, the_highlighted_series_stands_out) {
   line_chart c;
   c.id = "cdf";
-  c.lines = {{"kvmesh", {1, 2}, {0, 1}}, {"a", {1, 3}, {0, 1}},
-             {"b", {1, 4}, {0, 1}}};
+  c.lines = {
+      {"kvmesh", {1, 2}, {0, 1}}, {"a", {1, 3}, {0, 1}}, {"b", {1, 4}, {0, 1}}};
   c.lines[0].highlight = true;
   const std::string svg = render(c);
   EXPECT_EQ(count(svg, "class=\"mark highlight\""), 1u);
@@ -181,7 +181,7 @@ TEST(svg_chart, a_heatmap_has_a_colour_key) {
   const std::string k = svg.substr(key, svg.find("</g>", key) - key);
   EXPECT_NE(k.find(">0</text>"), std::string::npos);  // white: none
   EXPECT_NE(k.find(">165 requests</text>"), std::string::npos);
-  EXPECT_GE(count(k, "<rect"), 10u);  // a ramp, not one colour
+  EXPECT_GE(count(k, "<rect"), 10u);          // a ramp, not one colour
   EXPECT_EQ(count(k, "class=\"mark\""), 0u);  // not data: not counted
 }
 

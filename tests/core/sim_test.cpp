@@ -371,11 +371,9 @@ TEST(sim, imbalance_of_samples) {
   EXPECT_EQ(imbalance_of({{0, {3, 3}}, {10, {1, 1}}}), 1);
   // 10 ms of all work on one of two workers (max/mean 2), then 30 ms even;
   // the idle interval between is left out; the last sample ends the run.
-  EXPECT_DOUBLE_EQ(imbalance_of({{0, {4, 0}},
-                                 {10, {0, 0}},
-                                 {20, {2, 2}},
-                                 {50, {9, 0}}}),
-                   (10 * 2.0 + 30 * 1.0) / 40);
+  EXPECT_DOUBLE_EQ(
+      imbalance_of({{0, {4, 0}}, {10, {0, 0}}, {20, {2, 2}}, {50, {9, 0}}}),
+      (10 * 2.0 + 30 * 1.0) / 40);
   sim_config cfg;
   cfg.workers = 4;
   cfg.queued_sample_ms = 50;
