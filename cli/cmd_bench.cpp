@@ -344,18 +344,17 @@ std::string drive_trace(nats_bus& bus, const bench_options& o,
       "scale %g: about %.0f s)",
       trace.size(), o.cfg.speedup, o.time_scale,
       trace.back().arrival_ms / o.cfg.speedup / o.time_scale / 1000);
-  std::unique_ptr<queued_sampler> sampler;
-  if (!o.report_path.empty()) {
-    // About queued_max_samples polls over the arrivals, but no more
-    // than one per heartbeat: the ADMIN knows the workers' queues from
-    // their heartbeats, and polling faster only repeats them.
-    const double span =
-        (trace.back().arrival_ms - trace.front().arrival_ms) / o.cfg.speedup;
-    sampler = std::make_unique<queued_sampler>(
-        std::max(o.heartbeat_ms * o.time_scale,
-                 span / static_cast<double>(o.cfg.queued_max_samples)),
-        o.cfg.queued_max_samples, trace.front().arrival_ms / o.cfg.speedup);
-  }
+  // The queues are sampled with or without --report: the imbalance column
+  // is computed from the samples. About queued_max_samples polls over the
+  // arrivals, but no more than one per heartbeat: the ADMIN knows the
+  // workers' queues from their heartbeats, and polling faster only repeats
+  // them.
+  const double span =
+      (trace.back().arrival_ms - trace.front().arrival_ms) / o.cfg.speedup;
+  queued_sampler sampler(
+      std::max(o.heartbeat_ms * o.time_scale,
+               span / static_cast<double>(o.cfg.queued_max_samples)),
+      o.cfg.queued_max_samples, trace.front().arrival_ms / o.cfg.speedup);
   // A raw scatter-gather round at each arrival, beside the replay: the
   // trace's bursts and the busy host hit it as they hit the auctions,
   // which rounds before or after the run never see. Its responders live
@@ -369,13 +368,15 @@ std::string drive_trace(nats_bus& bus, const bench_options& o,
   ro.time_scale = o.time_scale;
   ro.heartbeat_ms = o.heartbeat_ms;
   ro.timeout_s = in.timeout_s;
-  auto r =
-      harness::replay_trace(bus, ro, in.trace, m, sampler.get(), rounds->get());
+  auto r = harness::replay_trace(bus, ro, in.trace, m, &sampler, rounds->get());
   if (!r) return r.err().message;
   run.sg_during = (*rounds)->finish(std::chrono::seconds(2));
   rounds->reset();
   run.result = std::move(r->result);
-  if (sampler) run.result.queued_over_time = sampler->take();
+  // The replay cannot see every queue change as the simulator does: the
+  // imbalance comes from the polled samples, NaN ("-") when too few.
+  run.result.imbalance = imbalance_of(sampler.samples());
+  run.result.queued_over_time = sampler.take();
   run.trace_errors = std::move(r->errors);
   run.start = r->start;
   run.end = r->end;
@@ -662,6 +663,10 @@ void add_bench(CLI::App& app, std::function<int()>& run) {
           ->check(positive)
           ->capture_default_str()};
   cmd->footer(
+      "Trace mode's imbal_max/mean is the time-averaged max/mean of the read "
+      "work queued at the workers as their heartbeats report it, polled "
+      "once per heartbeat (--heartbeat-ms); \"-\" when the run ended before "
+      "two polls.\n"
       "Exit status: 0 measured, 1 the mesh failed or lost requests, 2 bad "
       "flag or value.");
   cmd->callback([o, &run] { run = [o] { return run_bench(*o); }; });

@@ -5,6 +5,7 @@
 // `kvmesh sim`.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -189,7 +190,10 @@ int run_up(const up_options& o) {
                               : "the replay did not end within --timeout");
     }
   }
-  const sim_result res = result.get();
+  sim_result res = result.get();
+  // The in-process replay does not sample the workers' queues: no
+  // imbalance to show ("-"), rather than the 0.00 its definition forbids.
+  res.imbalance = std::nan("");
   shutdown();
   print_table(oracle(cfg, *trace), {res});
   if (res.refused > 0)
@@ -461,6 +465,10 @@ void add_up(CLI::App& app, std::function<int()>& run) {
           ->capture_default_str()};
   // Of the mesh mode too: a config file serving both modes may hold them.
   add_nats_security(*cmd, o->security);
+  cmd->footer(
+      "A --trace replay's table has no imbal_max/mean (\"-\"): the "
+      "in-process replay does not sample the workers' queues; kvmesh sim "
+      "and kvmesh bench measure it.");
   cmd->callback([o, &run] { run = [o] { return run_up(*o); }; });
 }
 

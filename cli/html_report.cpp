@@ -84,6 +84,8 @@ std::string ttft_chart(const report_page& p) {
   for (const sim_result& r : p.results) {
     svg::series s;
     s.name = to_string(r.policy);
+    // The router under test, read against its peers.
+    s.highlight = r.policy == policy_kind::kvmesh;
     const size_t n = r.ttft_cdf_ms.size();
     for (size_t i = 0; i < n; ++i) {
       s.x.push_back(r.ttft_cdf_ms[i]);
@@ -107,10 +109,9 @@ std::string ttft_chart(const report_page& p) {
 }
 
 std::string queued_charts(const report_page& p) {
-  // Each on its own scale: one policy that piles work on a worker would
-  // flatten every other chart on a shared one (the imbalance column
-  // compares them).
-  std::string out = "<div class=\"small-multiples\">";
+  // Read side by side, so on one scale: on scales of their own, a policy
+  // that piles work on a worker would look as calm as one that spreads it.
+  std::vector<svg::line_chart> charts;
   for (const sim_result& r : p.results) {
     svg::line_chart c;
     c.id = std::string("queued-") + to_string(r.policy);
@@ -135,6 +136,31 @@ std::string queued_charts(const report_page& p) {
       }
       c.lines.push_back(std::move(s));
     }
+    charts.push_back(std::move(c));
+  }
+  // But a policy whose queues peak above outlier times the median
+  // policy's would flatten every other chart to a line: it keeps a scale of
+  // its own, and its title says so.
+  constexpr double outlier = 10;
+  std::vector<double> peaks;
+  for (const svg::line_chart& c : charts)
+    peaks.push_back(svg::shared_max({c}));
+  std::vector<double> sorted = peaks;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  const auto apart = [&](double peak) {
+    return median > 0 && peak > outlier * median;
+  };
+  double shared = 0;
+  for (double peak : peaks)
+    if (!apart(peak)) shared = std::max(shared, peak);
+  std::string out = "<div class=\"small-multiples\">";
+  for (size_t i = 0; i < charts.size(); ++i) {
+    svg::line_chart& c = charts[i];
+    if (apart(peaks[i]))
+      c.title += " (own scale)";
+    else
+      c.y_max = shared;
     out += svg::render(c);
   }
   return out + "</div>\n";
@@ -169,6 +195,7 @@ std::string requests_chart(const report_page& p) {
   c.title = "Where requests went: requests per worker";
   c.x_label = "worker";
   c.y_label = "policy";
+  c.unit = "requests";
   size_t workers = 0;
   for (const sim_result& r : p.results)
     workers = std::max(workers, r.assigned.size());
@@ -213,13 +240,15 @@ std::string html_report(const report_page& p) {
   out +=
       "<h2>Time to first token</h2>\n<p class=\"note\">The share of "
       "requests whose first token came within a time: the further left "
-      "and the steeper, the better. Dashed: the oracle's bound.</p>\n";
+      "and the steeper, the better. The heavy line is kvmesh; dashed: the "
+      "oracle's bound.</p>\n";
   out += ttft_chart(p) + "\n";
   out += "<h2>Queued work per worker over time</h2>\n<p class=\"note\">" +
          escape(p.queued_note) +
          " One line per worker (colours repeat after 10), one chart per "
-         "policy, each on its own scale: lines far apart mean unbalanced "
-         "queues.</p>\n";
+         "policy, all on one scale but for a policy whose queues peak above "
+         "10 times the median policy's (its title says \"own scale\"): "
+         "lines far apart mean unbalanced queues.</p>\n";
   out += queued_charts(p);
   out +=
       "<h2>Reuse by tier</h2>\n<p class=\"note\">Blocks of every prompt "

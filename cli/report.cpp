@@ -107,7 +107,8 @@ json result_json(const sim_result& r) {
                 {"total", r.hit_ratio.total}}},
               {"prefill_blocks", r.prefill_blocks},
               {"throughput_tok_s", r.throughput_tok_s},
-              {"imbalance", r.imbalance},
+              {"imbalance",  // null: the run was too short to measure it
+               std::isfinite(r.imbalance) ? json(r.imbalance) : json(nullptr)},
               {"assigned", assigned},
               {"completed", r.completed},
               {"requests", r.requests}};
@@ -125,10 +126,11 @@ std::string cell(const char* format, double v) {
 
 std::vector<std::vector<std::string>> table_cells(
     const oracle_result& oracle, const std::vector<sim_result>& results) {
+  // Every header names its unit; "max/mean" is the imbalance's ratio.
   std::vector<std::vector<std::string>> rows{
-      {"policy", "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "e2e_p50",
-       "itl_mean", "gpu%", "host%", "disk%", "hit%", "prefill", "tok/s",
-       "imbal"}};
+      {"policy", "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
+       "e2e_p50_ms", "itl_mean_ms", "gpu%", "host%", "disk%", "hit%",
+       "prefill_blocks", "tok/s", "imbal_max/mean"}};
   for (const auto& r : results)
     rows.push_back(
         {to_string(r.policy), cell("%.0f", r.ttft_ms.mean),
@@ -139,7 +141,8 @@ std::vector<std::vector<std::string>> table_cells(
          cell("%.1f", 100 * r.hit_ratio.disk),
          cell("%.1f", 100 * r.hit_ratio.total),
          std::to_string(r.prefill_blocks), cell("%.0f", r.throughput_tok_s),
-         cell("%.2f", r.imbalance)});
+         // A run too short to measure it has none, never a ratio below 1.
+         std::isfinite(r.imbalance) ? cell("%.2f", r.imbalance) : "-"});
   rows.push_back({"oracle", cell("%.0f", oracle.ttft_ms.mean),
                   cell("%.0f", oracle.ttft_ms.p50),
                   cell("%.0f", oracle.ttft_ms.p90),
@@ -151,7 +154,8 @@ std::vector<std::vector<std::string>> table_cells(
 void print_table(const oracle_result& oracle,
                  const std::vector<sim_result>& results) {
   // Column widths; the tier columns are narrower and set apart by a space.
-  static const int width[] = {-13, 9, 9, 9, 9, 9, 9, 5, 5, 5, 5, 9, 9, 6};
+  static const int width[] = {-13, 12, 11, 11, 11, 10, 11,
+                              5,   5,  5,  5,  14, 9,  14};
   for (const auto& row : table_cells(oracle, results)) {
     std::string line;
     for (size_t c = 0; c < row.size() && c < std::size(width); ++c) {

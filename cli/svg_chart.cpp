@@ -17,6 +17,13 @@ std::string px(double v) {
   return buf;
 }
 
+// A number in an attribute, for programs: no suffixes, no rounding.
+std::string plain(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.10g", v);
+  return buf;
+}
+
 // A tick or cell label: short, and without exponents a reader must decode.
 std::string short_number(double v) {
   char buf[32];
@@ -51,17 +58,35 @@ std::vector<double> linear_ticks(double lo, double hi, int n) {
   return out;
 }
 
+// The round values (1, 2 or 5 times a power of ten) nearest to v > 0 from
+// above and from below: a log axis' ends.
+double round_up(double v) {
+  const double mag = std::pow(10.0, std::floor(std::log10(v)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * mag >= v * (1 - 1e-9)) return m * mag;
+  return 10 * mag;
+}
+
+double round_down(double v) {
+  const double mag = std::pow(10.0, std::floor(std::log10(v)));
+  for (double m : {5.0, 2.0})
+    if (m * mag <= v * (1 + 1e-9)) return m * mag;
+  return mag;
+}
+
 std::string text(double x, double y, const std::string& content,
                  const char* cls, const char* anchor = "start") {
   return "<text class=\"" + std::string(cls) + "\" x=\"" + px(x) + "\" y=\"" +
          px(y) + "\" text-anchor=\"" + anchor + "\">" + content + "</text>";
 }
 
-std::string open_svg(const std::string& id, int width, double height) {
+// `attributes`: more of the <svg>'s, each with a leading space.
+std::string open_svg(const std::string& id, int width, double height,
+                     const std::string& attributes = "") {
   return "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" id=\"" +
-         escape(id) + "\" width=\"" + std::to_string(width) + "\" height=\"" +
-         px(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " +
-         px(height) + "\" role=\"img\">";
+         escape(id) + "\"" + attributes + " width=\"" + std::to_string(width) +
+         "\" height=\"" + px(height) + "\" viewBox=\"0 0 " +
+         std::to_string(width) + " " + px(height) + "\" role=\"img\">";
 }
 
 std::string no_data(const std::string& id, const std::string& title,
@@ -121,16 +146,30 @@ const char* color(size_t i) {
 
 namespace {
 
-// A dashed series is a reference, drawn dark apart from the palette.
+// A dashed series is a reference, drawn dark apart from the palette; the
+// highlighted one has a colour no other series takes.
 std::string stroke_of(const series& s, size_t i) {
-  return s.dashed ? "#222" : color(i);
+  return s.highlight ? "#c2185b" : s.dashed ? "#222" : color(i);
+}
+
+bool plottable(const line_chart& c, double x, double y) {
+  return std::isfinite(x) && std::isfinite(y) && (!c.log_x || x > 0);
 }
 
 }  // namespace
 
+double shared_max(const std::vector<line_chart>& charts) {
+  double max = 0;
+  for (const line_chart& c : charts)
+    for (const series& s : c.lines)
+      for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
+        if (plottable(c, s.x[i], s.y[i])) max = std::max(max, s.y[i]);
+  return max;
+}
+
 std::string render(const line_chart& c) {
   const auto plottable = [&](double x, double y) {
-    return std::isfinite(x) && std::isfinite(y) && (!c.log_x || x > 0);
+    return svg::plottable(c, x, y);
   };
   double x_lo = INFINITY, x_hi = -INFINITY, y_hi = 0;
   size_t drawable = 0;
@@ -152,24 +191,29 @@ std::string render(const line_chart& c) {
   scale xs{x_lo, x_hi, left, w - right, c.log_x};
   std::vector<double> x_ticks;
   if (c.log_x) {
-    // Whole decades around the data: TTFT spans milliseconds to minutes.
-    xs.lo = std::pow(10.0, std::floor(std::log10(x_lo)));
-    xs.hi = std::pow(10.0, std::ceil(std::log10(x_hi)));
-    if (xs.hi <= xs.lo) xs.hi = xs.lo * 10;
-    for (double t = xs.lo; t <= xs.hi * 1.0001; t *= 10)
-      x_ticks.push_back(t);
+    // Round ends just around the data, and the whole decades between them,
+    // but none so near an end that their labels would overlap.
+    xs.lo = round_down(x_lo);
+    xs.hi = round_up(x_hi);
+    if (xs.hi <= xs.lo) xs.hi = round_up(xs.lo * 1.5);
+    x_ticks.push_back(xs.lo);
+    for (double t = std::pow(10.0, std::ceil(std::log10(xs.lo))); t < xs.hi;
+         t *= 10)
+      if (std::log10(t / xs.lo) > 0.2 && std::log10(xs.hi / t) > 0.2)
+        x_ticks.push_back(t);
+    x_ticks.push_back(xs.hi);
   } else {
     x_ticks = linear_ticks(x_lo, x_hi, 6);
     xs.lo = x_ticks.front();
     xs.hi = x_ticks.back();
   }
   const double y_top = c.y_max > 0 ? c.y_max : y_hi > 0 ? y_hi : 1;
-  std::vector<double> y_ticks = linear_ticks(0, y_top, 5);
-  const scale ys{0, c.y_max > 0 ? c.y_max : y_ticks.back(), h - bottom, top};
-  while (y_ticks.size() > 1 && y_ticks.back() > ys.hi * 1.0001)
-    y_ticks.pop_back();
+  const std::vector<double> y_ticks = linear_ticks(0, y_top, 5);
+  const scale ys{0, y_ticks.back(), h - bottom, top};
 
-  std::string out = open_svg(c.id, c.width, h);
+  std::string out = open_svg(c.id, c.width, h,
+                             " data-x-max=\"" + plain(xs.hi) +
+                                 "\" data-y-max=\"" + plain(ys.hi) + "\"");
   out += text(left, 20, escape(c.title), "title");
   out += "<g class=\"axes\">";
   for (double t : x_ticks) {
@@ -194,31 +238,48 @@ std::string render(const line_chart& c) {
          escape(c.y_label) + "</text>";
   out += "</g>";
 
-  size_t i = 0;
-  for (const series& s : c.lines) {
-    std::string d;
-    for (size_t k = 0; k < std::min(s.x.size(), s.y.size()); ++k) {
-      if (!plottable(s.x[k], s.y[k])) continue;
-      const double y = std::min(s.y[k], ys.hi);  // clipped to the frame
-      d += (d.empty() ? "M" : " L") + px(xs(s.x[k])) + "," + px(ys(y));
+  const bool any_highlight =
+      std::any_of(c.lines.begin(), c.lines.end(),
+                  [](const series& s) { return s.highlight; });
+  // Beside a highlighted series the others step back: thinner, paler.
+  const auto style = [&](const series& s, size_t i, double width) {
+    const bool faded = any_highlight && !s.highlight && !s.dashed;
+    return " stroke=\"" + stroke_of(s, i) + "\" stroke-width=\"" +
+           px(s.highlight ? 2 * width
+              : faded     ? 0.75 * width
+                          : width) +
+           "\"" + (faded ? " stroke-opacity=\"0.55\"" : "") +
+           (s.dashed ? " stroke-dasharray=\"5 3\"" : "");
+  };
+  // The highlighted series last, on top of the others.
+  for (bool last : {false, true})
+    for (size_t i = 0; i < c.lines.size(); ++i) {
+      const series& s = c.lines[i];
+      if (s.highlight != last) continue;
+      std::string d;
+      for (size_t k = 0; k < std::min(s.x.size(), s.y.size()); ++k) {
+        if (!plottable(s.x[k], s.y[k])) continue;
+        const double y = std::min(s.y[k], ys.hi);  // clipped to the frame
+        d += (d.empty() ? "M" : " L") + px(xs(s.x[k])) + "," + px(ys(y));
+      }
+      if (d.empty()) continue;
+      out += std::string("<path class=\"") +
+             (s.highlight ? "mark highlight" : "mark") + "\" fill=\"none\"" +
+             style(s, i, 1.6) + " d=\"" + d + "\"><title>" + escape(s.name) +
+             "</title></path>";
     }
-    const std::string stroke = stroke_of(s, i++);
-    if (d.empty()) continue;
-    out += "<path class=\"mark\" fill=\"none\" stroke=\"" + stroke +
-           "\" stroke-width=\"1.6\"" +
-           (s.dashed ? " stroke-dasharray=\"5 3\"" : "") + " d=\"" + d +
-           "\"><title>" + escape(s.name) + "</title></path>";
-  }
   if (c.legend) {
     double y = top + 8;
-    i = 0;
-    for (const series& s : c.lines) {
+    for (size_t i = 0; i < c.lines.size(); ++i) {
+      const series& s = c.lines[i];
       const double x = w - right + 14;
-      out += "<line stroke=\"" + stroke_of(s, i++) + "\" stroke-width=\"3\"" +
-             (s.dashed ? " stroke-dasharray=\"5 3\"" : "") + " x1=\"" + px(x) +
-             "\" x2=\"" + px(x + 18) + "\" y1=\"" + px(y) + "\" y2=\"" + px(y) +
-             "\"/>";
-      out += text(x + 24, y + 4, escape(s.name), "legend");
+      out += "<line" + style(s, i, 3) + " x1=\"" + px(x) + "\" x2=\"" +
+             px(x + 18) + "\" y1=\"" + px(y) + "\" y2=\"" + px(y) + "\"/>";
+      out += "<text class=\"" +
+             std::string(s.highlight ? "legend highlight" : "legend") +
+             "\" x=\"" + px(x + 24) + "\" y=\"" + px(y + 4) + "\"" +
+             (s.highlight ? " font-weight=\"bold\"" : "") + ">" +
+             escape(s.name) + "</text>";
       y += 18;
     }
   }
@@ -291,10 +352,25 @@ std::string render(const stacked_bars& c) {
   return out + "</svg>";
 }
 
+namespace {
+
+// White to a dark blue: the more (f from 0 to 1), the darker.
+std::string heat_fill(double f) {
+  char fill[8];
+  std::snprintf(fill, sizeof(fill), "#%02x%02x%02x",
+                static_cast<int>(255 - f * (255 - 0x1f)),
+                static_cast<int>(255 - f * (255 - 0x4e)),
+                static_cast<int>(255 - f * (255 - 0x8a)));
+  return fill;
+}
+
+}  // namespace
+
 std::string render(const heatmap& c) {
   if (c.rows.empty() || c.columns.empty())
     return no_data(c.id, c.title, c.width);
-  const double left = 120, right = 16, top = 54, bottom = 36, cell_h = 24;
+  // Below the cells: the axis label, then the key.
+  const double left = 120, right = 16, top = 54, bottom = 70, cell_h = 24;
   const double cell_w = (c.width - left - right) / c.columns.size();
   const double h = top + c.rows.size() * cell_h + bottom;
   double max = 0;
@@ -316,12 +392,7 @@ std::string render(const heatmap& c) {
       const double v =
           r < c.values.size() && k < c.values[r].size() ? c.values[r][k] : 0;
       const double f = std::min(1.0, std::max(0.0, v / max));
-      // White to a dark blue: the more, the darker.
-      char fill[8];
-      std::snprintf(fill, sizeof(fill), "#%02x%02x%02x",
-                    static_cast<int>(255 - f * (255 - 0x1f)),
-                    static_cast<int>(255 - f * (255 - 0x4e)),
-                    static_cast<int>(255 - f * (255 - 0x8a)));
+      const std::string fill = heat_fill(f);
       const double x = left + k * cell_w;
       out += "<rect class=\"mark\" x=\"" + px(x) + "\" y=\"" + px(y) +
              "\" width=\"" + px(cell_w) + "\" height=\"" + px(cell_h) +
@@ -334,8 +405,27 @@ std::string render(const heatmap& c) {
                "</text>";
     }
   }
-  out += text((left + c.width - right) / 2, h - 10, escape(c.x_label), "label",
-              "middle");
+  const double cells_end = top + c.rows.size() * cell_h;
+  out += text((left + c.width - right) / 2, cells_end + 22, escape(c.x_label),
+              "label", "middle");
+  // The key: the colour ramp in steps (a gradient needs url(), which a
+  // self-contained page avoids), 0 at its left and the largest value with
+  // the unit at its right.
+  const int steps = 20;
+  const double key_w = 200, key_y = cells_end + 40, step_w = key_w / steps;
+  out += "<g class=\"key\">";
+  out += text(left - 8, key_y + 10, "0", "tick", "end");
+  for (int k = 0; k < steps; ++k)
+    out += "<rect x=\"" + px(left + k * step_w) + "\" y=\"" + px(key_y) +
+           "\" width=\"" + px(step_w + 0.5) + "\" height=\"12\" fill=\"" +
+           heat_fill((k + 0.5) / steps) + "\"/>";
+  out += "<rect class=\"frame\" fill=\"none\" stroke=\"#999\" x=\"" + px(left) +
+         "\" y=\"" + px(key_y) + "\" width=\"" + px(key_w) +
+         "\" height=\"12\"/>";
+  out += text(left + key_w + 8, key_y + 10,
+              short_number(max) + (c.unit.empty() ? "" : " " + escape(c.unit)),
+              "tick");
+  out += "</g>";
   return out + "</svg>";
 }
 

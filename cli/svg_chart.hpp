@@ -25,6 +25,10 @@ struct series {
   std::string name;
   std::vector<double> x, y;  // equal lengths; extra values are ignored
   bool dashed = false;       // a bound or reference rather than a result
+  // The series the others are read against (kvmesh among its peers): drawn
+  // last, heavy and in a colour of its own, the others lighter; its path
+  // and legend entry have the class "highlight".
+  bool highlight = false;
 };
 
 struct line_chart {
@@ -32,8 +36,13 @@ struct line_chart {
   std::string title;
   std::string x_label;  // with the unit, e.g. "TTFT (ms)"
   std::string y_label;
+  // Either axis ends at a round value just past the data's largest (1, 2
+  // or 5 times a power of ten), so the data fills the frame.
   bool log_x = false;  // values <= 0 are left out on a log axis
-  double y_max = 0;    // 0: from the data; else shared by small multiples
+  // 0: from the data; else the same for charts compared side by side (see
+  // shared_max). The axis ends at the round value at or above it. The
+  // <svg>'s data-x-max and data-y-max attributes say where both axes end.
+  double y_max = 0;
   bool legend = true;
   int width = 760;
   int height = 360;
@@ -54,16 +63,24 @@ struct stacked_bars {
   int width = 760;
 };
 
+// Its key (class "key") maps the colours to values: from 0 (white), so that
+// a light cell is a small count rather than the least of large ones, to the
+// largest value, named with `unit`.
 struct heatmap {
   std::string id;
   std::string title;
   std::string x_label;
   std::string y_label;
+  std::string unit;                         // of the values, e.g. "requests"
   std::vector<std::string> rows;            // top down
   std::vector<std::string> columns;         // left to right
   std::vector<std::vector<double>> values;  // [row][column], >= 0
   int width = 760;
 };
+
+// The largest y of every plottable point of `charts`: the y_max that puts
+// charts read side by side on one scale.
+double shared_max(const std::vector<line_chart>& charts);
 
 std::string render(const line_chart& c);
 std::string render(const stacked_bars& c);

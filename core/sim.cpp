@@ -491,6 +491,24 @@ void queued_sampler::skip_to(double now_ms) {
         interval_ms_ * (std::floor((now_ms - next_ms_) / interval_ms_) + 1);
 }
 
+double imbalance_of(const std::vector<queued_sample>& samples) {
+  if (samples.size() < 2) return std::numeric_limits<double>::quiet_NaN();
+  double area = 0, time = 0;
+  for (size_t i = 0; i + 1 < samples.size(); ++i) {
+    const double dt = samples[i + 1].time_ms - samples[i].time_ms;
+    const auto& q = samples[i].queued;
+    double sum = 0, mx = 0;
+    for (double v : q) {
+      sum += v;
+      mx = std::max(mx, v);
+    }
+    if (!(dt > 0) || !(sum > 0)) continue;
+    area += dt * mx / (sum / static_cast<double>(q.size()));
+    time += dt;
+  }
+  return time > 0 ? area / time : 1;
+}
+
 void summarize_outcomes(const std::vector<request_outcome>& outcomes,
                         sim_result& res) {
   std::vector<double> ttft, e2e, itl;

@@ -76,6 +76,13 @@ class queued_sampler {
   std::vector<queued_sample> samples_;
 };
 
+// sim_result::imbalance from samples rather than from every event: the
+// time-averaged max/mean of queued work, each sample holding until the next
+// one, intervals with nothing queued left out (as the simulator does). 1
+// when no interval had work; NaN when fewer than two samples leave no
+// interval to average over. `kvmesh bench` measures its runs' this way.
+double imbalance_of(const std::vector<queued_sample>& samples);
+
 // Points of a result's TTFT distribution (sim_result::ttft_cdf_ms).
 constexpr size_t ttft_cdf_points = 201;
 

@@ -95,6 +95,9 @@ p = d["baseline"]["paced"]
 assert 0 < p["rate"] < d["overhead"]["decisions_per_s"] * 1.01
 for k in ("request_reply", "scatter_gather"):
     assert 0 < p[k]["p50_us"] <= p[k]["p99_us"] and p[k]["samples"] == 100
+# The imbalance is measured from the polled queues: at least 1 by its
+# definition, or null when the run was too short to poll twice.
+assert r["imbalance"] is None or r["imbalance"] >= 1, r["imbalance"]
 # And a round at each arrival of the trace while the mesh routed it.
 s = d["baseline"]["scatter_gather_during_run"]
 assert s["samples"] == 60 and 0 < s["p50_us"] <= s["p99_us"], s'; then

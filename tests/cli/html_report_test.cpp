@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 namespace kvmesh::cli {
@@ -57,7 +58,7 @@ report_page sample_page() {
 TEST(html_report, every_chart_draws_its_data) {
   const std::string page = html_report(sample_page());
   // Two policies and the oracle's bound, dashed.
-  EXPECT_EQ(count(chart(page, "ttft-cdf"), "class=\"mark\""), 3u);
+  EXPECT_EQ(count(chart(page, "ttft-cdf"), "class=\"mark"), 3u);
   EXPECT_EQ(count(chart(page, "ttft-cdf"), "stroke-dasharray"), 2u);
   EXPECT_EQ(count(chart(page, "queued-kvmesh"), "class=\"mark\""), 3u);
   EXPECT_EQ(count(chart(page, "hit-ratio"), "class=\"mark\""), 6u);
@@ -68,6 +69,88 @@ TEST(html_report, every_chart_draws_its_data) {
             std::string::npos);
   EXPECT_NE(chart(page, "ttft-cdf").find(">round_robin</text>"),
             std::string::npos);
+}
+
+// The value of attribute `name` of the <svg> `svg` opens with.
+std::string attribute(const std::string& svg, const std::string& name) {
+  const size_t at = svg.find(" " + name + "=\"");
+  if (at == std::string::npos || at > svg.find('>')) return "";
+  const size_t from = at + name.size() + 3;
+  return svg.substr(from, svg.find('"', from) - from);
+}
+
+TEST(html_report, kvmesh_stands_out_among_the_policies) {
+  const std::string ttft = chart(html_report(sample_page()), "ttft-cdf");
+  EXPECT_EQ(count(ttft, "class=\"mark highlight\""), 1u);
+  const size_t kv = ttft.find("class=\"mark highlight\"");
+  EXPECT_NE(ttft.find("<title>kvmesh</title>", kv), std::string::npos);
+  EXPECT_EQ(ttft.find("<title>round_robin</title>", kv), std::string::npos);
+  EXPECT_NE(ttft.find("font-weight=\"bold\">kvmesh</text>"), std::string::npos);
+}
+
+TEST(html_report, queued_charts_share_one_y_scale) {
+  report_page p = sample_page();
+  // round_robin's queues reach 40 blocks, kvmesh's 4.
+  p.results[1].queued_over_time = {{0, {40, 0, 0}}, {100, {0, 10, 0}}};
+  const std::string page = html_report(p);
+  const std::string kv = chart(page, "queued-kvmesh");
+  const std::string rr = chart(page, "queued-round_robin");
+  EXPECT_EQ(attribute(kv, "data-y-max"), "40");
+  EXPECT_EQ(attribute(rr, "data-y-max"), "40");
+}
+
+TEST(html_report, a_policy_far_above_the_others_keeps_its_own_scale) {
+  report_page p = sample_page();
+  // kvmesh peaks at 4 blocks, round_robin at 5; prefix at 900 would
+  // flatten both.
+  p.results[1].queued_over_time = {{0, {5, 0, 0}}, {100, {0, 1, 0}}};
+  p.results.push_back(result(policy_kind::prefix, false));
+  p.results[2].queued_over_time = {{0, {900, 0, 0}}, {100, {0, 0, 0}}};
+  const std::string page = html_report(p);
+  EXPECT_EQ(attribute(chart(page, "queued-kvmesh"), "data-y-max"), "5");
+  EXPECT_EQ(attribute(chart(page, "queued-round_robin"), "data-y-max"), "5");
+  const std::string apart = chart(page, "queued-prefix");
+  EXPECT_EQ(attribute(apart, "data-y-max"), "1000");
+  EXPECT_NE(apart.find("prefix (own scale)"), std::string::npos);
+  EXPECT_EQ(chart(page, "queued-kvmesh").find("own scale"), std::string::npos);
+}
+
+TEST(html_report, axes_follow_the_data) {
+  // TTFT up to 110 ms (the oracle's 8): the axis ends at 200 ms, not 1000.
+  EXPECT_EQ(
+      attribute(chart(html_report(sample_page()), "ttft-cdf"), "data-x-max"),
+      "200");
+}
+
+TEST(html_report, the_heatmap_has_a_key) {
+  const std::string heat = chart(html_report(sample_page()), "requests");
+  EXPECT_NE(heat.find("<g class=\"key\">"), std::string::npos);
+  EXPECT_NE(heat.find(">5 requests</text>"), std::string::npos);
+}
+
+TEST(html_report, every_column_header_names_its_unit) {
+  const report_page p = sample_page();
+  const auto rows = table_cells(p.oracle, p.results);
+  const std::string page = html_report(p);
+  for (size_t c = 1; c < rows[0].size(); ++c) {
+    const std::string& h = rows[0][c];
+    bool unit = false;
+    for (const char* u : {"_ms", "%", "_blocks", "tok/s", "max/mean"})
+      unit = unit || h.find(u) != std::string::npos;
+    EXPECT_TRUE(unit) << h;
+    EXPECT_NE(page.find("<th>" + h + "</th>"), std::string::npos) << h;
+  }
+}
+
+TEST(html_report, an_unmeasured_imbalance_is_a_dash_never_zero) {
+  report_page p = sample_page();
+  p.results[0].imbalance = 1.25;
+  p.results[1].imbalance = std::nan("");  // a bench run too short to sample
+  const auto rows = table_cells(p.oracle, p.results);
+  EXPECT_EQ(rows[1].back(), "1.25");
+  EXPECT_EQ(rows[2].back(), "-");
+  EXPECT_TRUE(result_json(p.results[1])["imbalance"].is_null());
+  EXPECT_EQ(result_json(p.results[0])["imbalance"], 1.25);
 }
 
 TEST(html_report, self_contained_and_escaped) {

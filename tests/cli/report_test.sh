@@ -143,6 +143,15 @@ else
     "hit-ratio": {"rect_min": 1},
     "requests": {"rect": 4, "text": ["kvmesh"]}}'
   painted bench_report_painted "$tmp/bench.html" '#4e79a7:300'
+  # Imbalance from the polled queues: max/mean is at least 1, or "-" when
+  # too few polls measured it; never the 0.00 of a column left unset.
+  imbal=$(awk '$1 == "kvmesh" { print $NF }' "$tmp/bench.out")
+  if [ "$imbal" = "-" ] ||
+    awk -v v="$imbal" 'BEGIN { exit !(v ~ /^[0-9.]+$/ && v + 0 >= 1) }'; then
+    ok bench_imbalance_measured
+  else
+    fail bench_imbalance_measured "kvmesh row ends in '$imbal'"
+  fi
 fi
 
 [ "$fails" -eq 0 ] || { echo "$fails report checks failed"; exit 1; }

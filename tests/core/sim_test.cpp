@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -359,6 +360,29 @@ TEST(sim, queued_sampler_halves_when_full) {
     odd.add({double(i)});
   EXPECT_LE(odd.samples().size(), 3u);
   EXPECT_EQ(odd.samples().front().time_ms, 0);
+}
+
+// imbalance_of, as `kvmesh bench` measures its runs: never below 1, the
+// simulator's own figure on the simulator's samples, nothing from too few.
+TEST(sim, imbalance_of_samples) {
+  EXPECT_TRUE(std::isnan(imbalance_of({})));
+  EXPECT_TRUE(std::isnan(imbalance_of({{0, {5, 1}}})));
+  EXPECT_EQ(imbalance_of({{0, {0, 0}}, {10, {0, 0}}}), 1);  // nothing queued
+  EXPECT_EQ(imbalance_of({{0, {3, 3}}, {10, {1, 1}}}), 1);
+  // 10 ms of all work on one of two workers (max/mean 2), then 30 ms even;
+  // the idle interval between is left out; the last sample ends the run.
+  EXPECT_DOUBLE_EQ(
+      imbalance_of({{0, {4, 0}}, {10, {0, 0}}, {20, {2, 2}}, {50, {9, 0}}}),
+      (10 * 2.0 + 30 * 1.0) / 40);
+  sim_config cfg;
+  cfg.workers = 4;
+  cfg.queued_sample_ms = 50;
+  cfg.queued_max_samples = 100000;
+  auto r = simulate(cfg, head_trace(), policy_kind::round_robin);
+  ASSERT_TRUE(r);
+  EXPECT_GE(imbalance_of(r->queued_over_time), 1);
+  EXPECT_NEAR(imbalance_of(r->queued_over_time), r->imbalance,
+              0.25 * r->imbalance);
 }
 
 // The TTFT distribution runs from the fastest to the slowest request and
