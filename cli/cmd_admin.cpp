@@ -94,7 +94,7 @@ void print_admin(const admin_flags& f, const admin_reply& r) {
                     "completed", "awards", "last_price", "speed", "models",
                     "endpoint"});
     for (const auto& w : r.workers)
-      rows.push_back({std::to_string(w.worker), worker_state(w), w.agent,
+      rows.push_back({std::to_string(w.worker), worker_state_name(w), w.agent,
                       std::to_string(w.gpu_blocks),
                       std::to_string(w.host_blocks),
                       std::to_string(w.disk_blocks), fixed(w.queued, 1),

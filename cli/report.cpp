@@ -12,13 +12,6 @@ json to_json(const summary& s) {
   return json{{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}};
 }
 
-const char* worker_state(const worker_status& w) {
-  return w.gone        ? "gone"
-         : w.draining  ? "draining"
-         : w.unhealthy ? "unhealthy"
-                       : "live";
-}
-
 namespace {
 
 // A price for JSON: null when there is none (NaN, which JSON lacks).
@@ -42,22 +35,17 @@ json models_json(const std::vector<served_model>& models) {
 
 json workers_json(const std::vector<worker_status>& ws) {
   json list = json::array();
-  for (const auto& w : ws)
-    list.push_back({{"id", w.worker},
-                    {"state", worker_state(w)},
-                    {"gpu_blocks", w.gpu_blocks},
-                    {"host_blocks", w.host_blocks},
-                    {"disk_blocks", w.disk_blocks},
-                    {"queued_blocks", w.queued},
-                    {"active_blocks", w.active},
-                    {"capacity_blocks", w.capacity},
-                    {"speed", w.speed},
-                    {"endpoint", w.endpoint},
-                    {"models", models_json(w.models)},
-                    {"host_capacity_blocks", w.host_capacity},
-                    {"disk_capacity_blocks", w.disk_capacity},
-                    {"awards", w.awards},
-                    {"last_price", price_json(w.last_price)}});
+  for (const auto& w : ws) {
+    json e = worker_load_json(w);
+    e["speed"] = w.speed;
+    e["endpoint"] = w.endpoint;
+    e["models"] = models_json(w.models);
+    e["host_capacity_blocks"] = w.host_capacity;
+    e["disk_capacity_blocks"] = w.disk_capacity;
+    e["awards"] = w.awards;
+    e["last_price"] = price_json(w.last_price);
+    list.push_back(std::move(e));
+  }
   return list;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/sim.hpp"
+#include "messages/json.hpp"
 #include "messages/types.hpp"
 
 namespace kvmesh::cli {
@@ -16,9 +17,6 @@ using json = nlohmann::ordered_json;
 
 json to_json(const summary& s);
 json result_json(const sim_result& r);
-// A worker's state as every view names it: live, draining, unhealthy or
-// gone.
-const char* worker_state(const worker_status& w);
 // The fleet as `kvmesh admin workers|routers --json` and `kvmesh top
 // --json` print it: one object per worker, per router.
 json workers_json(const std::vector<worker_status>& ws);

@@ -64,7 +64,8 @@ std::vector<size_t> fitting(const table& t, size_t width) {
 
 // The header and `rows` of t's `cols`, two spaces apart: the first (the
 // name) and words left-aligned, numbers right-aligned.
-std::vector<std::string> columns(const table& t, const std::vector<size_t>& cols,
+std::vector<std::string> columns(const table& t,
+                                 const std::vector<size_t>& cols,
                                  const std::vector<size_t>& rows) {
   std::vector<size_t> width;
   std::vector<bool> right;
@@ -92,8 +93,8 @@ std::vector<std::string> columns(const table& t, const std::vector<size_t>& cols
   std::vector<std::string> out{
       line([&](size_t c) -> const std::string& { return t.names[c]; })};
   for (size_t i : rows)
-    out.push_back(line(
-        [&](size_t c) -> const std::string& { return t.rows[i][c]; }));
+    out.push_back(
+        line([&](size_t c) -> const std::string& { return t.rows[i][c]; }));
   return out;
 }
 
@@ -164,9 +165,8 @@ top_frame render_top(const std::string& title, const fleet_snapshot& now,
   }
   add(title, top_style::title);
   // Only real engines' workers can be unhealthy: named when there are any.
-  add(std::to_string(now.workers.size()) + " workers (" +
-      std::to_string(live) + " live, " + std::to_string(draining) +
-      " draining, " +
+  add(std::to_string(now.workers.size()) + " workers (" + std::to_string(live) +
+      " live, " + std::to_string(draining) + " draining, " +
       (unhealthy ? std::to_string(unhealthy) + " unhealthy, " : "") +
       std::to_string(gone) + " gone), queued " + num("%.1f", queued) +
       " blocks; " + std::to_string(now.routers.size()) + " routers" +
@@ -181,8 +181,8 @@ top_frame render_top(const std::string& title, const fleet_snapshot& now,
     // bids/round: bids received per call for bids, since the router
     // started; reauctions: all causes (`kvmesh admin routers` splits them).
     table t{{"router", "decisions", "decisions/s", "auction_p50_us",
-             "auction_p99_us", "bids/round", "reauctions", "held",
-             "overloaded", "live_workers"},
+             "auction_p99_us", "bids/round", "reauctions", "held", "overloaded",
+             "live_workers"},
             {0, 5, 1, 4, 2, 6, 7, 8, 9, 3},
             {}};
     std::vector<router_status> rs = now.routers;
@@ -219,13 +219,13 @@ top_frame render_top(const std::string& title, const fleet_snapshot& now,
   std::map<uint32_t, double> per_s;
   for (const worker_status& w : now.workers) {
     const auto before = awards_before.find(w.worker);
-    per_s[w.worker] = rate(
-        w.awards, before == awards_before.end() ? nullptr : &before->second,
-        dt);
+    per_s[w.worker] =
+        rate(w.awards,
+             before == awards_before.end() ? nullptr : &before->second, dt);
     const std::string id = std::to_string(w.worker);
     const std::string& q = layout.filter;
     if (q.empty() || id.find(q) != std::string::npos ||
-        std::string(worker_state(w)).find(q) != std::string::npos ||
+        std::string(worker_state_name(w)).find(q) != std::string::npos ||
         w.agent.find(q) != std::string::npos)
       ws.push_back(&w);
   }
@@ -263,16 +263,16 @@ top_frame render_top(const std::string& title, const fleet_snapshot& now,
     // fill ("-" for a tier of unknown size: a real engine's offloading).
     // awards/s: accepted awards between the two snapshots; last_price: the
     // router's price of the last one, in blocks.
-    table t{{"worker", "state", "agent", "queued", "reserved", "active",
-             "occupancy", "gpu", "gpu_fill", "host", "host_fill", "disk",
-             "disk_fill", "waiting", "running", "awards", "awards/s",
-             "last_price"},
-            {0, 1, 8, 2, 11, 13, 3, 14, 5, 15, 10, 16, 12, 9, 7, 17, 4, 6},
-            {}};
+    table t{
+        {"worker", "state", "agent", "queued", "reserved", "active",
+         "occupancy", "gpu", "gpu_fill", "host", "host_fill", "disk",
+         "disk_fill", "waiting", "running", "awards", "awards/s", "last_price"},
+        {0, 1, 8, 2, 11, 13, 3, 14, 5, 15, 10, 16, 12, 9, 7, 17, 4, 6},
+        {}};
     for (const worker_status* p : ws) {
       const worker_status& w = *p;
       t.rows.push_back(
-          {std::to_string(w.worker), worker_state(w), w.agent,
+          {std::to_string(w.worker), worker_state_name(w), w.agent,
            num("%.1f", w.queued), num("%.1f", w.reserved),
            std::to_string(w.active), percent(w.active, w.capacity),
            std::to_string(w.gpu_blocks) + "/" + std::to_string(w.capacity),
@@ -287,8 +287,8 @@ top_frame render_top(const std::string& title, const fleet_snapshot& now,
     // header, a blank line before the routers, the keys' line).
     size_t rows = ws.size();
     if (layout.height > 0) {
-      const size_t fixed = f.lines.size() + 1 + 1 + router_lines.size() +
-                           (layout.keys ? 1 : 0);
+      const size_t fixed =
+          f.lines.size() + 1 + 1 + router_lines.size() + (layout.keys ? 1 : 0);
       rows = layout.height > fixed + 1 ? layout.height - fixed : 1;
       rows = std::min(rows, ws.size());
     }

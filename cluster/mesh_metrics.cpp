@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -106,25 +107,72 @@ struct shard_series {
   counter* errors = nullptr;
 };
 
+// Per rank, one counter per field of engine_worker_stats.
+struct rank_counter {
+  const char* name;
+  const char* help;
+  uint64_t engine_worker_stats::*field;
+};
+constexpr rank_counter rank_counters[] = {
+    {"kvmesh_worker_requests_bypassed_total",
+     "Requests that reached the worker's front without a route request id "
+     "(sent around the routers).",
+     &engine_worker_stats::bypassed},
+    {"kvmesh_worker_requests_abandoned_total",
+     "Awarded requests whose client never called the worker's front within "
+     "agent.award_ttl_ms.",
+     &engine_worker_stats::abandoned},
+    {"kvmesh_worker_requests_estimated_total",
+     "Requests the front sized from their text's length, for want of token "
+     "ids.",
+     &engine_worker_stats::approximate},
+    {"kvmesh_worker_kv_batches_total",
+     "Batches of the engine's KV events applied.",
+     &engine_worker_stats::kv_batches},
+    {"kvmesh_worker_cache_resets_total",
+     "Times the worker forgot the engine's cache: events lost beyond replay, "
+     "or the engine started over.",
+     &engine_worker_stats::resyncs},
+};
+constexpr size_t rank_counter_count = std::size(rank_counters);
+
+// For the agent, one counter per field of kv_subscriber_counters.
+struct feed_counter {
+  const char* name;
+  const char* help;
+  uint64_t kv_subscriber_counters::*field;
+};
+constexpr feed_counter feed_counters[] = {
+    {"kvmesh_agent_kv_event_messages_total",
+     "Messages of the engine's KV event stream applied (live or replayed).",
+     &kv_subscriber_counters::messages},
+    {"kvmesh_agent_kv_event_gaps_total",
+     "Sequence numbers of the KV event stream found missing.",
+     &kv_subscriber_counters::gaps},
+    {"kvmesh_agent_kv_event_replays_total",
+     "Gaps of the KV event stream closed by the engine's replay.",
+     &kv_subscriber_counters::replays},
+    {"kvmesh_agent_kv_event_resyncs_total",
+     "Gaps of the KV event stream no replay closed: the rank's cache "
+     "forgotten.",
+     &kv_subscriber_counters::resyncs},
+    {"kvmesh_agent_kv_event_restarts_total",
+     "KV event publishers that started over (an engine restart).",
+     &kv_subscriber_counters::restarts},
+};
+constexpr size_t feed_counter_count = std::size(feed_counters);
+
 // What only an agent beside a real engine counts: per worker, what its
 // fronts and the engine's KV events taught it; for the agent, its KV event
 // subscriber's feed.
 struct engine_series {
   struct rank {
-    counter* bypassed = nullptr;
-    counter* abandoned = nullptr;
-    counter* estimated = nullptr;
-    counter* kv_batches = nullptr;
-    counter* cache_resets = nullptr;
+    counter* counters[rank_counter_count] = {};
     counter* mirror_faults[mirror_fault_count] = {};
     gauge* engine_up = nullptr;
   };
   std::vector<rank> ranks;
-  counter* messages = nullptr;
-  counter* gaps = nullptr;
-  counter* replays = nullptr;
-  counter* resyncs = nullptr;
-  counter* restarts = nullptr;
+  counter* feed[feed_counter_count] = {};
   counter* faults[kv_fault_count] = {};
 };
 
@@ -501,66 +549,31 @@ std::function<void(caf::scoped_actor&, steady::time_point)> collect_workers(
 void add_engine_series(builder& b, const std::vector<worker_series>& workers,
                        engine_series& out) {
   const std::vector<std::string> w = {"worker"};
-  auto* bypassed = b.counters(
-      "kvmesh_worker_requests_bypassed_total",
-      "Requests that reached the worker's front without a route request id "
-      "(sent around the routers).",
-      w);
-  auto* abandoned = b.counters(
-      "kvmesh_worker_requests_abandoned_total",
-      "Awarded requests whose client never called the worker's front "
-      "within agent.award_ttl_ms.",
-      w);
-  auto* estimated = b.counters(
-      "kvmesh_worker_requests_estimated_total",
-      "Requests the front sized from their text's length, for want of "
-      "token ids.",
-      w);
-  auto* batches = b.counters("kvmesh_worker_kv_batches_total",
-                             "Batches of the engine's KV events applied.", w);
-  auto* resets = b.counters(
-      "kvmesh_worker_cache_resets_total",
-      "Times the worker forgot the engine's cache: events lost beyond "
-      "replay, or the engine started over.",
-      w);
+  family<counter>* families[rank_counter_count];
+  for (size_t k = 0; k < rank_counter_count; ++k)
+    families[k] = b.counters(rank_counters[k].name, rank_counters[k].help, w);
   auto* mirror = b.counters(
       "kvmesh_worker_kv_mirror_faults_total",
       "The engine's KV events the worker could not apply as they came, by "
       "why.",
       {"worker", "fault"});
-  auto* up = b.gauges(
-      "kvmesh_worker_engine_up",
-      "1 while the engine answers its health checks, else 0.", w);
+  auto* up =
+      b.gauges("kvmesh_worker_engine_up",
+               "1 while the engine answers its health checks, else 0.", w);
   for (const worker_series& ws : workers) {
     const std::string i = std::to_string(ws.id);
     engine_series::rank r;
-    r.bypassed = b.at(bypassed, {i});
-    r.abandoned = b.at(abandoned, {i});
-    r.estimated = b.at(estimated, {i});
-    r.kv_batches = b.at(batches, {i});
-    r.cache_resets = b.at(resets, {i});
+    for (size_t k = 0; k < rank_counter_count; ++k)
+      r.counters[k] = b.at(families[k], {i});
     for (size_t f = 0; f < mirror_fault_count; ++f)
       r.mirror_faults[f] =
           b.at(mirror, {i, to_string(static_cast<mirror_fault>(f))});
     r.engine_up = b.at(up, {i});
     out.ranks.push_back(r);
   }
-  out.messages = b.at(b.counters(
-      "kvmesh_agent_kv_event_messages_total",
-      "Messages of the engine's KV event stream applied (live or replayed)."));
-  out.gaps = b.at(b.counters(
-      "kvmesh_agent_kv_event_gaps_total",
-      "Sequence numbers of the KV event stream found missing."));
-  out.replays = b.at(b.counters(
-      "kvmesh_agent_kv_event_replays_total",
-      "Gaps of the KV event stream closed by the engine's replay."));
-  out.resyncs = b.at(b.counters(
-      "kvmesh_agent_kv_event_resyncs_total",
-      "Gaps of the KV event stream no replay closed: the rank's cache "
-      "forgotten."));
-  out.restarts = b.at(b.counters(
-      "kvmesh_agent_kv_event_restarts_total",
-      "KV event publishers that started over (an engine restart)."));
+  for (size_t k = 0; k < feed_counter_count; ++k)
+    out.feed[k] =
+        b.at(b.counters(feed_counters[k].name, feed_counters[k].help));
   auto* faults = b.counters(
       "kvmesh_agent_kv_event_faults_total",
       "Frames and events of the KV event stream skipped as malformed, by "
@@ -647,22 +660,17 @@ void collect_engine(caf::scoped_actor& self, steady::time_point deadline,
         get_atom::value, stats_atom::value);
     if (!s) continue;
     const engine_series::rank& r = e.ranks[i];
-    metrics::mirror(*r.bypassed, static_cast<double>(s->bypassed));
-    metrics::mirror(*r.abandoned, static_cast<double>(s->abandoned));
-    metrics::mirror(*r.estimated, static_cast<double>(s->approximate));
-    metrics::mirror(*r.kv_batches, static_cast<double>(s->kv_batches));
-    metrics::mirror(*r.cache_resets, static_cast<double>(s->resyncs));
+    for (size_t k = 0; k < rank_counter_count; ++k)
+      metrics::mirror(*r.counters[k],
+                      static_cast<double>((*s).*rank_counters[k].field));
     for (size_t f = 0; f < mirror_fault_count; ++f)
       metrics::mirror(*r.mirror_faults[f],
                       static_cast<double>(s->mirror_faults[f]));
     r.engine_up->Set(s->metrics.answering ? 1 : 0);
   }
   const kv_subscriber_counters c = node.kv_counters();
-  metrics::mirror(*e.messages, static_cast<double>(c.messages));
-  metrics::mirror(*e.gaps, static_cast<double>(c.gaps));
-  metrics::mirror(*e.replays, static_cast<double>(c.replays));
-  metrics::mirror(*e.resyncs, static_cast<double>(c.resyncs));
-  metrics::mirror(*e.restarts, static_cast<double>(c.restarts));
+  for (size_t k = 0; k < feed_counter_count; ++k)
+    metrics::mirror(*e.feed[k], static_cast<double>(c.*feed_counters[k].field));
   for (size_t f = 0; f < kv_fault_count; ++f)
     metrics::mirror(*e.faults[f], static_cast<double>(c.faults.n[f]));
 }

@@ -34,8 +34,10 @@
 #include "core/log.hpp"
 #include "engines/kv_mirror.hpp"
 #include "engines/openai.hpp"
+#include "messages/json.hpp"
 #include "web/callback_gate.hpp"
 #include "web/proxy.hpp"
+#include "web/request.hpp"
 #include "web/respond.hpp"
 #include "web/upstream.hpp"
 
@@ -60,7 +62,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using asio::ip::tcp;
 
-constexpr size_t max_header_bytes = 64 * 1024;
 // A prompt of megabytes passes; a body beyond this is no request.
 constexpr size_t max_body_bytes = size_t{64} << 20;
 // Longest wait for a connection's next request (a gateway sends one per
@@ -107,11 +108,11 @@ web::answer engine_unreachable(const std::string& why) {
   web::answer a;
   a.status = 502;
   a.server = server_name;
-  a.body = nlohmann::json{{"error",
-                           {{"message", why},
-                            {"type", "kvmesh_front"},
-                            {"code", 502}}}}
-               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  a.body =
+      nlohmann::json{
+          {"error",
+           {{"message", why}, {"type", "kvmesh_front"}, {"code", 502}}}}
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   a.headers.emplace_back(engine_unreachable_header, "1");
   return a;
 }
@@ -149,25 +150,17 @@ nlohmann::ordered_json worker_json(const engine_worker_stats& s) {
   nlohmann::ordered_json faults;
   for (size_t i = 0; i < mirror_fault_count; ++i)
     faults[to_string(static_cast<mirror_fault>(i))] = s.mirror_faults[i];
-  return {{"id", w.worker},
-          {"state", w.unhealthy  ? "unhealthy"
-                    : w.draining ? "draining"
-                                 : "live"},
-          {"gpu_blocks", w.gpu_blocks},
-          {"host_blocks", w.host_blocks},
-          {"disk_blocks", w.disk_blocks},
-          {"queued_blocks", w.queued},
-          {"active_blocks", w.active},
-          {"capacity_blocks", w.capacity},
-          {"waiting", w.waiting},
-          {"running", w.running},
-          {"completed", w.completed},
-          {"kv_batches", s.kv_batches},
-          {"resyncs", s.resyncs},
-          {"abandoned", s.abandoned},
-          {"bypassed", s.bypassed},
-          {"approximate", s.approximate},
-          {"mirror_faults", faults}};
+  nlohmann::ordered_json out = worker_load_json(w);
+  out["waiting"] = w.waiting;
+  out["running"] = w.running;
+  out["completed"] = w.completed;
+  out["kv_batches"] = s.kv_batches;
+  out["resyncs"] = s.resyncs;
+  out["abandoned"] = s.abandoned;
+  out["bypassed"] = s.bypassed;
+  out["approximate"] = s.approximate;
+  out["mirror_faults"] = faults;
+  return out;
 }
 
 nlohmann::ordered_json engine_json(const engine_worker_stats& s) {
@@ -279,9 +272,10 @@ asio::awaitable<bool> openai_front::impl::completion(
       " (X-Request-Id " + std::string(req[web::client_id_header]) + ")";
   if (client_gone(client.socket().native_handle())) {
     ++client_gone_count;
-    KVMESH_DEBUG("front on port %d: %s: the client went away before it was "
-                 "passed on",
-                 port, named.c_str());
+    KVMESH_DEBUG(
+        "front on port %d: %s: the client went away before it was "
+        "passed on",
+        port, named.c_str());
     co_return false;
   }
   web::proxy_options po;
@@ -303,9 +297,10 @@ asio::awaitable<bool> openai_front::impl::completion(
       // Its closed connection to the engine makes vLLM abort the request;
       // the WORKER hears the end as `t` goes.
       ++client_gone_count;
-      KVMESH_DEBUG("front on port %d: %s: the client went away (%s); the "
-                   "engine's request is cut",
-                   port, named.c_str(), r.why.c_str());
+      KVMESH_DEBUG(
+          "front on port %d: %s: the client went away (%s); the "
+          "engine's request is cut",
+          port, named.c_str(), r.why.c_str());
       co_return false;
     case web::proxy_outcome::after_first:
       if (r.status != 0) co_return false;  // the client saw the break
@@ -394,41 +389,25 @@ asio::awaitable<void> openai_front::impl::connection(tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
-    beast::error_code ec;
     http::request_parser<http::string_body> parser;
-    parser.header_limit(max_header_bytes);
+    parser.header_limit(web::max_header_bytes);
     parser.body_limit(max_body_bytes);
-    stream.expires_after(client_idle);
-    co_await http::async_read_header(
-        stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-    bool too_large = ec == http::error::body_limit;
-    if (ec && !too_large) {
-      if (parser.got_some() && ec != beast::error::timeout &&
-          ec != http::error::end_of_stream) {
-        web::answer a = web::error_answer(400, "malformed HTTP request: " +
-                                                   ec.message());
-        a.server = server_name;
-        co_await web::respond(stream, a, {}, false, write_timeout);
-      }
+    const web::read_result got =
+        co_await web::read_request(stream, buffer, parser, client_idle);
+    if (got.outcome == web::read_outcome::malformed) {
+      web::answer a =
+          web::error_answer(400, "malformed HTTP request: " + got.ec.message());
+      a.server = server_name;
+      co_await web::respond(stream, a, {}, false, write_timeout);
+    }
+    if (got.outcome == web::read_outcome::malformed ||
+        got.outcome == web::read_outcome::ended)
       break;
-    }
-    if (!too_large) {
-      if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
-        static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
-        co_await asio::async_write(
-            stream.socket(), asio::buffer(cont),
-            asio::redirect_error(asio::use_awaitable, ec));
-        if (ec) break;
-      }
-      co_await http::async_read(stream, buffer, parser,
-                                asio::redirect_error(asio::use_awaitable, ec));
-      too_large = ec == http::error::body_limit;
-      if (ec && !too_large) break;  // the client went mid-body
-    }
+    const bool too_large = got.outcome == web::read_outcome::too_large;
     if (too_large) {
-      web::answer a = web::error_answer(
-          413, "the request body is larger than " +
-                   std::to_string(max_body_bytes) + " bytes");
+      web::answer a =
+          web::error_answer(413, "the request body is larger than " +
+                                     std::to_string(max_body_bytes) + " bytes");
       a.server = server_name;
       if (co_await web::respond(stream, a, {}, false, write_timeout))
         co_await web::close_gracefully(stream, std::chrono::seconds(2));
@@ -452,8 +431,8 @@ asio::awaitable<void> openai_front::impl::connection(tcp::socket socket) {
       keep = co_await stats(stream, req.keep_alive());
     } else {
       web::answer a = web::error_answer(
-          404, "no route " + std::string(req.method_string()) + " " + path,
-          {}, "unknown_url");
+          404, "no route " + std::string(req.method_string()) + " " + path, {},
+          "unknown_url");
       a.server = server_name;
       keep = co_await web::respond(stream, a, {}, req.keep_alive(),
                                    write_timeout) &&
@@ -521,8 +500,8 @@ expected<std::unique_ptr<openai_front>> openai_front::bind(
   auto found = resolver.resolve(opt.host, std::to_string(opt.port),
                                 tcp::resolver::passive, err);
   if (err || found.empty())
-    return make_error(ec::io_error, "front: cannot listen on " + where +
-                                        ": " + err.message());
+    return make_error(ec::io_error, "front: cannot listen on " + where + ": " +
+                                        err.message());
   const tcp::endpoint ep = found.begin()->endpoint();
   p->acceptor.open(ep.protocol(), err);
   if (!err) p->acceptor.set_option(tcp::acceptor::reuse_address(true), err);

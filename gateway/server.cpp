@@ -32,6 +32,7 @@
 #include "gateway/completion.hpp"
 #include "gateway/context.hpp"
 #include "web/proxy.hpp"
+#include "web/request.hpp"
 #include "web/respond.hpp"
 
 namespace kvmesh::gateway {
@@ -49,7 +50,6 @@ using web::respond;
 namespace {
 
 constexpr size_t max_client_id = 256;
-constexpr size_t max_header_bytes = 64 * 1024;
 
 // "gw-" and 24 hex digits.
 std::string make_client_id() {
@@ -150,41 +150,22 @@ asio::awaitable<void> gateway_server::impl::session(gateway_context& ctx,
   const auto write_timeout = opt.upstream_idle_timeout;
   const std::string no_id;
   for (;;) {
-    beast::error_code ec;
     http::request_parser<http::string_body> parser;
-    parser.header_limit(max_header_bytes);
+    parser.header_limit(web::max_header_bytes);
     parser.body_limit(opt.max_body_bytes);
-    stream.expires_after(opt.client_idle_timeout);
-    co_await http::async_read_header(
-        stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-    bool too_large = ec == http::error::body_limit;
-    if (ec && !too_large) {
-      // A hang-up or a timeout between requests is the normal end; bytes
-      // that are not HTTP get a 400.
-      if (parser.got_some() && ec != beast::error::timeout &&
-          ec != http::error::end_of_stream) {
-        ctx.metrics->bad_request("bad_http");
-        ctx.metrics->request("other", 400);
-        const answer a =
-            error_answer(400, "malformed HTTP request: " + ec.message());
-        co_await respond(stream, a, no_id, false, write_timeout);
-      }
+    const web::read_result got = co_await web::read_request(
+        stream, buffer, parser, opt.client_idle_timeout);
+    if (got.outcome == web::read_outcome::malformed) {
+      ctx.metrics->bad_request("bad_http");
+      ctx.metrics->request("other", 400);
+      const answer a =
+          error_answer(400, "malformed HTTP request: " + got.ec.message());
+      co_await respond(stream, a, no_id, false, write_timeout);
+    }
+    if (got.outcome == web::read_outcome::malformed ||
+        got.outcome == web::read_outcome::ended)
       break;
-    }
-    if (!too_large) {
-      auto& h = parser.get();
-      if (beast::iequals(h[http::field::expect], "100-continue")) {
-        static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
-        co_await asio::async_write(
-            stream.socket(), asio::buffer(cont),
-            asio::redirect_error(asio::use_awaitable, ec));
-        if (ec) break;
-      }
-      co_await http::async_read(stream, buffer, parser,
-                                asio::redirect_error(asio::use_awaitable, ec));
-      too_large = ec == http::error::body_limit;
-      if (ec && !too_large) break;  // the client went mid-body
-    }
+    const bool too_large = got.outcome == web::read_outcome::too_large;
     const std::string path(path_of(parser.get().target()));
     const std::string route = path == "/v1/chat/completions"
                                   ? "chat_completions"

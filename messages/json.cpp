@@ -1,4 +1,5 @@
-// JSON route requests and decisions (nlohmann::json), errors naming fields.
+// JSON route requests and decisions (nlohmann::json), errors naming fields;
+// a worker's status.
 #include "messages/json.hpp"
 
 #include <atomic>
@@ -190,6 +191,24 @@ uint64_t json_decode_errors() {
 
 uint64_t text_route_requests() {
   return text_requests.load(std::memory_order_relaxed);
+}
+
+const char* worker_state_name(const worker_status& w) {
+  return w.gone        ? "gone"
+         : w.draining  ? "draining"
+         : w.unhealthy ? "unhealthy"
+                       : "live";
+}
+
+nlohmann::ordered_json worker_load_json(const worker_status& w) {
+  return {{"id", w.worker},
+          {"state", worker_state_name(w)},
+          {"gpu_blocks", w.gpu_blocks},
+          {"host_blocks", w.host_blocks},
+          {"disk_blocks", w.disk_blocks},
+          {"queued_blocks", w.queued},
+          {"active_blocks", w.active},
+          {"capacity_blocks", w.capacity}};
 }
 
 }  // namespace kvmesh

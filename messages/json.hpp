@@ -1,10 +1,13 @@
-// The JSON form of a route request and its decision, for clients without
-// Cap'n Proto (any NATS client, or a person with the NATS CLI).
+// The JSON forms of a route request and its decision, for clients without
+// Cap'n Proto (any NATS client, or a person with the NATS CLI), and of a
+// worker's status, shared by the admin's, top's and a front's views.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "messages/types.hpp"
@@ -35,6 +38,13 @@ expected<route_request_msg> parse_route_json(std::string_view text,
 // "no_workers"} (route_failure's name). Both carry "client_id" when the
 // request had one.
 std::string decision_json(const decision& d);
+
+// A worker's state in one word: live, draining, unhealthy or gone.
+const char* worker_state_name(const worker_status& w);
+
+// The fields every view of a worker shows: id, state, blocks per tier,
+// queued, active and capacity blocks.
+nlohmann::ordered_json worker_load_json(const worker_status& w);
 
 // JSON route requests that failed to parse since the process started.
 uint64_t json_decode_errors();
