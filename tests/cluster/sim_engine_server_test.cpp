@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,12 +39,18 @@ sim_engine_server_options small(uint32_t ranks = 1) {
 struct served {
   std::unique_ptr<sim_engine_server> server;
   std::unique_ptr<httplib::Client> http;
-  explicit served(const sim_engine_server_options& o) {
-    auto s = sim_engine_server::start(o);
-    EXPECT_TRUE(s) << s.err().message;
-    server = std::move(*s);
+  explicit served(const sim_engine_server_options& o)
+      : served(start_or_fail(o)) {}
+  explicit served(std::unique_ptr<sim_engine_server> s)
+      : server(std::move(s)) {
     http = std::make_unique<httplib::Client>("127.0.0.1", server->port());
     http->set_read_timeout(std::chrono::seconds(20));
+  }
+  static std::unique_ptr<sim_engine_server> start_or_fail(
+      const sim_engine_server_options& o) {
+    auto s = sim_engine_server::start(o);
+    if (!s) throw std::runtime_error(s.err().message);
+    return std::move(*s);
   }
   httplib::Result post(const std::string& path, const json& body,
                        const httplib::Headers& h = {}) {
@@ -188,9 +195,18 @@ TEST(sim_engine_server, refuses_bad_requests_with_vllm_errors) {
 
 TEST(sim_engine_server, publishes_kv_events_for_the_tokens_it_received) {
   auto o = small(2);
-  const int port = test::nats_server::free_port();
-  o.kv_events = "tcp://127.0.0.1:" + std::to_string(port);
-  served s(o);
+  // Rank r publishes on port + r: a port another test takes between the
+  // pick and the bind is picked again.
+  int port = 0;
+  std::unique_ptr<sim_engine_server> started;
+  for (int tries = 0; !started && tries < 20; ++tries) {
+    port = test::nats_server::free_port();
+    o.kv_events = "tcp://127.0.0.1:" + std::to_string(port);
+    auto st = sim_engine_server::start(o);
+    if (st) started = std::move(*st);
+  }
+  ASSERT_TRUE(started) << "no two free ports in 20 tries";
+  served s(std::move(started));
   zmq::context_t ctx;
   zmq::socket_t sub(ctx, zmq::socket_type::sub);
   sub.set(zmq::sockopt::subscribe, "");
