@@ -107,13 +107,16 @@ struct shard_series {
   counter* errors = nullptr;
 };
 
-// Per rank, one counter per field of engine_worker_stats.
-struct rank_counter {
+// A counter that mirrors one field of a statistics struct.
+template <class Stats>
+struct field_counter {
   const char* name;
   const char* help;
-  uint64_t engine_worker_stats::*field;
+  uint64_t Stats::*field;
 };
-constexpr rank_counter rank_counters[] = {
+
+// Per rank, one counter per field of engine_worker_stats.
+constexpr field_counter<engine_worker_stats> rank_counters[] = {
     {"kvmesh_worker_requests_bypassed_total",
      "Requests that reached the worker's front without a route request id "
      "(sent around the routers).",
@@ -137,12 +140,7 @@ constexpr rank_counter rank_counters[] = {
 constexpr size_t rank_counter_count = std::size(rank_counters);
 
 // For the agent, one counter per field of kv_subscriber_counters.
-struct feed_counter {
-  const char* name;
-  const char* help;
-  uint64_t kv_subscriber_counters::*field;
-};
-constexpr feed_counter feed_counters[] = {
+constexpr field_counter<kv_subscriber_counters> feed_counters[] = {
     {"kvmesh_agent_kv_event_messages_total",
      "Messages of the engine's KV event stream applied (live or replayed).",
      &kv_subscriber_counters::messages},
