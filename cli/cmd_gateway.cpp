@@ -190,7 +190,8 @@ void add_gateway(CLI::App& app, std::function<int()>& run) {
                   "gateway cannot follow exactly stops the start")
       ->type_name("MODEL=DIR");
   cmd->add_option("--tokenizer-threads", f->tokenizer_threads,
-                  "threads encoding the --tokenizer models' prompts")
+                  "threads encoding the --tokenizer models' prompts longer "
+                  "than 2 KB")
       ->check(positive)
       ->capture_default_str();
   cmd->callback([f, &run] { run = [f] { return run_gateway(*f); }; });

@@ -567,6 +567,31 @@ expected<tokenize_result> model_tokenizer::tokenize(
 
 namespace {
 
+// Text bytes up to which a prompt is encoded where it is asked.
+constexpr size_t inline_prompt_bytes = 2048;
+
+// Whether the request's text (its prompt, or its messages' string
+// contents) is at most inline_prompt_bytes; anything else (content parts,
+// tools) goes to the pool.
+bool short_prompt(const nlohmann::ordered_json& request) {
+  size_t bytes = 0;
+  auto add = [&](const nlohmann::ordered_json& text) {
+    if (!text.is_string()) return false;
+    bytes += text.get_ref<const std::string&>().size();
+    return bytes <= inline_prompt_bytes;
+  };
+  if (request.size() > 8) return false;
+  if (auto p = request.find("prompt"); p != request.end()) return add(*p);
+  auto m = request.find("messages");
+  if (m == request.end() || !m->is_array() || m->size() > 16) return false;
+  for (const auto& msg : *m) {
+    if (!msg.is_object() || msg.size() > 2) return false;
+    auto c = msg.find("content");
+    if (c == msg.end() || !add(*c)) return false;
+  }
+  return true;
+}
+
 // One model's prompt_tokenizer: its encodes on the shared pool. A job holds
 // the model's tokenizer, never the pool, so that no pool thread is left
 // holding what stops the pool. A stopped pool runs nothing more: a prompt
@@ -579,6 +604,13 @@ class pooled_tokenizer final : public prompt_tokenizer {
 
   void tokenize(tokenize_ask ask,
                 std::function<void(expected<tokenize_result>)> done) override {
+    // A short prompt is encoded on the caller's thread: its tens of
+    // microseconds cost less than the two thread hand-offs of the pool
+    // (measured: a sixth of the gateway's CPU per request went to them).
+    if (short_prompt(ask.request)) {
+      done(model_->tokenize(ask.request));
+      return;
+    }
     boost::asio::post(
         *pool_, [m = model_, ask = std::move(ask), done = std::move(done)]() {
           done(m->tokenize(ask.request));

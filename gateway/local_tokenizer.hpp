@@ -66,8 +66,9 @@ inline constexpr const char* handoff_reasons[] = {
     "renderer",         // what the renderer or the tokenizer leaves out
 };
 
-// The in-process tokenizers of the models given, encoding on `threads`
-// threads of their own (so that a long prompt holds no HTTP thread).
+// The in-process tokenizers of the models given: a short prompt encoded
+// where it is asked, a longer one on `threads` threads of their own (so
+// that a long prompt holds no HTTP thread).
 class local_tokenizers {
  public:
   // Stops after the encodes under way; those queued are dropped.

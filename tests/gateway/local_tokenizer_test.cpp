@@ -520,7 +520,8 @@ TEST(local_tokenizer, a_prompt_the_template_raises_on_is_refused) {
   expect_has(r.err().message, "raise_exception: roles must alternate");
 }
 
-TEST(local_tokenizer, adapters_take_their_base_model_and_the_pool_answers) {
+TEST(local_tokenizer,
+     adapters_take_their_base_model_and_long_prompts_go_to_the_pool) {
   const model_tokenizer* q = loaded(qwen);
   ASSERT_TRUE(q);
   std::map<std::string, model_tokenizer> models;
@@ -535,19 +536,29 @@ TEST(local_tokenizer, adapters_take_their_base_model_and_the_pool_answers) {
 
   auto tok =
       lt->for_pool({"my-adapter", {}, true, "Qwen/Qwen2.5-7B-Instruct", 0});
-  tokenize_ask ask;
-  ask.model = "my-adapter";
-  ask.request = {{"model", "my-adapter"}, {"prompt", "Hello world"}};
-  std::promise<std::pair<std::thread::id, std::vector<uint32_t>>> got;
-  tok->tokenize(ask, [&](expected<tokenize_result> r) {
-    got.set_value(
-        {std::this_thread::get_id(), r ? r->tokens : std::vector<uint32_t>{}});
-  });
-  auto f = got.get_future();
-  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  const auto [thread, ids] = f.get();
-  EXPECT_NE(thread, std::this_thread::get_id());
+  // A short prompt is encoded where it is asked, a longer one on the pool.
+  auto encode = [&](const std::string& prompt) {
+    tokenize_ask ask;
+    ask.model = "my-adapter";
+    ask.request = {{"model", "my-adapter"}, {"prompt", prompt}};
+    std::promise<std::pair<std::thread::id, std::vector<uint32_t>>> got;
+    tok->tokenize(ask, [&](expected<tokenize_result> r) {
+      got.set_value({std::this_thread::get_id(),
+                     r ? r->tokens : std::vector<uint32_t>{}});
+    });
+    auto f = got.get_future();
+    EXPECT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    return f.get();
+  };
+  const auto [near, ids] = encode("Hello world");
+  EXPECT_EQ(near, std::this_thread::get_id());
   EXPECT_EQ(ids, (std::vector<uint32_t>{9707, 1879}));
+  std::string long_prompt;
+  while (long_prompt.size() <= 2048)
+    long_prompt += "Hello world";
+  const auto [pooled, long_ids] = encode(long_prompt);
+  EXPECT_NE(pooled, std::this_thread::get_id());
+  EXPECT_GT(long_ids.size(), 300u);
 }
 
 }  // namespace
