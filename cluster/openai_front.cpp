@@ -390,10 +390,8 @@ asio::awaitable<void> openai_front::impl::connection(tcp::socket socket) {
   beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
-    parser.header_limit(web::max_header_bytes);
-    parser.body_limit(max_body_bytes);
-    const web::read_result got =
-        co_await web::read_request(stream, buffer, parser, client_idle);
+    const web::read_result got = co_await web::read_request(
+        stream, buffer, parser, max_body_bytes, client_idle);
     if (got.outcome == web::read_outcome::malformed) {
       web::answer a =
           web::error_answer(400, "malformed HTTP request: " + got.ec.message());

@@ -571,8 +571,9 @@ namespace {
 constexpr size_t inline_prompt_bytes = 2048;
 
 // Whether the request's text (its prompt, or its messages' string
-// contents) is at most inline_prompt_bytes; anything else (content parts,
-// tools) goes to the pool.
+// contents) is at most inline_prompt_bytes. What the byte count does not
+// see goes to the pool: many request fields (tools, documents), many
+// messages, or messages with more than a role and a content.
 bool short_prompt(const nlohmann::ordered_json& request) {
   size_t bytes = 0;
   auto add = [&](const nlohmann::ordered_json& text) {
@@ -605,8 +606,7 @@ class pooled_tokenizer final : public prompt_tokenizer {
   void tokenize(tokenize_ask ask,
                 std::function<void(expected<tokenize_result>)> done) override {
     // A short prompt is encoded on the caller's thread: its tens of
-    // microseconds cost less than the two thread hand-offs of the pool
-    // (measured: a sixth of the gateway's CPU per request went to them).
+    // microseconds cost less than the two thread hand-offs of the pool.
     if (short_prompt(ask.request)) {
       done(model_->tokenize(ask.request));
       return;

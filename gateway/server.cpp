@@ -151,10 +151,8 @@ asio::awaitable<void> gateway_server::impl::session(gateway_context& ctx,
   const std::string no_id;
   for (;;) {
     http::request_parser<http::string_body> parser;
-    parser.header_limit(web::max_header_bytes);
-    parser.body_limit(opt.max_body_bytes);
     const web::read_result got = co_await web::read_request(
-        stream, buffer, parser, opt.client_idle_timeout);
+        stream, buffer, parser, opt.max_body_bytes, opt.client_idle_timeout);
     if (got.outcome == web::read_outcome::malformed) {
       ctx.metrics->bad_request("bad_http");
       ctx.metrics->request("other", 400);

@@ -19,8 +19,10 @@ namespace http = beast::http;
 
 asio::awaitable<read_result> read_request(
     beast::tcp_stream& client, beast::flat_buffer& buffer,
-    http::request_parser<http::string_body>& parser,
+    http::request_parser<http::string_body>& parser, size_t max_body_bytes,
     std::chrono::milliseconds idle) {
+  parser.header_limit(64 * 1024);
+  parser.body_limit(max_body_bytes);
   read_result r;
   client.expires_after(idle);
   co_await http::async_read_header(

@@ -15,9 +15,6 @@
 
 namespace kvmesh::web {
 
-// Header bytes a request may have, in the gateway and the fronts alike.
-constexpr std::size_t max_header_bytes = 64 * 1024;
-
 enum class read_outcome {
   whole,      // header and body read: parser.get() is the request
   too_large,  // the body passes the parser's limit: answer 413, then close
@@ -30,11 +27,12 @@ struct read_result {
   boost::beast::error_code ec;
 };
 
-// Reads the next request on `client` into `parser` (its limits set by the
-// caller), waiting at most `idle` for it to begin.
+// Reads the next request on `client` into `parser`, a header of at most
+// 64 KB and a body of at most `max_body_bytes`, waiting at most `idle` for
+// it to begin.
 boost::asio::awaitable<read_result> read_request(
     boost::beast::tcp_stream& client, boost::beast::flat_buffer& buffer,
     boost::beast::http::request_parser<boost::beast::http::string_body>& parser,
-    std::chrono::milliseconds idle);
+    std::size_t max_body_bytes, std::chrono::milliseconds idle);
 
 }  // namespace kvmesh::web
