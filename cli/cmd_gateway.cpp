@@ -101,6 +101,7 @@ int run_gateway(gateway_flags f) {
   mo.timeout = std::chrono::milliseconds(f.timeout_ms);
   mo.stale = std::chrono::milliseconds(f.heartbeat_ms * 5 / 2);
   mo.max_workers = f.limits.max_workers;
+  mo.thread_connection = bus_options(f.bus, f.name);
   auto node = std::make_unique<gateway_node>();
   node->tokenizers = std::move(*tokenizers);
   if (const gateway::local_tokenizers* lt = node->tokenizers.get())

@@ -151,12 +151,16 @@ int start_error(const char* cmd, const std::string& what, const error& e) {
   return start_error(cmd, make_error(e.code, what + ": " + e.message));
 }
 
-expected<std::unique_ptr<nats_bus>> connect_bus(const bus_flags& b,
-                                                const std::string& name) {
+nats_options bus_options(const bus_flags& b, const std::string& name) {
   nats_options o = b.security;
   o.url = url_list(b.nats);
   o.name = name;
-  auto bus = nats_bus::connect(o);
+  return o;
+}
+
+expected<std::unique_ptr<nats_bus>> connect_bus(const bus_flags& b,
+                                                const std::string& name) {
+  auto bus = nats_bus::connect(bus_options(b, name));
   // A refused credential or TLS says what to change; only an unreachable
   // server needs the hint about where the URL comes from.
   if (!bus && bus.err().code == ec::io_error &&

@@ -76,6 +76,8 @@ int start_error(const char* cmd, const std::string& what, const error& e);
 
 // -- the bus and a serving process -------------------------------------------
 
+// The connection settings of the flags, named `name` on the server.
+nats_options bus_options(const bus_flags& b, const std::string& name);
 // Connects to the checked --nats list as `name`; an unreachable server's
 // error says where the URL comes from.
 expected<std::unique_ptr<nats_bus>> connect_bus(const bus_flags& b,

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "cluster/msg_batch.hpp"
 #include "core/log.hpp"
 
 namespace kvmesh {
@@ -54,6 +55,11 @@ std::string last_nats_error() {
 }
 
 }  // namespace
+
+bool asks_tls(const nats_options& o) {
+  return o.tls || !o.tls_ca_file.empty() || !o.tls_cert_file.empty() ||
+         o.url.find("tls://") != std::string::npos;
+}
 
 status check_security(const nats_options& o) {
   std::vector<std::string> problems;
@@ -126,7 +132,8 @@ struct nats_callbacks {
     const auto* data = reinterpret_cast<const uint8_t*>(natsMsg_GetData(msg));
     const int len = natsMsg_GetDataLength(msg);
     if (data && len > 0) m.payload.assign(data, data + len);
-    natsMsg_Destroy(msg);
+    thread_local nats_msg_batch done;  // one per delivery thread
+    done.destroy(msg);
     sub->handler(std::move(m));
   }
   // libnats calls this once the subscription is closed and its handler has
@@ -164,7 +171,8 @@ struct nats_callbacks {
     const auto* data = reinterpret_cast<const uint8_t*>(natsMsg_GetData(msg));
     const int len = natsMsg_GetDataLength(msg);
     if (data && len > 0) payload.assign(data, data + len);
-    natsMsg_Destroy(msg);
+    thread_local nats_msg_batch done;
+    done.destroy(msg);
     bus->on_response(subject, none, std::move(payload));
   }
   // A refused publish or subscription: the server says so only here, after
@@ -259,9 +267,7 @@ std::string connect_failure(natsStatus s, const nats_options& opt) {
     return "TLS was asked (nats.tls, nats.tls_* or a tls:// URL) but the "
            "server does not offer it" +
            said;
-  const bool tls_asked = opt.tls || !opt.tls_ca_file.empty() ||
-                         !opt.tls_cert_file.empty() ||
-                         opt.url.find("tls://") != std::string::npos;
+  const bool tls_asked = asks_tls(opt);
   const bool handshake = s == NATS_SSL_ERROR ||
                          detail.find("SSL") != std::string::npos ||
                          detail.find("certificate") != std::string::npos;
@@ -305,13 +311,10 @@ std::string connect_failure(natsStatus s, const nats_options& opt) {
 
 }  // namespace
 
-expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
-  std::unique_ptr<nats_bus> bus(new nats_bus());
-  bus->opt_ = opt;
-  bus->shown_url_ = redact_url(opt.url);
+expected<natsOptions*> make_nats_options(const nats_options& opt) {
+  const std::string shown = redact_url(opt.url);
   if (auto st = check_security(opt); !st)
-    return make_error(st.err().code,
-                      "NATS " + bus->shown_url_ + ": " + st.err().message);
+    return make_error(st.err().code, "NATS " + shown + ": " + st.err().message);
   natsOptions* o = nullptr;
   natsStatus s = natsOptions_Create(&o);
   auto bad = [&](const std::string& step) {
@@ -321,8 +324,7 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
         !last.empty() && last != detail)
       detail += " (" + last + ")";
     if (o) natsOptions_Destroy(o);
-    return make_error(ec::io_error,
-                      "NATS " + bus->shown_url_ + ": " + step + ": " + detail);
+    return make_error(ec::io_error, "NATS " + shown + ": " + step + ": " + detail);
   };
   if (s != NATS_OK) return bad("options");
   // A comma-separated list names several servers of one cluster:
@@ -357,15 +359,7 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
       (s = natsOptions_SetReconnectWait(o, opt.reconnect_wait_ms)) != NATS_OK ||
       (s = natsOptions_SetReconnectBufSize(o, opt.reconnect_buffer_bytes)) !=
           NATS_OK ||
-      (s = natsOptions_SetTimeout(o, opt.connect_timeout_ms)) != NATS_OK ||
-      (s = natsOptions_SetReconnectedCB(o, nats_callbacks::on_reconnected,
-                                        bus.get())) != NATS_OK ||
-      (s = natsOptions_SetDisconnectedCB(o, nats_callbacks::on_disconnected,
-                                         bus.get())) != NATS_OK ||
-      (s = natsOptions_SetClosedCB(o, nats_callbacks::on_closed, bus.get())) !=
-          NATS_OK ||
-      (s = natsOptions_SetErrorHandler(o, nats_callbacks::on_error,
-                                       bus.get())) != NATS_OK)
+      (s = natsOptions_SetTimeout(o, opt.connect_timeout_ms)) != NATS_OK)
     return bad("options");
   if (!opt.user.empty() &&
       (s = natsOptions_SetUserInfo(o, opt.user.c_str(),
@@ -394,16 +388,45 @@ expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
            o, opt.tls_cert_file.c_str(), opt.tls_key_file.c_str())) != NATS_OK)
     return bad("nats.tls_cert " + opt.tls_cert_file + " and nats.tls_key " +
                opt.tls_key_file);
-  if ((s = natsConnection_Connect(&bus->conn_, o)) != NATS_OK) {
-    const std::string why = connect_failure(s, opt);
+  return o;
+}
+
+error nats_connect_error(int status, const nats_options& opt) {
+  const std::string why = connect_failure(static_cast<natsStatus>(status), opt);
+  // A server that closed the connection may also be restarting: an
+  // error to retry (a unit restarts it), not a setting refused.
+  const bool refused =
+      why.rfind("cannot connect", 0) != 0 &&
+      why.find("the server closed the connection") == std::string::npos;
+  return make_error(refused ? ec::invalid_argument : ec::io_error,
+                    "NATS " + redact_url(opt.url) + ": " + why);
+}
+
+expected<std::unique_ptr<nats_bus>> nats_bus::connect(const nats_options& opt) {
+  std::unique_ptr<nats_bus> bus(new nats_bus());
+  bus->opt_ = opt;
+  bus->shown_url_ = redact_url(opt.url);
+  auto made = make_nats_options(opt);
+  if (!made) return made.err();
+  natsOptions* o = *made;
+  natsStatus s = NATS_OK;
+  if ((s = natsOptions_SetReconnectedCB(o, nats_callbacks::on_reconnected,
+                                        bus.get())) != NATS_OK ||
+      (s = natsOptions_SetDisconnectedCB(o, nats_callbacks::on_disconnected,
+                                         bus.get())) != NATS_OK ||
+      (s = natsOptions_SetClosedCB(o, nats_callbacks::on_closed, bus.get())) !=
+          NATS_OK ||
+      (s = natsOptions_SetErrorHandler(o, nats_callbacks::on_error,
+                                       bus.get())) != NATS_OK) {
     natsOptions_Destroy(o);
-    // A server that closed the connection may also be restarting: an
-    // error to retry (a unit restarts it), not a setting refused.
-    const bool refused =
-        why.rfind("cannot connect", 0) != 0 &&
-        why.find("the server closed the connection") == std::string::npos;
-    return make_error(refused ? ec::invalid_argument : ec::io_error,
-                      "NATS " + bus->shown_url_ + ": " + why);
+    return make_error(ec::io_error, "NATS " + bus->shown_url_ +
+                                        ": options: " + natsStatus_GetText(s));
+  }
+  s = natsConnection_Connect(&bus->conn_, o);
+  if (s != NATS_OK) {
+    error e = nats_connect_error(s, opt);  // reads libnats' error stack
+    natsOptions_Destroy(o);
+    return e;
   }
   natsOptions_Destroy(o);
   return bus;

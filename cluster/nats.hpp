@@ -17,6 +17,7 @@
 
 struct __natsConnection;
 struct __natsSubscription;
+struct __natsOptions;
 
 namespace kvmesh {
 
@@ -74,6 +75,17 @@ struct nats_options {
 // one way of authenticating, readable files), naming the config keys; ok
 // when they can be tried on a server.
 status check_security(const nats_options& opt);
+
+// Whether the connection asks for TLS (a setting or a tls:// URL).
+bool asks_tls(const nats_options& opt);
+
+// libnats options for `opt` (servers, credentials, TLS, timeouts, no
+// callbacks), for a connection made beside nats_bus (the gateway's, on its
+// own event loop); the caller destroys them. The error names the setting.
+expected<__natsOptions*> make_nats_options(const nats_options& opt);
+// natsConnection_Connect's failure `status` as an error saying what to
+// change; call it before anything else touches libnats on this thread.
+error nats_connect_error(int status, const nats_options& opt);
 
 class nats_bus {
  public:

@@ -97,14 +97,16 @@ authorization {
 
   # The gateway (`kvmesh gateway`): hears the workers' heartbeats (the
   # models they serve and their fronts), sends route requests, and reads
-  # their decisions on its own inboxes (_INBOX.gateway.<name>.<n>); the
-  # requests themselves go to the fronts over HTTP.
+  # their decisions on its own inboxes (_INBOX.gateway.<name>.<n>, and
+  # _INBOX.gateway.<name>.<thread>.<n> for each HTTP thread's own
+  # connection); the requests themselves go to the fronts over HTTP.
   GATEWAY = {
     publish = {
       allow = ["@P@.route"]
     }
     subscribe = {
-      allow = ["@P@.heartbeat.worker.*", "_INBOX.gateway.*.*"]
+      allow = ["@P@.heartbeat.worker.*", "_INBOX.gateway.*.*",
+               "_INBOX.gateway.*.*.*"]
     }
   }
 

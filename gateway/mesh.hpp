@@ -6,10 +6,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace kvmesh::gateway {
 
@@ -62,6 +67,15 @@ class gateway_mesh {
                      std::function<void(expected<route_answer>)> done) = 0;
   // Whether the mesh can route now (GET /health).
   virtual bool ready() const = 0;
+  // Called by the server on each of its threads, before that thread runs
+  // `io` (the thread's own): a mesh may open a connection there, so that a
+  // route() called on that thread is answered on it with no other thread
+  // in between. The server keeps the result until the thread has stopped
+  // and destroys it before `io`. Null: nothing to keep.
+  virtual std::shared_ptr<void> bind_thread(boost::asio::io_context& io) {
+    (void)io;
+    return nullptr;
+  }
 };
 
 }  // namespace kvmesh::gateway

@@ -3,6 +3,7 @@
 #include "gateway/nats_mesh.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -10,7 +11,11 @@
 #include <thread>
 #include <unordered_map>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
 #include "core/log.hpp"
+#include "gateway/nats_loop.hpp"
 #include "messages/codec.hpp"
 #include "messages/member_checks.hpp"
 
@@ -36,7 +41,42 @@ error failure_error(const decision& d) {
   return make_error(ec::conflict, d.error);
 }
 
+// A router's decision as the route's answer; `bad` counts the ones that do
+// not decode.
+expected<route_answer> answer_of(const uint8_t* data, size_t size,
+                                 std::atomic<uint64_t>& bad) {
+  auto d = decode<decision>(data, size);
+  if (!d) {
+    bad.fetch_add(1);
+    return make_error(
+        ec::parse_error,
+        "the router's decision does not decode: " + d.err().message);
+  }
+  if (!d->error.empty()) return failure_error(*d);
+  return route_answer{d->worker, d->request, d->endpoint};
+}
+
+// The id ending a decision's subject after `inbox`, or false.
+bool id_after(std::string_view subject, const std::string& inbox,
+              uint64_t& id) {
+  if (subject.size() <= inbox.size()) return false;
+  id = 0;
+  for (size_t i = inbox.size(); i < subject.size(); ++i) {
+    const char c = subject[i];
+    if (c < '0' || c > '9') return false;
+    id = id * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return true;
+}
+
+error late_error(std::chrono::milliseconds timeout) {
+  return make_error(ec::timeout, "no decision from a router in " +
+                                     std::to_string(timeout.count()) + " ms");
+}
+
 }  // namespace
+
+using asio_io = boost::asio::io_context;
 
 struct nats_mesh::impl {
   nats_bus* bus = nullptr;
@@ -59,9 +99,11 @@ struct nats_mesh::impl {
   mutable std::mutex mu;
   std::unordered_map<uint32_t, seen> workers;
   std::map<uint64_t, waiting> pending;
-  uint64_t next_id = 0;
+  std::atomic<uint64_t> next_id{0};
   uint64_t bad_beats = 0;
-  uint64_t bad_decisions = 0;
+  std::atomic<uint64_t> bad_decisions{0};
+  std::atomic<uint32_t> threads_bound{0};
+  struct channel;
   bool stopping = false;
   std::condition_variable cv;
   std::thread sweeper;
@@ -93,13 +135,8 @@ struct nats_mesh::impl {
   }
 
   void on_decision(const nats_message& m) {
-    if (m.subject.size() <= inbox.size()) return;
     uint64_t id = 0;
-    for (size_t i = inbox.size(); i < m.subject.size(); ++i) {
-      const char c = m.subject[i];
-      if (c < '0' || c > '9') return;
-      id = id * 10 + static_cast<uint64_t>(c - '0');
-    }
+    if (!id_after(m.subject, inbox, id)) return;
     std::function<void(expected<route_answer>)> done;
     {
       std::lock_guard<std::mutex> g(mu);
@@ -108,22 +145,7 @@ struct nats_mesh::impl {
       done = std::move(it->second.done);
       pending.erase(it);
     }
-    auto d = decode<decision>(m.payload);
-    if (!d) {
-      {
-        std::lock_guard<std::mutex> g(mu);
-        ++bad_decisions;
-      }
-      done(make_error(
-          ec::parse_error,
-          "the router's decision does not decode: " + d.err().message));
-      return;
-    }
-    if (!d->error.empty()) {
-      done(failure_error(*d));
-      return;
-    }
-    done(route_answer{d->worker, d->request, d->endpoint});
+    done(answer_of(m.payload.data(), m.payload.size(), bad_decisions));
   }
 
   // Answers the routes whose decision did not come in time.
@@ -144,13 +166,117 @@ struct nats_mesh::impl {
       if (late.empty()) continue;
       lock.unlock();
       for (auto& f : late)
-        f(make_error(ec::timeout, "no decision from a router in " +
-                                      std::to_string(opt.timeout.count()) +
-                                      " ms"));
+        f(late_error(opt.timeout));
       lock.lock();
     }
   }
 };
+
+// One server thread's routes: a connection of its own on the thread's
+// io_context, its pending routes and their deadline; used on that thread
+// only, so nothing here is locked.
+struct nats_mesh::impl::channel {
+  channel(impl& o, asio_io& io) : owner(&o), timer(io) {}
+  ~channel() {
+    timer.cancel();
+    auto left = std::move(pending);
+    pending.clear();
+    for (auto& [id, w] : left)
+      w.done(make_error(ec::timeout, "the gateway is stopping"));
+    nats.reset();
+  }
+  impl* owner;
+  std::unique_ptr<nats_loop> nats;
+  std::string inbox;  // _INBOX.gateway.<name>.<thread>.
+  std::map<uint64_t, waiting> pending;
+  boost::asio::steady_timer timer;
+  bool timer_armed = false;
+
+  void on_decision(std::string_view subject, const uint8_t* data,
+                   size_t size) {
+    uint64_t id = 0;
+    if (!id_after(subject, inbox, id)) return;
+    auto it = pending.find(id);
+    if (it == pending.end()) return;  // timed out already
+    auto done = std::move(it->second.done);
+    pending.erase(it);
+    done(answer_of(data, size, owner->bad_decisions));
+  }
+
+  // Ids grow and every route has the same timeout: the first pending
+  // route is the first due.
+  void arm() {
+    if (timer_armed || pending.empty()) return;
+    timer_armed = true;
+    timer.expires_at(pending.begin()->second.deadline);
+    timer.async_wait([this](const boost::system::error_code& ec) {
+      timer_armed = false;
+      if (ec) return;
+      const auto now = steady::now();
+      while (!pending.empty() && pending.begin()->second.deadline <= now) {
+        auto done = std::move(pending.begin()->second.done);
+        pending.erase(pending.begin());
+        done(late_error(owner->opt.timeout));
+      }
+      arm();
+    });
+  }
+
+  void route(const route_request_msg& r,
+             std::function<void(expected<route_answer>)> done) {
+    auto it = pending
+                  .emplace(r.id, waiting{steady::now() + owner->opt.timeout,
+                                         std::move(done)})
+                  .first;
+    auto st = nats->publish(owner->opt.subj.route(), encode(r),
+                            inbox + std::to_string(r.id));
+    if (!st) {
+      auto failed = std::move(it->second.done);
+      pending.erase(it);
+      failed(make_error(ec::io_error, "cannot send the route request: " +
+                                          st.err().message));
+      return;
+    }
+    arm();
+  }
+};
+
+namespace {
+// The channel of the server thread this runs on, if bound.
+thread_local nats_mesh::impl::channel* current_channel = nullptr;
+}  // namespace
+
+std::shared_ptr<void> nats_mesh::bind_thread(boost::asio::io_context& io) {
+  if (!impl_->opt.thread_connection) return nullptr;
+  const uint32_t k = impl_->threads_bound.fetch_add(1);
+  nats_options o = *impl_->opt.thread_connection;
+  o.name += "-" + std::to_string(k);
+  auto c = std::make_shared<impl::channel>(*impl_, io);
+  auto nats = nats_loop::connect(o, io);
+  if (!nats) {
+    KVMESH_WARN(
+        "gateway thread %u routes over the shared NATS connection: its own "
+        "cannot be opened: %s",
+        k, nats.err().message.c_str());
+    return nullptr;
+  }
+  c->nats = std::move(*nats);
+  c->inbox = impl_->inbox + std::to_string(k) + ".";
+  impl::channel* raw = c.get();
+  auto sub = c->nats->subscribe(
+      c->inbox + "*",
+      [raw](std::string_view subject, const uint8_t* data, size_t size) {
+        raw->on_decision(subject, data, size);
+      });
+  if (!sub) {
+    KVMESH_WARN(
+        "gateway thread %u routes over the shared NATS connection: %s", k,
+        sub.err().message.c_str());
+    return nullptr;
+  }
+  current_channel = raw;
+  return c;
+}
 
 expected<std::unique_ptr<nats_mesh>> nats_mesh::start(
     nats_bus& bus, const nats_mesh_options& o) {
@@ -162,7 +288,7 @@ expected<std::unique_ptr<nats_mesh>> nats_mesh::start(
   std::random_device rd;
   // Route ids are the mesh's request ids: a random start keeps two
   // gateways' apart; 63 bits for clients with signed integers.
-  p->next_id = ((uint64_t{rd()} << 32) ^ rd()) & 0x3fffffffffffffffull;
+  p->next_id.store(((uint64_t{rd()} << 32) ^ rd()) & 0x3fffffffffffffffull);
   std::weak_ptr<impl> weak = p;
   auto beats = bus.subscribe(o.subj.worker_beats(), "", [weak](nats_message m) {
     if (auto q = weak.lock()) q->on_beat(m);
@@ -236,9 +362,14 @@ void nats_mesh::route(route_ask ask,
   r.model = ask.lora.empty() ? std::move(ask.model) : std::move(ask.lora);
   r.client_id = std::move(ask.client_id);
   r.exclude = std::move(ask.exclude_workers);
+  r.id = impl_->next_id.fetch_add(1);
+  if (impl::channel* c = current_channel;
+      c && c->owner == impl_.get() && c->nats->connected()) {
+    c->route(r, std::move(done));
+    return;
+  }
   {
     std::lock_guard<std::mutex> g(impl_->mu);
-    r.id = impl_->next_id++;
     impl_->pending.emplace(
         r.id, impl::waiting{steady::now() + impl_->opt.timeout, done});
   }

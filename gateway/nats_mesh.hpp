@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cluster/nats.hpp"
@@ -28,6 +29,11 @@ struct nats_mesh_options {
   // Workers it keeps at most (limits.max_workers): a flood of forged
   // heartbeats cannot grow it past this.
   size_t max_workers = 16384;
+  // The settings of the connection each server thread opens for its own
+  // routes (bind_thread: decisions come back on the thread that asked, on
+  // _INBOX.gateway.<name>.<thread>.<n>). None, or a connection that
+  // cannot be opened (TLS, ...): the thread's routes use the bus.
+  std::optional<nats_options> thread_connection;
 };
 
 class nats_mesh final : public gateway_mesh {
@@ -40,6 +46,7 @@ class nats_mesh final : public gateway_mesh {
   void route(route_ask ask,
              std::function<void(expected<route_answer>)> done) override;
   bool ready() const override;
+  std::shared_ptr<void> bind_thread(boost::asio::io_context& io) override;
 
   struct impl;
 

@@ -78,6 +78,8 @@ struct gateway_server::impl {
   // engine tokenizer); the rest shared. The contexts outlive the
   // coroutine frames that the io_contexts destroy.
   std::vector<gateway_context> ctxs;
+  // What the mesh keeps on each thread (gateway_mesh::bind_thread).
+  std::vector<std::shared_ptr<void>> bound;
   std::vector<std::unique_ptr<asio::io_context>> ios;
   // A context with no connection yet must not return from run().
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>>
@@ -255,9 +257,11 @@ gateway_server::~gateway_server() {
   // Coroutines waiting for the mesh or a tokenizer go now, while their
   // executor lives; the rest go with the io_context.
   p.gate.close();
-  // Idle sockets before the io_contexts they belong to.
+  // Idle sockets and the mesh's connections before the io_contexts they
+  // belong to.
   for (auto& c : p.ctxs)
     c.pool.reset();
+  p.bound.clear();
 }
 
 int gateway_server::port() const {
@@ -319,9 +323,14 @@ expected<std::unique_ptr<gateway_server>> gateway_server::start(
   p->port = p->acceptor.local_endpoint().port();
   impl* raw = p.get();
   asio::co_spawn(*p->ios[0], raw->accept_loop(), asio::detached);
-  for (auto& io : p->ios) {
+  p->bound.resize(p->ios.size());
+  for (size_t k = 0; k < p->ios.size(); ++k) {
+    asio::io_context* io = p->ios[k].get();
     p->keep_running.push_back(asio::make_work_guard(*io));
-    p->threads.emplace_back([io = io.get()] { io->run(); });
+    p->threads.emplace_back([io, held = &p->bound[k], m = &mesh] {
+      *held = m->bind_thread(*io);
+      io->run();
+    });
   }
   return std::unique_ptr<gateway_server>(new gateway_server(std::move(p)));
 }
