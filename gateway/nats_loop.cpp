@@ -4,7 +4,6 @@
 #include "gateway/nats_loop.hpp"
 
 #include <nats/nats.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -64,20 +63,9 @@ struct nats_loop::state : std::enable_shared_from_this<nats_loop::state> {
     if (closed || !want_read || !nc) return;
     natsConnection_ProcessReadEvent(nc);
     deliver();
-    // libnats reads once per event, as a level-triggered loop expects;
-    // Asio's epoll is edge-triggered, so bytes left behind would wait for
-    // the next packet. Read again while the socket holds more.
-    int left = 0;
-    if (fd && want_read && ::ioctl(fd->native_handle(), FIONREAD, &left) == 0 &&
-        left > 0) {
-      reading = true;
-      asio::post(io, [self = shared_from_this(), g = generation] {
-        if (g != self->generation) return;
-        self->reading = false;
-        self->on_readable();
-      });
-      return;
-    }
+    // libnats reads once per event, as a level-triggered loop expects.
+    // Asio's epoll is edge-triggered, but a wait re-registers the socket
+    // (EPOLL_CTL_MOD), which reports bytes still unread at once.
     arm_read();
   }
 
