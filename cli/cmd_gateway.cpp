@@ -22,7 +22,8 @@ struct gateway_flags {
   metrics_flags metrics;
   std::string name;
   std::string listen = "0.0.0.0:8080";
-  uint32_t http_threads = 2;
+  // 0: half the host's cores, at least one (default_http_threads).
+  uint32_t http_threads = 0;
   uint32_t block_tokens = default_block_tokens;
   uint32_t timeout_ms = 5000;
   uint32_t max_reroutes = 2;
@@ -84,7 +85,8 @@ int run_gateway(gateway_flags f) {
   if (!split_listen(f.listen, go.host, go.port))
     return usage_error(
         cmd, "--listen: '" + f.listen + "' is not HOST:PORT (port 0 to 65535)");
-  go.threads = f.http_threads;
+  go.threads =
+      f.http_threads > 0 ? f.http_threads : gateway::default_http_threads();
   go.block_tokens = f.block_tokens;
   go.max_reroutes = f.max_reroutes;
   go.upstream_idle = f.upstream_idle;
@@ -154,8 +156,8 @@ void add_gateway(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--listen", f->listen, "HOST:PORT the OpenAI API listens on")
       ->capture_default_str();
   cmd->add_option("--http-threads", f->http_threads,
-                  "threads serving HTTP (each holds many streams)")
-      ->check(positive)
+                  "threads serving HTTP, each holding many streams (0: "
+                  "half the host's cores, at least 1)")
       ->capture_default_str();
   cmd->add_option("--block-tokens", f->block_tokens,
                   "tokens per block, as the mesh's workers have it")

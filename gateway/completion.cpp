@@ -207,7 +207,8 @@ asio::awaitable<served> serve_completion(
   }
   const openai_body& body = std::get<openai_body>(parsed);
 
-  const std::vector<pool_model> pools = ctx.mesh->models();
+  const pool_list pool_snapshot = ctx.mesh->models();
+  const std::vector<pool_model>& pools = *pool_snapshot;
   const pool_model* pool = find_pool(pools, body.model);
   if (!pool) {
     ctx.metrics->bad_request("unknown_model");

@@ -41,6 +41,9 @@ struct route_ask {
   std::vector<uint32_t> exclude_workers;
 };
 
+// The live pools at one moment; shared, since every request reads them.
+using pool_list = std::shared_ptr<const std::vector<pool_model>>;
+
 // The auction's winner: where to send the request, under which id.
 struct route_answer {
   uint32_t worker = 0;
@@ -58,7 +61,7 @@ class gateway_mesh {
   virtual ~gateway_mesh() = default;
   // The live pools, for /v1/models and for whom to ask for tokens.
   // Called on the gateway's threads, concurrently.
-  virtual std::vector<pool_model> models() const = 0;
+  virtual pool_list models() const = 0;
   // Routes `ask`. Call `done` once, on any thread, possibly before route
   // returns. The mesh's own deadline bounds it (the gateway sets none: an
   // uncalled `done` holds its request until the server stops). A call

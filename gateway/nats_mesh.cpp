@@ -103,6 +103,11 @@ struct nats_mesh::impl {
   uint64_t bad_beats = 0;
   std::atomic<uint64_t> bad_decisions{0};
   std::atomic<uint32_t> threads_bound{0};
+  // models()'s last answer, when it was made, and whether a heartbeat
+  // changed a pool since (guarded by mu).
+  pool_list pools;
+  steady::time_point pools_at;
+  bool pools_changed = true;
   struct channel;
   bool stopping = false;
   std::condition_variable cv;
@@ -127,10 +132,14 @@ struct nats_mesh::impl {
       return;  // a live worker's id is its agent's (as the directory rules)
     }
     auto& w = it->second;
+    const bool out = s->draining || s->unhealthy || s->gone;
+    if (w.endpoint != s->endpoint || w.out != out || w.agent != s->agent ||
+        w.models != s->models || steady::now() - w.at > opt.stale)
+      pools_changed = true;
     w.agent = std::move(s->agent);
     w.endpoint = std::move(s->endpoint);
     w.models = std::move(s->models);
-    w.out = s->draining || s->unhealthy || s->gone;
+    w.out = out;
     w.at = steady::now();
   }
 
@@ -324,30 +333,34 @@ nats_mesh::~nats_mesh() {
     w.done(make_error(ec::timeout, "the gateway is stopping"));
 }
 
-std::vector<pool_model> nats_mesh::models() const {
-  std::map<std::string, pool_model> by_name;
+pool_list nats_mesh::models() const {
   const auto now = steady::now();
-  {
-    std::lock_guard<std::mutex> g(impl_->mu);
-    for (const auto& [id, w] : impl_->workers) {
-      if (w.out || now - w.at > impl_->opt.stale) continue;
-      for (const auto& m : w.models) {
-        auto& p = by_name[m.name];
-        p.name = m.name;
-        p.parent = m.parent;
-        p.lora = !m.parent.empty();
-        if (!w.endpoint.empty() &&
-            std::find(p.endpoints.begin(), p.endpoints.end(), w.endpoint) ==
-                p.endpoints.end())
-          p.endpoints.push_back(w.endpoint);
-      }
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (impl_->pools && !impl_->pools_changed &&
+      now - impl_->pools_at < std::chrono::milliseconds(250))
+    return impl_->pools;
+  std::map<std::string, pool_model> by_name;
+  for (const auto& [id, w] : impl_->workers) {
+    if (w.out || now - w.at > impl_->opt.stale) continue;
+    for (const auto& m : w.models) {
+      auto& p = by_name[m.name];
+      p.name = m.name;
+      p.parent = m.parent;
+      p.lora = !m.parent.empty();
+      if (!w.endpoint.empty() &&
+          std::find(p.endpoints.begin(), p.endpoints.end(), w.endpoint) ==
+              p.endpoints.end())
+        p.endpoints.push_back(w.endpoint);
     }
   }
-  std::vector<pool_model> out;
-  out.reserve(by_name.size());
+  auto out = std::make_shared<std::vector<pool_model>>();
+  out->reserve(by_name.size());
   for (auto& [name, p] : by_name)
-    out.push_back(std::move(p));
-  return out;
+    out->push_back(std::move(p));
+  impl_->pools = std::move(out);
+  impl_->pools_at = now;
+  impl_->pools_changed = false;
+  return impl_->pools;
 }
 
 void nats_mesh::route(route_ask ask,

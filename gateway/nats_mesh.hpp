@@ -42,7 +42,9 @@ class nats_mesh final : public gateway_mesh {
                                                     const nats_mesh_options& o);
   // Unsubscribes; routes still awaited are answered with an error.
   ~nats_mesh() override;
-  std::vector<pool_model> models() const override;
+  // Rebuilt when a heartbeat changes a pool, and at least every 250 ms
+  // (a worker falls silent without a heartbeat saying so).
+  pool_list models() const override;
   void route(route_ask ask,
              std::function<void(expected<route_answer>)> done) override;
   bool ready() const override;

@@ -125,7 +125,8 @@ asio::awaitable<void> gateway_server::impl::accept_loop() {
 
 answer gateway_server::impl::models_answer() const {
   nlohmann::ordered_json data = nlohmann::ordered_json::array();
-  for (const auto& m : ctxs[0].mesh->models()) {
+  const pool_list pools = ctxs[0].mesh->models();
+  for (const auto& m : *pools) {
     nlohmann::ordered_json e;
     e["id"] = m.name;
     e["object"] = "model";
@@ -262,6 +263,11 @@ gateway_server::~gateway_server() {
   for (auto& c : p.ctxs)
     c.pool.reset();
   p.bound.clear();
+}
+
+size_t default_http_threads() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores >= 4 ? cores / 2 : 1;
 }
 
 int gateway_server::port() const {

@@ -215,9 +215,9 @@ class fake_mesh final : public gateway_mesh {
       t.join();
   }
 
-  std::vector<pool_model> models() const override {
+  pool_list models() const override {
     std::lock_guard<std::mutex> g(mu_);
-    return pools_;
+    return std::make_shared<const std::vector<pool_model>>(pools_);
   }
   void route(route_ask ask,
              std::function<void(expected<route_answer>)> done) override {
@@ -840,8 +840,9 @@ TEST_F(Gateway, ManyStreamsAtOnceOnTwoThreads) {
 TEST(GatewayServer, StopsWithARouteStillPending) {
   // A mesh that never answers: the server's end drops the waiting request.
   struct silent : gateway_mesh {
-    std::vector<pool_model> models() const override {
-      return {{"m", {"http://127.0.0.1:1"}, false, "", 0}};
+    pool_list models() const override {
+      return std::make_shared<const std::vector<pool_model>>(
+          std::vector<pool_model>{{"m", {"http://127.0.0.1:1"}, false, "", 0}});
     }
     void route(route_ask,
                std::function<void(expected<route_answer>)> d) override {
