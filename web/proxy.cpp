@@ -147,6 +147,167 @@ asio::awaitable<error_code> read_header(
   co_return e;
 }
 
+// One request's worker side, from the connection to the answer's last
+// byte; the client is watched meanwhile (proxy_request).
+struct exchange {
+  beast::tcp_stream& client;
+  const http::request<http::string_body>& req;
+  const upstream_call& call;
+  const proxy_options& opt;
+  const std::function<void()>& first_byte;
+  const endpoint_url& url;
+  http::request<http::string_body>& ureq;
+  watched& w;
+  beast::tcp_stream& up;
+  std::array<char, relay_buffer>& buf;
+  beast::flat_buffer ubuf{};
+  std::optional<http::response_parser<http::buffer_body>> parser{};
+  std::optional<http::response_serializer<http::buffer_body>> sr{};
+  bool header_sent = false;  // the answer's header reached the client
+  int status = 0;
+};
+
+// The worker's answer: header, then body, relayed to the client.
+asio::awaitable<proxy_result> run_exchange(exchange& x) {
+  proxy_result out;
+  error_code ec;
+  // An idle connection the worker closed as we reused it fails before
+  // its first byte: once more on a new one, not a failure of the worker.
+  for (bool fresh_only = false;; fresh_only = true) {
+    bool reused = false;
+    if (x.opt.pool && !fresh_only)
+      ec = co_await x.opt.pool->connect(x.up, x.url, x.opt.connect_timeout,
+                                        reused);
+    else
+      ec = co_await connect_upstream(x.up, x.url, x.opt.connect_timeout);
+    if (ec) {
+      out.outcome = proxy_outcome::before_first;
+      out.why = x.call.name + " at " + x.call.endpoint + ": " + ec.message();
+      co_return out;
+    }
+    x.up.expires_after(x.opt.idle_timeout);
+    co_await http::async_write(x.up, x.ureq,
+                               asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (reused && is_stale_failure(ec)) {
+        x.up.close();
+        continue;
+      }
+      out.outcome = proxy_outcome::before_first;
+      out.why = x.call.name + ": sending the request: " + ec.message();
+      co_return out;
+    }
+    x.ubuf.clear();
+    x.parser.emplace();
+    x.parser->body_limit(boost::none);  // a long stream is the point
+    ec = co_await read_header(x.up, x.ubuf, *x.parser, x.opt.idle_timeout);
+    if (ec && reused && is_stale_failure(ec) && !x.parser->got_some() &&
+        x.ubuf.size() == 0) {
+      x.up.close();
+      continue;
+    }
+    break;
+  }
+  auto& p = *x.parser;
+  if (ec) {
+    const bool got = p.got_some() || x.ubuf.size() > 0;
+    out.outcome =
+        got ? proxy_outcome::after_first : proxy_outcome::before_first;
+    out.why = x.call.name + ": reading its answer: " + ec.message();
+    co_return out;
+  }
+  // A worker's front whose engine answered nothing: as if the worker had
+  // refused the connection, the request never started there.
+  if (p.get().result() == http::status::bad_gateway &&
+      p.get().find(engine_unreachable_header) != p.get().end()) {
+    out.outcome = proxy_outcome::before_first;
+    out.why = x.call.name + ": its engine did not answer";
+    co_return out;
+  }
+  if (x.first_byte) x.first_byte();
+
+  // The worker's header, minus its hop's; framed for the client's hop.
+  auto& res = p.get();
+  out.status = x.status = res.result_int();
+  {
+    const std::string connection(res[http::field::connection]);
+    std::vector<std::string> drop;
+    for (const auto& f : res)
+      if (hop_by_hop(f.name_string(), connection))
+        drop.emplace_back(f.name_string());
+    for (const auto& name : drop)
+      res.erase(name);
+  }
+  res.version(11);
+  for (const auto& [k, v] : x.call.answer_headers)
+    res.set(k, v);
+  // Beside the engine's own Server-Timing, if it sent one: a list header
+  // may come in several lines.
+  if (!x.opt.server_timing.empty())
+    res.insert(server_timing_header, x.opt.server_timing);
+  const bool framed = p.content_length().has_value();
+  if (!framed && p.is_done())
+    res.content_length(0);  // no body at all (a 204, say)
+  else if (!framed)
+    res.chunked(true);
+  res.keep_alive(x.req.keep_alive());
+  const bool sse = is_event_stream(res);
+
+  x.sr.emplace(res);
+  auto& sr = *x.sr;
+  res.body().data = nullptr;
+  res.body().size = 0;
+  res.body().more = true;
+  x.client.expires_after(x.opt.idle_timeout);
+  co_await http::async_write_header(x.client, sr,
+                                    asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    out.outcome = proxy_outcome::client_gone;
+    out.why = "client: " + ec.message();
+    co_return out;
+  }
+  x.header_sent = true;
+
+  relay r{x.w, x.client, x.up, x.ubuf, p, sr, x.buf, x.opt, {}};
+  switch (co_await pump(r)) {
+    case pump_end::done:
+      out.outcome = proxy_outcome::done;
+      out.keep_alive = x.req.keep_alive();
+      if (x.opt.pool && p.keep_alive())
+        x.opt.pool->give_back(x.url, x.up.release_socket());
+      break;
+    case pump_end::client_failed:
+      out.outcome = proxy_outcome::client_gone;
+      out.why = "client: " + x.w.client_ec.message();
+      break;
+    case pump_end::upstream_failed: {
+      out.outcome = proxy_outcome::after_first;
+      out.why =
+          x.call.name + ": its answer broke off: " + r.upstream_ec.message();
+      if (sse && !framed && x.opt.break_event) {
+        // One last event says why; the chunked body is never finished,
+        // so the client's HTTP library sees the break too.
+        const std::string event =
+            "data: " +
+            openai_error_json(
+                "the worker failed mid-answer: " + r.upstream_ec.message(),
+                "upstream_error") +
+            "\n\n";
+        std::vector<char> bytes(event.begin(), event.end());
+        res.body().data = bytes.data();
+        res.body().size = bytes.size();
+        res.body().more = true;
+        error_code e;
+        x.client.expires_after(std::chrono::seconds(5));
+        co_await http::async_write(x.client, sr,
+                                   asio::redirect_error(use_awaitable, e));
+      }
+      break;
+    }
+  }
+  co_return out;
+}
+
 }  // namespace
 
 asio::awaitable<proxy_result> proxy_request(
@@ -180,158 +341,27 @@ asio::awaitable<proxy_result> proxy_request(
   ureq.body() = req.body();
   ureq.prepare_payload();
 
-  // An idle connection the worker closed as we reused it fails before
-  // its first byte: once more on a new one, not a failure of the worker.
   beast::tcp_stream up(co_await asio::this_coro::executor);
-  beast::flat_buffer ubuf;
-  std::optional<http::response_parser<http::buffer_body>> parser;
   watched w{client, client_buffer, up, {}};
-  error_code ec;
-  for (bool fresh_only = false;; fresh_only = true) {
-    bool reused = false;
-    if (opt.pool && !fresh_only)
-      ec = co_await opt.pool->connect(up, *url, opt.connect_timeout, reused);
-    else
-      ec = co_await connect_upstream(up, *url, opt.connect_timeout);
-    if (ec) {
-      out.outcome = proxy_outcome::before_first;
-      out.why = call.name + " at " + call.endpoint + ": " + ec.message();
-      co_return out;
-    }
-    up.expires_after(opt.idle_timeout);
-    co_await http::async_write(up, ureq,
-                               asio::redirect_error(use_awaitable, ec));
-    if (ec) {
-      if (reused && is_stale_failure(ec)) {
-        up.close();
-        continue;
-      }
-      out.outcome = proxy_outcome::before_first;
-      out.why = call.name + ": sending the request: " + ec.message();
-      co_return out;
-    }
-    ubuf.clear();
-    parser.emplace();
-    parser->body_limit(boost::none);  // a long stream is the point
-    auto header =
-        co_await (read_header(up, ubuf, *parser, opt.idle_timeout) || watch(w));
-    if (header.index() == 1) {
-      out.outcome = proxy_outcome::client_gone;
-      out.why =
-          "client, before the worker's first byte: " + w.client_ec.message();
-      co_return out;
-    }
-    ec = std::get<0>(header);
-    if (ec && reused && is_stale_failure(ec) && !parser->got_some() &&
-        ubuf.size() == 0) {
-      up.close();
-      continue;
-    }
-    break;
-  }
-  auto& p = *parser;
-  if (ec) {
-    const bool got = p.got_some() || ubuf.size() > 0;
-    out.outcome =
-        got ? proxy_outcome::after_first : proxy_outcome::before_first;
-    out.why = call.name + ": reading its answer: " + ec.message();
-    co_return out;
-  }
-  // A worker's front whose engine answered nothing: as if the worker had
-  // refused the connection, the request never started there.
-  if (p.get().result() == http::status::bad_gateway &&
-      p.get().find(engine_unreachable_header) != p.get().end()) {
-    out.outcome = proxy_outcome::before_first;
-    out.why = call.name + ": its engine did not answer";
-    co_return out;
-  }
-  if (first_byte) first_byte();
-
-  // The worker's header, minus its hop's; framed for the client's hop.
-  auto& res = p.get();
-  out.status = res.result_int();
-  {
-    const std::string connection(res[http::field::connection]);
-    std::vector<std::string> drop;
-    for (const auto& f : res)
-      if (hop_by_hop(f.name_string(), connection))
-        drop.emplace_back(f.name_string());
-    for (const auto& name : drop)
-      res.erase(name);
-  }
-  res.version(11);
-  for (const auto& [k, v] : call.answer_headers)
-    res.set(k, v);
-  // Beside the engine's own Server-Timing, if it sent one: a list header
-  // may come in several lines.
-  if (!opt.server_timing.empty())
-    res.insert(server_timing_header, opt.server_timing);
-  const bool framed = p.content_length().has_value();
-  if (!framed && p.is_done())
-    res.content_length(0);  // no body at all (a 204, say)
-  else if (!framed)
-    res.chunked(true);
-  res.keep_alive(req.keep_alive());
-  const bool sse = is_event_stream(res);
-
-  http::response_serializer<http::buffer_body> sr{res};
   std::array<char, relay_buffer> buf;
-  res.body().data = nullptr;
-  res.body().size = 0;
-  res.body().more = true;
-  client.expires_after(opt.idle_timeout);
-  co_await http::async_write_header(client, sr,
-                                    asio::redirect_error(use_awaitable, ec));
-  if (ec) {
+  exchange x{client, req, call, opt, first_byte, *url, ureq, w, up, buf};
+  // One watch of the client for the whole exchange: a hang-up closes the
+  // worker's connection at once (ending whatever waits on it) and makes
+  // the worker's front cancel the engine's request.
+  auto which = co_await (run_exchange(x) || watch(w));
+  if (which.index() == 0) co_return std::get<0>(std::move(which));
+  out.status = x.status;
+  if (!x.header_sent) {
     out.outcome = proxy_outcome::client_gone;
-    out.why = "client: " + ec.message();
+    out.why =
+        "client, before the worker's first byte: " + w.client_ec.message();
     co_return out;
   }
-
-  relay r{w, client, up, ubuf, p, sr, buf, opt, {}};
-  auto which = co_await (pump(r) || watch(w));
-  if (which.index() == 1) {
-    // A client that hangs up as soon as the answer's last byte reached it
-    // can be heard before the pump's last write returns: served.
-    out.outcome =
-        sr.is_done() ? proxy_outcome::done : proxy_outcome::client_gone;
-    out.why = "client: " + w.client_ec.message();
-    co_return out;
-  }
-  switch (std::get<0>(which)) {
-    case pump_end::done:
-      out.outcome = proxy_outcome::done;
-      out.keep_alive = req.keep_alive();
-      if (opt.pool && p.keep_alive()) opt.pool->give_back(*url, up.release_socket());
-      break;
-    case pump_end::client_failed:
-      out.outcome = proxy_outcome::client_gone;
-      out.why = "client: " + w.client_ec.message();
-      break;
-    case pump_end::upstream_failed: {
-      out.outcome = proxy_outcome::after_first;
-      out.why = call.name + ": its answer broke off: " + r.upstream_ec.message();
-      if (sse && !framed && opt.break_event) {
-        // One last event says why; the chunked body is never finished,
-        // so the client's HTTP library sees the break too.
-        const std::string event =
-            "data: " +
-            openai_error_json(
-                "the worker failed mid-answer: " + r.upstream_ec.message(),
-                "upstream_error") +
-            "\n\n";
-        std::vector<char> bytes(event.begin(), event.end());
-        res.body().data = bytes.data();
-        res.body().size = bytes.size();
-        res.body().more = true;
-        error_code e;
-        client.expires_after(std::chrono::seconds(5));
-        co_await http::async_write(client, sr,
-                                   asio::redirect_error(use_awaitable, e));
-      }
-      break;
-    }
-  }
+  // A client that hangs up as soon as the answer's last byte reached it
+  // can be heard before the pump's last write returns: served.
+  out.outcome = x.sr->is_done() ? proxy_outcome::done
+                                : proxy_outcome::client_gone;
+  out.why = "client: " + w.client_ec.message();
   co_return out;
 }
 
