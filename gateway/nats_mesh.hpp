@@ -1,5 +1,6 @@
 // The gateway's mesh over NATS: model pools from the workers' heartbeats,
-// route requests to the routers with their decisions awaited off-thread.
+// route requests to the routers, each server thread's on a connection of
+// its own whose decisions come back on that thread.
 #pragma once
 
 #include <chrono>
