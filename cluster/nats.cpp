@@ -324,7 +324,8 @@ expected<natsOptions*> make_nats_options(const nats_options& opt) {
         !last.empty() && last != detail)
       detail += " (" + last + ")";
     if (o) natsOptions_Destroy(o);
-    return make_error(ec::io_error, "NATS " + shown + ": " + step + ": " + detail);
+    return make_error(ec::io_error,
+                      "NATS " + shown + ": " + step + ": " + detail);
   };
   if (s != NATS_OK) return bad("options");
   // A comma-separated list names several servers of one cluster:

@@ -51,8 +51,8 @@ struct nats_loop::state : std::enable_shared_from_this<nats_loop::state> {
     if (reading || !want_read || !fd || closed) return;
     reading = true;
     fd->async_wait(asio::posix::descriptor_base::wait_read,
-                   [self = shared_from_this(), g = generation](
-                       const boost::system::error_code& ec) {
+                   [self = shared_from_this(),
+                    g = generation](const boost::system::error_code& ec) {
                      if (g != self->generation) return;
                      self->reading = false;
                      if (!ec) self->on_readable();
@@ -107,8 +107,8 @@ struct nats_loop::state : std::enable_shared_from_this<nats_loop::state> {
     if (!want_write || !fd || writing) return;
     writing = true;
     fd->async_wait(asio::posix::descriptor_base::wait_write,
-                   [self = shared_from_this(), g = generation](
-                       const boost::system::error_code& ec) {
+                   [self = shared_from_this(),
+                    g = generation](const boost::system::error_code& ec) {
                      if (g != self->generation) return;
                      self->writing = false;
                      if (!ec) self->on_writable();
@@ -188,8 +188,8 @@ natsStatus on_detach(void* user) {
 
 }  // namespace
 
-expected<std::unique_ptr<nats_loop>> nats_loop::connect(
-    const nats_options& opt, asio::io_context& io) {
+expected<std::unique_ptr<nats_loop>> nats_loop::connect(const nats_options& opt,
+                                                        asio::io_context& io) {
   if (asks_tls(opt))
     return make_error(ec::invalid_argument,
                       "a NATS connection on the gateway's own loop cannot "
@@ -261,13 +261,14 @@ status nats_loop::publish(const std::string& subject,
           : natsConnection_PublishRequest(st_->nc, subject.c_str(),
                                           reply.c_str(), payload.data(), len);
   if (s != NATS_OK)
-    return make_error(ec::io_error, "NATS publish " + subject + ": " +
-                                        natsStatus_GetText(s));
+    return make_error(ec::io_error,
+                      "NATS publish " + subject + ": " + natsStatus_GetText(s));
   return ok;
 }
 
 bool nats_loop::connected() const {
-  return st_->nc && natsConnection_Status(st_->nc) == NATS_CONN_STATUS_CONNECTED;
+  return st_->nc &&
+         natsConnection_Status(st_->nc) == NATS_CONN_STATUS_CONNECTED;
 }
 
 }  // namespace kvmesh::gateway

@@ -48,8 +48,7 @@ class nats_loop {
   // Queues a message; it is written on io's thread once the current
   // handler returns. Call on io's thread.
   status publish(const std::string& subject,
-                 const std::vector<uint8_t>& payload,
-                 const std::string& reply);
+                 const std::vector<uint8_t>& payload, const std::string& reply);
   bool connected() const;
 
   struct state;

@@ -201,8 +201,7 @@ struct nats_mesh::impl::channel {
   boost::asio::steady_timer timer;
   bool timer_armed = false;
 
-  void on_decision(std::string_view subject, const uint8_t* data,
-                   size_t size) {
+  void on_decision(std::string_view subject, const uint8_t* data, size_t size) {
     uint64_t id = 0;
     if (!id_after(subject, inbox, id)) return;
     auto it = pending.find(id);
@@ -242,8 +241,8 @@ struct nats_mesh::impl::channel {
     if (!st) {
       auto failed = std::move(it->second.done);
       pending.erase(it);
-      failed(make_error(ec::io_error, "cannot send the route request: " +
-                                          st.err().message));
+      failed(make_error(ec::io_error,
+                        "cannot send the route request: " + st.err().message));
       return;
     }
     arm();
@@ -278,9 +277,8 @@ std::shared_ptr<void> nats_mesh::bind_thread(boost::asio::io_context& io) {
         raw->on_decision(subject, data, size);
       });
   if (!sub) {
-    KVMESH_WARN(
-        "gateway thread %u routes over the shared NATS connection: %s", k,
-        sub.err().message.c_str());
+    KVMESH_WARN("gateway thread %u routes over the shared NATS connection: %s",
+                k, sub.err().message.c_str());
     return nullptr;
   }
   current_channel = raw;

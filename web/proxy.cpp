@@ -359,8 +359,8 @@ asio::awaitable<proxy_result> proxy_request(
   }
   // A client that hangs up as soon as the answer's last byte reached it
   // can be heard before the pump's last write returns: served.
-  out.outcome = x.sr->is_done() ? proxy_outcome::done
-                                : proxy_outcome::client_gone;
+  out.outcome =
+      x.sr->is_done() ? proxy_outcome::done : proxy_outcome::client_gone;
   out.why = "client: " + w.client_ec.message();
   co_return out;
 }

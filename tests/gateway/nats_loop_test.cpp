@@ -117,8 +117,8 @@ TEST(NatsLoop, its_own_messages_come_back_whole_in_order_on_its_thread) {
   constexpr size_t n = 2000;
   lt.run([&] {
     for (size_t i = 0; i < n; ++i)
-      ASSERT_TRUE(loop->publish("loop.test." + std::to_string(i),
-                                   payload_of(i), ""));
+      ASSERT_TRUE(
+          loop->publish("loop.test." + std::to_string(i), payload_of(i), ""));
   });
   ASSERT_TRUE(wait_for([&] { return r.size() == n; }))
       << r.size() << " of " << n;
