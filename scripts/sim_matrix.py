@@ -3,6 +3,7 @@
 over fleets, cache sizes, tiers, speeds, loads, routers and state delays.
 
 usage: sim_matrix.py KVMESH_BINARY TRACE_DIR OUT_DIR
+       sim_matrix.py --replay OUT_DIR KVMESH_BINARY [KVMESH_SIM_FLAG...]
 
 Each scenario's load is calibrated, not chosen: "heavy" is the arrival
 speed-up at which round_robin's mean TTFT is 5x the oracle's, found by
@@ -16,13 +17,21 @@ is added to both, so that a peer at the bound does not make it infinite),
 then their
 geometric means and every scenario where kvmesh is not the lowest.
 Deterministic (seed 1). Exits 1 when a run fails, 2 on a bad invocation.
+
+--replay runs kvmesh alone again on every scenario a matrix wrote to
+OUT_DIR, at the same load and with the given `kvmesh sim` flags (price
+weights, say), and prints the matrix against the peers' recorded results:
+seconds instead of the matrix's minutes, for trying a change of kvmesh's
+price on every scenario at once. Nothing in OUT_DIR is written.
 """
 
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 SEED = "1"
 # Not peers: the load-only baseline and the bound.
@@ -105,7 +114,107 @@ def describe(s, speedup):
     return ", ".join(parts)
 
 
+def row(label, name, data, ratios_mean, ratios_p99, lost, losses):
+    """One scenario's line of the matrix from its `kvmesh sim --json`
+    data; appends its excess ratios and where kvmesh is not the lowest."""
+    by = {x["policy"]: x for x in data["results"]}
+    peers = [x for p, x in by.items() if p not in NOT_PEERS]
+    o = data["oracle"]["ttft_ms"]
+    km = by["kvmesh"]["ttft_ms"]
+    cells = [label, f"{o['mean']:.0f} / {o['p99']:.0f}"]
+    for stat, ratios in (("mean", ratios_mean), ("p99", ratios_p99)):
+        best = min(peers, key=lambda x: x["ttft_ms"][stat])
+        bv = best["ttft_ms"][stat]
+        # A floor of 1% of the bound keeps a peer at the bound from making
+        # the ratio infinite.
+        floor = 0.01 * o[stat]
+        ratio = (max(0.0, km[stat] - o[stat]) + floor) / (
+            max(0.0, bv - o[stat]) + floor)
+        ratios.append(ratio)
+        cells += [f"{km[stat]:.0f}", f"{best['policy']} {bv:.0f}",
+                  f"{ratio:.2f}"]
+        if km[stat] > bv:
+            lost[stat] += 1
+            losses.append(f"{name}: {stat} {km[stat]:.0f} vs "
+                          f"{best['policy']} {bv:.0f}")
+    cells.append(f"{100 * by['kvmesh']['hit_ratio']['total']:.1f}")
+    return "| " + " | ".join(cells) + " |"
+
+
+def report(rows, ratios_mean, ratios_p99, lost, losses):
+    def gmean(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+    print("| scenario (load: arrival speed-up) | oracle mean / p99 | kvmesh mean"
+          " | best peer mean | excess ratio | kvmesh p99 | best peer p99"
+          " | excess ratio | kvmesh hit % |")
+    print("|---|---|---:|---|---:|---:|---|---:|---:|")
+    print("\n".join(rows))
+    print()
+    print(f"{len(rows)} scenarios; geometric mean of the excess ratio: "
+          f"mean TTFT {gmean(ratios_mean):.2f}, p99 TTFT {gmean(ratios_p99):.2f}; "
+          f"kvmesh lowest in {len(rows) - lost['mean']} of {len(rows)} on the "
+          f"mean, {len(rows) - lost['p99']} on the p99.")
+    if losses:
+        print()
+        print("Where kvmesh is not the lowest:")
+        for l in losses:
+            print(f"- {l}")
+
+
+def replay(argv):
+    """--replay OUT_DIR KVMESH_BINARY [flags...]: kvmesh alone, again."""
+    if len(argv) < 2 or not os.path.isdir(argv[0]):
+        print(__doc__, file=sys.stderr)
+        return 2
+    out, binary, flags = argv[0], argv[1], argv[2:]
+    names = sorted(n[:-5] for n in os.listdir(out)
+                   if n.endswith(".json") and n != "calibrate.json")
+    if not names:
+        print(f"sim_matrix: no scenario in {out}", file=sys.stderr)
+        return 2
+    rows, ratios_mean, ratios_p99, losses = [], [], [], []
+    lost = {"mean": 0, "p99": 0}
+    scratch = os.path.join(tempfile.mkdtemp(prefix="sim_matrix."), "k.json")
+    try:
+        for name in names:
+            with open(os.path.join(out, name + ".json")) as f:
+                data = json.load(f)
+            sc = data["scenario"]
+            cmd = [binary, "sim", "--trace", sc["trace"],
+                   "--workers", str(sc["workers"]),
+                   "--gpu-blocks", str(sc["gpu_blocks"]),
+                   "--host-blocks", str(sc["host_blocks"]),
+                   "--disk-blocks", str(sc["disk_blocks"]),
+                   "--speedup", f"{sc['speedup']:.6g}",
+                   "--routers", str(sc["routers"]),
+                   "--state-delay-ms", f"{sc['state_delay_ms']:g}",
+                   "--policy", "kvmesh", "--seed", str(sc["seed"]), "--quiet",
+                   "--json", scratch] + flags
+            if sc["worker_speeds"]:
+                cmd += ["--worker-speeds",
+                        ",".join(f"{v:.4g}" for v in sc["worker_speeds"])]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                raise RuntimeError(" ".join(cmd) + ": " + run.stderr.strip())
+            with open(scratch) as f:
+                mine = json.load(f)["results"][0]
+            data["results"] = [x for x in data["results"]
+                               if x["policy"] != "kvmesh"] + [mine]
+            rows.append(row(name, name, data, ratios_mean, ratios_p99, lost,
+                            losses))
+    except (RuntimeError, OSError, ValueError, KeyError) as e:
+        print(f"sim_matrix: {e}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(os.path.dirname(scratch), ignore_errors=True)
+    report(rows, ratios_mean, ratios_p99, lost, losses)
+    return 0
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[1] == "--replay":
+        return replay(argv[2:])
     if len(argv) != 4 or not os.path.isdir(argv[2]):
         print(__doc__, file=sys.stderr)
         return 2
@@ -130,28 +239,8 @@ def main(argv):
                               os.path.join(out, name + ".json"), r, delay, speeds)
             with open(os.path.join(out, name + ".txt"), "w") as f:
                 f.write(table)
-            by = {x["policy"]: x for x in data["results"]}
-            peers = [x for p, x in by.items() if p not in NOT_PEERS]
-            o = data["oracle"]["ttft_ms"]
-            km = by["kvmesh"]["ttft_ms"]
-            cells = [describe(s, su), f"{o['mean']:.0f} / {o['p99']:.0f}"]
-            for stat, ratios in (("mean", ratios_mean), ("p99", ratios_p99)):
-                best = min(peers, key=lambda x: x["ttft_ms"][stat])
-                bv = best["ttft_ms"][stat]
-                # A floor of 1% of the bound keeps a peer at the bound
-                # from making the ratio infinite.
-                floor = 0.01 * o[stat]
-                ratio = (max(0.0, km[stat] - o[stat]) + floor) / (
-                    max(0.0, bv - o[stat]) + floor)
-                ratios.append(ratio)
-                cells += [f"{km[stat]:.0f}", f"{best['policy']} {bv:.0f}",
-                          f"{ratio:.2f}"]
-                if km[stat] > bv:
-                    lost[stat] += 1
-                    losses.append(f"{name}: {stat} {km[stat]:.0f} vs "
-                                  f"{best['policy']} {bv:.0f}")
-            cells.append(f"{100 * by['kvmesh']['hit_ratio']['total']:.1f}")
-            rows.append("| " + " | ".join(cells) + " |")
+            rows.append(row(describe(s, su), name, data, ratios_mean,
+                            ratios_p99, lost, losses))
             print(f"sim_matrix: {name} done", file=sys.stderr)
     except (RuntimeError, OSError, ValueError, KeyError) as e:
         print(f"sim_matrix: {e}", file=sys.stderr)
@@ -160,24 +249,7 @@ def main(argv):
         if os.path.exists(scratch):
             os.remove(scratch)
 
-    def gmean(xs):
-        return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-    print("| scenario (load: arrival speed-up) | oracle mean / p99 | kvmesh mean"
-          " | best peer mean | excess ratio | kvmesh p99 | best peer p99"
-          " | excess ratio | kvmesh hit % |")
-    print("|---|---|---:|---|---:|---:|---|---:|---:|")
-    print("\n".join(rows))
-    print()
-    print(f"{len(rows)} scenarios; geometric mean of the excess ratio: "
-          f"mean TTFT {gmean(ratios_mean):.2f}, p99 TTFT {gmean(ratios_p99):.2f}; "
-          f"kvmesh lowest in {len(rows) - lost['mean']} of {len(rows)} on the "
-          f"mean, {len(rows) - lost['p99']} on the p99.")
-    if losses:
-        print()
-        print("Where kvmesh is not the lowest:")
-        for l in losses:
-            print(f"- {l}")
+    report(rows, ratios_mean, ratios_p99, lost, losses)
     return 0
 
 
