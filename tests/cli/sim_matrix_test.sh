@@ -11,13 +11,8 @@ matrix="$src/scripts/sim_matrix.py"
 trace="$src/tests/data/conversation_head.jsonl"
 fails=0
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { echo "ok   $1"; }
-fail() {
-  echo "FAIL $1${2:+: $2}"
-  fails=$((fails + 1))
-}
+pids=()
+. "$(dirname "$0")/lib.sh"
 
 mkdir "$tmp/m"
 for w in 2 4; do

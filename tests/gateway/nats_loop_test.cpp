@@ -31,18 +31,21 @@ struct loop_thread {
       asio::make_work_guard(io);
   std::thread t{[this] { io.run(); }};
   std::unique_ptr<nats_loop> nats;
+  std::string error;  // why connect failed
+  explicit loop_thread(const nats_options& o) {
+    auto made = nats_loop::connect(o, io);
+    if (made)
+      nats = std::move(*made);
+    else
+      error = made.err().message;
+  }
   ~loop_thread() {
     work.reset();
     io.stop();
     t.join();
     nats.reset();
   }
-  status connect(const nats_options& o) {
-    auto made = nats_loop::connect(o, io);
-    if (!made) return made.err();
-    nats = std::move(*made);
-    return ok;
-  }
+  std::thread::id id() const { return t.get_id(); }
   // Runs f on the loop and waits for it.
   template <class F>
   void run(F f) {
@@ -105,11 +108,10 @@ nats_loop::handler recorder(received& r, const std::thread::id& loop_id) {
 
 TEST(NatsLoop, its_own_messages_come_back_whole_in_order_on_its_thread) {
   test::nats_server server;
-  loop_thread lt;
-  auto connected = lt.connect(options_for(server));
-  ASSERT_TRUE(connected) << connected.err().message;
+  loop_thread lt(options_for(server));
+  ASSERT_TRUE(lt.nats) << lt.error;
   auto& loop = lt.nats;
-  const std::thread::id loop_id = lt.t.get_id();
+  const std::thread::id loop_id = lt.id();
   received r;
   lt.run([&] {
     ASSERT_TRUE(loop->subscribe("loop.test.*", recorder(r, loop_id)));
@@ -133,11 +135,10 @@ TEST(NatsLoop, its_own_messages_come_back_whole_in_order_on_its_thread) {
 
 TEST(NatsLoop, messages_from_another_connection_reach_it) {
   test::nats_server server;
-  loop_thread lt;
-  auto connected = lt.connect(options_for(server));
-  ASSERT_TRUE(connected) << connected.err().message;
+  loop_thread lt(options_for(server));
+  ASSERT_TRUE(lt.nats) << lt.error;
   auto& loop = lt.nats;
-  const std::thread::id loop_id = lt.t.get_id();
+  const std::thread::id loop_id = lt.id();
   received r;
   lt.run([&] { ASSERT_TRUE(loop->subscribe("in", recorder(r, loop_id))); });
   auto bus = nats_bus::connect(options_for(server));
@@ -171,11 +172,10 @@ TEST(NatsLoop, messages_from_another_connection_reach_it) {
 TEST(NatsLoop, it_reconnects_and_serves_on_after_the_server_restarts) {
   auto server = std::make_unique<test::nats_server>();
   const int port = server->port();
-  loop_thread lt;
-  auto connected = lt.connect(options_for(*server));
-  ASSERT_TRUE(connected) << connected.err().message;
+  loop_thread lt(options_for(*server));
+  ASSERT_TRUE(lt.nats) << lt.error;
   auto& loop = lt.nats;
-  const std::thread::id loop_id = lt.t.get_id();
+  const std::thread::id loop_id = lt.id();
   received r;
   lt.run([&] {
     ASSERT_TRUE(loop->subscribe("again", recorder(r, loop_id)));
