@@ -71,8 +71,7 @@ struct nats_loop::state : std::enable_shared_from_this<nats_loop::state> {
 
   // Hands what the read queued on each subscription to its handler.
   void deliver() {
-    for (size_t i = 0; i < subs.size(); ++i) {
-      auto& s = subs[i];
+    for (auto& s : subs) {
       int n = 0;
       if (natsSubscription_GetPending(s.sub, &n, nullptr) != NATS_OK) continue;
       for (; n > 0; --n) {
@@ -115,14 +114,19 @@ struct nats_loop::state : std::enable_shared_from_this<nats_loop::state> {
                    });
   }
 
-  void attach(int dup_fd) {
-    ++generation;
-    reading = writing = false;
+  // Lets go of our duplicate of the socket; waits queued on it end.
+  void drop_fd() {
     if (fd) {
       boost::system::error_code ignored;
       fd->close(ignored);
     }
     fd.reset();
+  }
+
+  void attach(int dup_fd) {
+    ++generation;
+    reading = writing = false;
+    drop_fd();
     if (closed) {
       ::close(dup_fd);
       return;
@@ -177,11 +181,7 @@ natsStatus on_detach(void* user) {
   st->on_loop([st] {
     st->want_read = st->want_write = false;
     ++st->generation;
-    if (st->fd) {
-      boost::system::error_code ignored;
-      st->fd->close(ignored);
-    }
-    st->fd.reset();
+    st->drop_fd();
   });
   return NATS_OK;
 }
@@ -232,11 +232,7 @@ nats_loop::~nats_loop() {
   // see `closed` (or are destroyed with io, unrun).
   st_->closed = true;
   st_->nc = nullptr;
-  if (st_->fd) {
-    boost::system::error_code ignored;
-    st_->fd->close(ignored);
-  }
-  st_->fd.reset();
+  st_->drop_fd();
   delete static_cast<holder*>(holder_);
 }
 

@@ -5,6 +5,7 @@
 // thread, with no lock or wake-up between threads on the way.
 #include "gateway/server.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <random>
@@ -266,8 +267,7 @@ gateway_server::~gateway_server() {
 }
 
 size_t default_http_threads() {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores >= 4 ? cores / 2 : 1;
+  return std::max(1u, std::thread::hardware_concurrency() / 2);
 }
 
 int gateway_server::port() const {

@@ -57,61 +57,72 @@ struct watched {
   error_code client_ec;
 };
 
-// What the relay's two halves share (plain coroutines over it: GCC 12
-// miscompiles capturing coroutine lambdas called in a co_await).
-struct relay {
-  watched& w;
+// One request's worker side, from the connection to the answer's last
+// byte; the client is watched meanwhile (proxy_request). Plain coroutines
+// over it: GCC 12 miscompiles capturing coroutine lambdas called in a
+// co_await.
+struct exchange {
   beast::tcp_stream& client;
-  beast::tcp_stream& up;
-  beast::flat_buffer& ubuf;
-  http::response_parser<http::buffer_body>& p;
-  http::response_serializer<http::buffer_body>& sr;
-  std::array<char, relay_buffer>& buf;
+  const http::request<http::string_body>& req;
+  const upstream_call& call;
   const proxy_options& opt;
-  error_code upstream_ec;
-  bool body_seen = false;  // opt.first_body_byte was called
+  const std::function<void()>& first_byte;
+  const endpoint_url& url;
+  http::request<http::string_body>& ureq;
+  watched& w;
+  beast::tcp_stream& up;
+  std::array<char, relay_buffer>& buf;
+  beast::flat_buffer ubuf{};
+  std::optional<http::response_parser<http::buffer_body>> parser{};
+  std::optional<http::response_serializer<http::buffer_body>> sr{};
+  bool header_sent = false;  // the answer's header reached the client
+  bool body_seen = false;    // opt.first_body_byte was called
+  int status = 0;
+  error_code upstream_ec{};  // why the worker's answer broke off
 };
 
 // Worker to client, piece by piece.
-asio::awaitable<pump_end> pump(relay& r) {
-  auto& res = r.p.get();
+asio::awaitable<pump_end> pump(exchange& x) {
+  auto& p = *x.parser;
+  auto& sr = *x.sr;
+  auto& res = p.get();
   error_code e;
   do {
-    if (!r.p.is_done()) {
-      res.body().data = r.buf.data();
-      res.body().size = r.buf.size();
-      r.up.expires_after(r.opt.idle_timeout);
-      co_await http::async_read_some(r.up, r.ubuf, r.p,
+    if (!p.is_done()) {
+      res.body().data = x.buf.data();
+      res.body().size = x.buf.size();
+      x.up.expires_after(x.opt.idle_timeout);
+      co_await http::async_read_some(x.up, x.ubuf, p,
                                      asio::redirect_error(use_awaitable, e));
       if (e == http::error::need_buffer) e = {};
       if (e) {
-        r.upstream_ec = e;
+        x.upstream_ec = e;
         co_return pump_end::upstream_failed;
       }
-      res.body().size = r.buf.size() - res.body().size;
-      if (res.body().size > 0 && !r.body_seen) {
-        r.body_seen = true;
-        if (r.opt.first_body_byte) r.opt.first_body_byte();
+      res.body().size = x.buf.size() - res.body().size;
+      if (res.body().size > 0 && !x.body_seen) {
+        x.body_seen = true;
+        if (x.opt.first_body_byte) x.opt.first_body_byte();
       }
       // No data is no buffer: a buffer of size 0 would be serialized as a
       // chunk of size 0, which is the last chunk, before the last chunk.
-      res.body().data = res.body().size > 0 ? r.buf.data() : nullptr;
-      res.body().more = !r.p.is_done();
+      res.body().data = res.body().size > 0 ? x.buf.data() : nullptr;
+      res.body().more = !p.is_done();
       if (res.body().size == 0 && res.body().more) continue;
     } else {
       res.body().data = nullptr;
       res.body().size = 0;
       res.body().more = false;
     }
-    r.client.expires_after(r.opt.idle_timeout);
-    co_await http::async_write(r.client, r.sr,
+    x.client.expires_after(x.opt.idle_timeout);
+    co_await http::async_write(x.client, sr,
                                asio::redirect_error(use_awaitable, e));
     if (e == http::error::need_buffer) e = {};
     if (e) {
-      if (!r.w.client_ec) r.w.client_ec = e;  // the watch's hang-up first
+      if (!x.w.client_ec) x.w.client_ec = e;  // the watch's hang-up first
       co_return pump_end::client_failed;
     }
-  } while (!r.sr.is_done());
+  } while (!sr.is_done());
   co_return pump_end::done;
 }
 
@@ -146,26 +157,6 @@ asio::awaitable<error_code> read_header(
                                    asio::redirect_error(use_awaitable, e));
   co_return e;
 }
-
-// One request's worker side, from the connection to the answer's last
-// byte; the client is watched meanwhile (proxy_request).
-struct exchange {
-  beast::tcp_stream& client;
-  const http::request<http::string_body>& req;
-  const upstream_call& call;
-  const proxy_options& opt;
-  const std::function<void()>& first_byte;
-  const endpoint_url& url;
-  http::request<http::string_body>& ureq;
-  watched& w;
-  beast::tcp_stream& up;
-  std::array<char, relay_buffer>& buf;
-  beast::flat_buffer ubuf{};
-  std::optional<http::response_parser<http::buffer_body>> parser{};
-  std::optional<http::response_serializer<http::buffer_body>> sr{};
-  bool header_sent = false;  // the answer's header reached the client
-  int status = 0;
-};
 
 // The worker's answer: header, then body, relayed to the client.
 asio::awaitable<proxy_result> run_exchange(exchange& x) {
@@ -268,8 +259,7 @@ asio::awaitable<proxy_result> run_exchange(exchange& x) {
   }
   x.header_sent = true;
 
-  relay r{x.w, x.client, x.up, x.ubuf, p, sr, x.buf, x.opt, {}};
-  switch (co_await pump(r)) {
+  switch (co_await pump(x)) {
     case pump_end::done:
       out.outcome = proxy_outcome::done;
       out.keep_alive = x.req.keep_alive();
@@ -283,14 +273,14 @@ asio::awaitable<proxy_result> run_exchange(exchange& x) {
     case pump_end::upstream_failed: {
       out.outcome = proxy_outcome::after_first;
       out.why =
-          x.call.name + ": its answer broke off: " + r.upstream_ec.message();
+          x.call.name + ": its answer broke off: " + x.upstream_ec.message();
       if (sse && !framed && x.opt.break_event) {
         // One last event says why; the chunked body is never finished,
         // so the client's HTTP library sees the break too.
         const std::string event =
             "data: " +
             openai_error_json(
-                "the worker failed mid-answer: " + r.upstream_ec.message(),
+                "the worker failed mid-answer: " + x.upstream_ec.message(),
                 "upstream_error") +
             "\n\n";
         std::vector<char> bytes(event.begin(), event.end());
