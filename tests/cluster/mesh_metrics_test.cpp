@@ -292,13 +292,15 @@ TEST_F(mesh_metrics_test, every_role_serves_its_series_with_sane_values) {
     EXPECT_EQ(a.count("kvmesh_worker_queued_blocks{" + id + "}"), 1u);
     EXPECT_EQ(a.count("kvmesh_worker_requests{state=\"running\"," + id + "}"),
               1u);
-    // The price the router awarded it at last, exactly; NaN if it won none.
+    // The price the router awarded it at last; NaN if it won none. The
+    // exposition writes 16 significant digits (prometheus-cpp), one short
+    // of a double's round trip: equal to within that rounding.
     const double price = a["kvmesh_worker_last_price_blocks{" + id + "}"];
     const auto want = last_price.find(static_cast<uint32_t>(*w - '0'));
     if (want == last_price.end())
       EXPECT_TRUE(std::isnan(price)) << w << ": " << price;
     else
-      EXPECT_EQ(price, want->second) << w;
+      EXPECT_NEAR(price, want->second, std::abs(want->second) * 1e-15) << w;
   }
   // Requests finish (time scale 20), their blocks reach the index.
   EXPECT_TRUE(eventually([&] {
