@@ -49,6 +49,7 @@ using persist_atom = caf::atom_constant<caf::atom("persist")>;
 using answered_atom = caf::atom_constant<caf::atom("answered")>;
 // Expires waits past their deadline (an actor sends it to itself).
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
 
 // -- inspection of the messages (the structs are in messages/types.hpp) ----
 
@@ -176,7 +177,14 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
            x.reserved, x.waiting, x.running, x.gpu_blocks, x.host_blocks,
            x.disk_blocks, x.active, x.completed, x.draining, x.capacity,
            x.speed, x.agent, x.gone, x.unhealthy, x.endpoint, x.awards,
-           x.last_price, x.host_capacity, x.disk_capacity, x.models);
+           x.last_price, x.host_capacity, x.disk_capacity, x.models, x.engine,
+           x.engine_rank);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_progress& x) {
+  return f(caf::meta::type_name("request_progress"), x.event, x.request,
+           x.worker, x.session, x.in_flight);
 }
 
 // -- interfaces ---------------------------------------------------------------

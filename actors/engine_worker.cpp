@@ -32,6 +32,10 @@ struct engine_worker_state {
   uint32_t unseen_polls = 0;  // polls in a row the engine ran more
   bool warned_unseen = false;
   std::shared_ptr<const worker_meters> meters;  // null: not counted
+  // Gateways' reports of requests not awaiting arrival here, and requests
+  // a gateway sent whose end it did not report (lease, silence).
+  uint64_t stray_progress = 0;
+  uint64_t unreported = 0;
 };
 
 using epointer = engine_worker_actor::stateful_pointer<engine_worker_state>;
@@ -91,6 +95,38 @@ void log_new_faults(epointer self) {
         "worker %u skips engine KV events: %s (counted from now on, "
         "logged once)",
         id_of(self), to_string(f));
+}
+
+// A request's first token, from the front or a gateway.
+void first_token(epointer self, uint64_t request) {
+  auto& st = self->state;
+  tier_match hits;
+  const auto at = st.eng->arrived_ms(request);
+  if (!st.eng->first_token(request, &hits)) return;
+  if (st.meters && st.meters->ttft && at)
+    metrics::observe(*st.meters->ttft, (now_ms(self) - *at) / 1e3);
+  if (st.listener)
+    self->send(st.listener, first_atom::value, request, hits.gpu, hits.host,
+               hits.disk);
+}
+
+// A request's end, from the front or a gateway.
+void finish(epointer self, uint64_t request) {
+  auto& st = self->state;
+  const auto at = st.eng->arrived_ms(request);
+  if (!st.eng->finish(request)) return;
+  // The front streams bytes, not tokens: no inter-token figure here (the
+  // engine's own metrics have it).
+  if (st.meters && st.meters->e2e && at)
+    metrics::observe(*st.meters->e2e, (now_ms(self) - *at) / 1e3);
+  if (st.listener) self->send(st.listener, done_atom::value, request);
+}
+
+// Requests a gateway sent to the engine whose end it did not report.
+void end_unreported(epointer self, const std::vector<uint64_t>& ids) {
+  for (uint64_t id : ids)
+    finish(self, id);
+  self->state.unreported += ids.size();
 }
 
 // Bids for `cfb` (if this worker was asked), holding a soft reservation.
@@ -201,26 +237,42 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
       [=](arrive_atom, const front_request& r) {
         self->state.eng->arrive(r, now_ms(self));
       },
-      [=](first_atom, uint64_t request) {
+      [=](first_atom, uint64_t request) { first_token(self, request); },
+      [=](done_atom, uint64_t request) { finish(self, request); },
+      [=](progress_atom, const request_progress& p) {
         auto& st = self->state;
-        tier_match hits;
-        const auto at = st.eng->arrived_ms(request);
-        if (!st.eng->first_token(request, &hits)) return;
-        if (st.meters && st.meters->ttft && at)
-          metrics::observe(*st.meters->ttft, (now_ms(self) - *at) / 1e3);
-        if (st.listener)
-          self->send(st.listener, first_atom::value, request, hits.gpu,
-                     hits.host, hits.disk);
+        switch (p.event) {
+          case progress_event::arrived:
+            if (!st.eng->arrive_awarded(p.request, p.session, now_ms(self)))
+              ++st.stray_progress;
+            break;
+          case progress_event::first:
+            first_token(self, p.request);
+            break;
+          case progress_event::ended:
+            finish(self, p.request);
+            break;
+          case progress_event::lease: {
+            const auto ended =
+                st.eng->lease(p.session, p.in_flight, now_ms(self));
+            if (!ended.empty())
+              KVMESH_INFO(
+                  "worker %u ends %zu request(s) whose end a gateway's "
+                  "report did not bring (its lease no longer lists them)",
+                  id_of(self), ended.size());
+            end_unreported(self, ended);
+            break;
+          }
+        }
       },
-      [=](done_atom, uint64_t request) {
-        auto& st = self->state;
-        const auto at = st.eng->arrived_ms(request);
-        if (!st.eng->finish(request)) return;
-        // The front streams bytes, not tokens: no inter-token figure here
-        // (the engine's own metrics have it).
-        if (st.meters && st.meters->e2e && at)
-          metrics::observe(*st.meters->e2e, (now_ms(self) - *at) / 1e3);
-        if (st.listener) self->send(st.listener, done_atom::value, request);
+      [=](drop_atom, uint64_t session) {
+        const auto ids = self->state.eng->of_session(session);
+        if (!ids.empty())
+          KVMESH_WARN(
+              "worker %u ends %zu request(s) of a gateway session that fell "
+              "silent",
+              id_of(self), ids.size());
+        end_unreported(self, ids);
       },
       [=](put_atom, const engine_metrics& m) {
         auto& st = self->state;
@@ -260,6 +312,8 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
         s.abandoned = st.eng->abandoned();
         s.bypassed = st.eng->bypassed();
         s.approximate = st.eng->approximate();
+        s.stray_progress = st.stray_progress;
+        s.unreported = st.unreported;
         return s;
       },
   };

@@ -32,6 +32,10 @@ struct engine_worker_stats {
   uint64_t abandoned = 0;    // awards whose client never called the front
   uint64_t bypassed = 0;     // requests that reached the front unrouted
   uint64_t approximate = 0;  // requests sized from text
+  // Gateways' progress reports for requests not awaiting arrival here, and
+  // requests a gateway sent whose end it did not report (lease, silence).
+  uint64_t stray_progress = 0;
+  uint64_t unreported = 0;
 };
 
 }  // namespace kvmesh
@@ -49,6 +53,10 @@ using engine_worker_actor = worker_actor::extend<
     // A request reached the front (arrival), got its first token, ended.
     caf::reacts_to<arrive_atom, front_request>,
     caf::reacts_to<first_atom, uint64_t>, caf::reacts_to<done_atom, uint64_t>,
+    // The same from a gateway that calls the engine itself, for the request
+    // of a session; and the end of every request of a session gone silent.
+    caf::reacts_to<progress_atom, request_progress>,
+    caf::reacts_to<drop_atom, uint64_t>,
     // What the engine's /health and /metrics said.
     caf::reacts_to<put_atom, engine_metrics>,
     // Counters and state, for operators.

@@ -24,6 +24,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<release_msg>("release");
   cfg.add_message_type<withdraw_msg>("withdraw");
   cfg.add_message_type<withdraw_reply>("withdraw_reply");
+  cfg.add_message_type<request_progress>("request_progress");
   cfg.add_message_type<bid_list>("bid_list");
   cfg.add_message_type<bid>("bid");
   cfg.add_message_type<price_breakdown>("price_breakdown");

@@ -40,6 +40,7 @@ struct agent_flags {
   uint32_t dp_size = 1;
   std::string front_host = "0.0.0.0";
   std::string advertise_host;
+  std::string engine_advertise;
   uint32_t front_port = 0;
   uint32_t front_threads = 2;
   uint32_t metrics_ms = 1000;
@@ -94,6 +95,7 @@ int run_engine_agent(agent_flags& f) {
   o.state.award_ttl_ms = f.award_ttl_ms;
   o.front_host = f.front_host;
   o.advertise_host = f.advertise_host;
+  o.engine_advertise = f.engine_advertise;
   o.front_port = static_cast<int>(f.front_port);
   o.front_threads = f.front_threads;
   o.poll = std::chrono::milliseconds(f.metrics_ms);
@@ -107,6 +109,9 @@ int run_engine_agent(agent_flags& f) {
   if (!f.engine_url.empty())
     if (auto st = check_engine_url(f.engine_url); !st)
       return usage_error(cmd, "--engine-url: " + st.err().message);
+  if (!f.engine_advertise.empty() && f.engine_advertise != "off")
+    if (auto st = check_engine_url(f.engine_advertise); !st)
+      return usage_error(cmd, "--engine-advertise: " + st.err().message);
   auto p = start_process(f.bus, f.metrics, f.threads, f.name,
                          [&] { return process_metrics::for_agent(o); });
   if (!p) return start_error(cmd, p.err());
@@ -234,6 +239,12 @@ void add_real_engine_flags(CLI::App& cmd, agent_flags& f) {
   cmd.add_option("--advertise-host", f.advertise_host,
                  "host named in decisions (default: --front-host, or this "
                  "host's name when that is a wildcard)")
+      ->group(real);
+  cmd.add_option("--engine-advertise", f.engine_advertise,
+                 "the engine's URL as gateways reach it, so that they call "
+                 "the engine themselves ('off': through the fronts; default: "
+                 "--engine-url, unless it is this host's loopback and the "
+                 "fronts are named by another host)")
       ->group(real);
   cmd.add_option("--metrics-ms", f.metrics_ms,
                  "read the engine's /health and /metrics this often")

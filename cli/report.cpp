@@ -39,6 +39,8 @@ json workers_json(const std::vector<worker_status>& ws) {
     json e = worker_load_json(w);
     e["speed"] = w.speed;
     e["endpoint"] = w.endpoint;
+    e["engine"] = w.engine;
+    e["engine_rank"] = w.engine_rank >= 0 ? json(w.engine_rank) : json(nullptr);
     e["models"] = models_json(w.models);
     e["host_capacity_blocks"] = w.host_capacity;
     e["disk_capacity_blocks"] = w.disk_capacity;

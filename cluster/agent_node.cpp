@@ -54,6 +54,10 @@ struct agent_state {
   std::string agent;
   std::unordered_map<uint32_t, worker_actor> workers;
   std::vector<uint32_t> ids;
+  // The real engines' workers, which gateways calling the engines report
+  // to, and those gateways' sessions: when each was last heard.
+  std::unordered_map<uint32_t, engine_worker_actor> engines;
+  std::unordered_map<uint64_t, steady::time_point> sessions;
   uint32_t shards = 0;
   std::vector<index_shard_actor> proxies;  // one per shard, once known
   // Each shard's last heartbeat: when, and the events it had applied.
@@ -159,6 +163,67 @@ void agent_sweep(agent_pointer self) {
     } else {
       ++it;
     }
+}
+
+// Gateway sessions a flood of forged reports can make the agent keep (one
+// per gateway thread is the norm).
+constexpr size_t max_sessions = 65536;
+
+// A gateway's report of a request at this agent's engine: to its worker,
+// and the session's lease renewed.
+void agent_progress(agent_pointer self, const bytes& payload) {
+  auto& st = self->state;
+  auto p = decode<request_progress>(payload);
+  if (!p) return;  // counted by the codec, per kind
+  if (p->session == 0) {
+    KVMESH_DEBUG("agent %s: a gateway's report without a session",
+                 st.agent.c_str());
+    return;
+  }
+  auto s = st.sessions.find(p->session);
+  if (s != st.sessions.end()) {
+    s->second = steady::now();
+  } else if (st.sessions.size() < max_sessions) {
+    st.sessions.emplace(p->session, steady::now());
+  } else {
+    KVMESH_WARN(
+        "agent %s: past %zu gateway sessions; a report of a new one is "
+        "dropped",
+        st.agent.c_str(), max_sessions);
+    return;
+  }
+  if (p->event == progress_event::lease) {
+    // It lists the session's requests at every engine here: one message,
+    // shared, for all of them.
+    const caf::message m =
+        caf::make_message(progress_atom::value, std::move(*p));
+    for (auto& [id, w] : st.engines)
+      self->send(caf::actor_cast<caf::actor>(w), m);
+    return;
+  }
+  auto it = st.engines.find(p->worker);
+  if (it == st.engines.end()) {
+    KVMESH_DEBUG("agent %s: a gateway's report names no engine worker %u",
+                 st.agent.c_str(), p->worker);
+    return;
+  }
+  self->send(it->second, progress_atom::value, *p);
+}
+
+// Sessions unheard for progress_lease_timeout: their gateway died or lost
+// the mesh, and nothing will say that their requests ended.
+void agent_expire_sessions(agent_pointer self) {
+  auto& st = self->state;
+  const auto old = steady::now() - progress_lease_timeout;
+  for (auto it = st.sessions.begin(); it != st.sessions.end();) {
+    if (it->second >= old) {
+      ++it;
+      continue;
+    }
+    for (auto& [id, w] : st.engines)
+      self->send(w, drop_atom::value, it->first);
+    it = st.sessions.erase(it);
+  }
 }
 
 void agent_award(agent_pointer self, const std::string& reply,
@@ -319,12 +384,13 @@ void agent_shard_beat(agent_pointer self, const shard_status& s) {
   agent_announce(self);
 }
 
-caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
-                             std::shared_ptr<inbox> box, mesh_options mesh,
-                             std::string agent,
-                             std::vector<std::pair<uint32_t, worker_actor>> ws,
-                             std::shared_ptr<mailbox_gate> gate,
-                             std::shared_ptr<announce_counts> counts) {
+caf::behavior agent_endpoint(
+    agent_pointer self, nats_bus* bus, std::shared_ptr<inbox> box,
+    mesh_options mesh, std::string agent,
+    std::vector<std::pair<uint32_t, worker_actor>> ws,
+    std::unordered_map<uint32_t, engine_worker_actor> engines,
+    std::shared_ptr<mailbox_gate> gate,
+    std::shared_ptr<announce_counts> counts) {
   auto& st = self->state;
   st.gate = std::move(gate);
   st.bus = bus;
@@ -338,6 +404,7 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
     st.workers.emplace(id, w);
     st.ids.push_back(id);
   }
+  st.engines = std::move(engines);
   self->send(self, beat_atom::value);
   return {
       [=](nats_atom, const std::string& subject, const std::string& reply,
@@ -358,6 +425,8 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
           agent_award(self, reply, payload);
         } else if (verb == "withdraw") {
           agent_withdraw(self, reply, payload);
+        } else if (verb == "progress") {
+          agent_progress(self, payload);
         } else if (verb == "release") {
           if (auto r = decode<release_msg>(payload)) {
             // One message for all of them (CAF shares it): a worker reads
@@ -389,6 +458,7 @@ caf::behavior agent_endpoint(agent_pointer self, nats_bus* bus,
       [=](beat_atom) {
         auto& st = self->state;
         agent_sweep(self);
+        agent_expire_sessions(self);
         if (st.announce_waiting) agent_announce(self);
         for (auto& [id, w] : st.workers)
           self->request(w, st.mesh.heartbeat, status_atom::value)
@@ -445,6 +515,7 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
   auto events = spawn_event_publisher(sys, bus, opt.mesh.subj);
   p->actors.push_back(caf::actor_cast<caf::actor>(events));
   std::vector<std::pair<uint32_t, worker_actor>> ws;
+  std::unordered_map<uint32_t, engine_worker_actor> engines;
   for (auto wo : opt.workers) {
     if (wo.ledger.id >= max_worker_id)
       return make_error(ec::invalid_argument,
@@ -472,17 +543,19 @@ expected<std::unique_ptr<agent_node>> agent_node::start(
       p->stop();
       return w.err();
     }
-    p->workers.push_back(*w);
+    const auto as_worker = caf::actor_cast<worker_actor>(*w);
+    p->workers.push_back(as_worker);
     p->actors.push_back(caf::actor_cast<caf::actor>(*w));
-    ws.emplace_back(id, *w);
+    ws.emplace_back(id, as_worker);
+    engines.emplace(id, *w);
   }
   auto gate = new_gate();
   auto ep = sys.spawn(agent_endpoint, &bus, p->box, opt.mesh, opt.name, ws,
-                      gate, p->counts);
+                      std::move(engines), gate, p->counts);
   p->actors.push_back(ep);
   const auto& s = opt.mesh.subj;
   for (const char* verb :
-       {"bid", "award", "release", "withdraw", "drain", "batch"})
+       {"bid", "award", "release", "withdraw", "drain", "batch", "progress"})
     if (auto st = p->listen(s.agent(opt.name, verb), "", ep,
                             {gate, feed_kind::agent, agent_overloaded});
         !st) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/actors.hpp"
+#include "actors/engine_worker.hpp"
 #include "actors/worker.hpp"
 #include "cluster/nats.hpp"
 #include "cluster/subjects.hpp"
@@ -25,9 +26,11 @@ struct agent_options {
   std::vector<worker_options> workers;
   // Workers of real engines, which the caller makes: spawn_external(id,
   // events) for each id, `events` being the agent's publisher of request
-  // events (the workers' listener).
+  // events (the workers' listener). Gateways that call their engines
+  // themselves report to them on the agent's "progress" subject.
   std::vector<uint32_t> external;
-  std::function<expected<worker_actor>(uint32_t id, listener_actor events)>
+  std::function<expected<engine_worker_actor>(uint32_t id,
+                                              listener_actor events)>
       spawn_external;
 };
 

@@ -59,7 +59,33 @@ std::string host_name() {
   return buf;
 }
 
+bool loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         host.rfind("127.", 0) == 0;
+}
+
+// The host of http://HOST[:PORT] (brackets kept for IPv6).
+std::string host_of_url(const std::string& url) {
+  std::string rest = url.substr(std::string("http://").size());
+  if (!rest.empty() && rest[0] == '[')
+    return rest.substr(0, rest.find(']') + 1);
+  return rest.substr(0, rest.find(':'));
+}
+
 }  // namespace
+
+expected<std::string> advertised_engine_url(const std::string& engine_url,
+                                            const std::string& flag,
+                                            const std::string& front_host) {
+  if (flag == "off" || engine_url.empty()) return std::string();
+  if (!flag.empty()) {
+    if (auto st = check_engine_url(flag); !st) return st.err();
+    return flag;
+  }
+  if (loopback_host(host_of_url(engine_url)) && !loopback_host(front_host))
+    return std::string();
+  return engine_url;
+}
 
 void engine_agent::impl::poll_loop() {
   uint32_t failures = 0;
@@ -176,6 +202,17 @@ expected<std::unique_ptr<engine_agent>> engine_agent::start(
                  opt.front_host == "::")
                     ? host_name()
                     : opt.front_host;
+  auto engine =
+      advertised_engine_url(opt.engine_url, opt.engine_advertise, advertise);
+  if (!engine) return engine.err();
+  if (engine->empty() && !opt.engine_url.empty() &&
+      opt.engine_advertise != "off")
+    KVMESH_INFO(
+        "agent %s: gateways reach the engine through the fronts: its URL %s "
+        "is this host's loopback, the fronts are named by %s "
+        "(--engine-advertise names the engine as gateways reach it)",
+        opt.name.c_str(), opt.engine_url.c_str(), advertise.c_str());
+  p->opt.state.engine = *engine;
   // The fronts first: a worker names its front's port in its awards.
   for (uint32_t r = 0; r < opt.dp_size; ++r) {
     if (opt.engine_url.empty()) {
@@ -205,20 +242,23 @@ expected<std::unique_ptr<engine_agent>> engine_agent::start(
   for (uint32_t r = 0; r < opt.dp_size; ++r)
     ao.external.push_back(opt.first_id + r);
   impl* raw = p.get();
-  ao.spawn_external = [&sys, raw](
-                          uint32_t id,
-                          listener_actor events) -> expected<worker_actor> {
+  ao.spawn_external =
+      [&sys, raw](uint32_t id,
+                  listener_actor events) -> expected<engine_worker_actor> {
     const uint32_t rank = id - raw->opt.first_id;
     engine_worker_options wo;
     wo.state = raw->opt.state;
     wo.state.ledger.id = id;
     wo.state.endpoint = raw->endpoints[rank];
+    wo.state.engine_rank = raw->opt.dp_size > 1 && !wo.state.engine.empty()
+                               ? static_cast<int32_t>(rank)
+                               : -1;
     wo.listener = std::move(events);
     if (rank < raw->opt.meters.size()) wo.meters = raw->opt.meters[rank];
     auto w = spawn_engine_worker(sys, wo);
     if (!w) return w.err();
     raw->workers.push_back(*w);
-    return caf::actor_cast<worker_actor>(*w);
+    return *w;
   };
   auto node = agent_node::start(sys, bus, ao);
   if (!node) return node.err();

@@ -38,6 +38,9 @@ struct engine_agent_options {
   std::string front_host = "0.0.0.0";
   std::string advertise_host;  // "" : front_host, or this host's name
   int front_port = 0;
+  // The engine's URL as gateways reach it, for them to call the engine
+  // themselves (advertised_engine_url): "" for the rule, "off" for none.
+  std::string engine_advertise;
   // Each front's I/O threads (any number of requests and streams).
   size_t front_threads = 2;
   // /health and /metrics are read this often; after unhealthy_after
@@ -49,6 +52,15 @@ struct engine_agent_options {
   // missing: not counted.
   std::vector<std::shared_ptr<const worker_meters>> meters;
 };
+
+// The engine URL a worker advertises to gateways (worker_status::engine):
+// `flag` when it is a URL; none for "off" or no engine; else the engine's
+// own URL, unless its host is this host's loopback while the fronts are
+// named by another host (`front_host`): a gateway elsewhere could not reach
+// it, and goes through the front. Errors: `flag` is not http://HOST[:PORT].
+expected<std::string> advertised_engine_url(const std::string& engine_url,
+                                            const std::string& flag,
+                                            const std::string& front_host);
 
 class engine_agent {
  public:

@@ -136,6 +136,14 @@ constexpr field_counter<engine_worker_stats> rank_counters[] = {
      "Times the worker forgot the engine's cache: events lost beyond replay, "
      "or the engine started over.",
      &engine_worker_stats::resyncs},
+    {"kvmesh_worker_requests_unreported_total",
+     "Requests a gateway sent to the engine whose end it did not report: "
+     "its lease no longer listed them, or its session fell silent.",
+     &engine_worker_stats::unreported},
+    {"kvmesh_worker_progress_stray_total",
+     "Gateways' progress reports of requests that were not awaiting arrival "
+     "at the worker (unknown, withdrawn or arrived already).",
+     &engine_worker_stats::stray_progress},
 };
 constexpr size_t rank_counter_count = std::size(rank_counters);
 
@@ -811,7 +819,7 @@ expected<std::unique_ptr<process_metrics>> process_metrics::for_router(
           {member_message::worker_beat,
            {mf::bad_id, mf::bad_name, mf::not_finite, mf::negative, mf::speed,
             mf::blocks, mf::owned, mf::too_many, mf::too_many_of_agent,
-            mf::wrong_subject, mf::bad_model}},
+            mf::wrong_subject, mf::bad_model, mf::bad_engine}},
           {member_message::router_beat, {mf::bad_name, mf::too_many}}});
   if (auto st = b.result(); !st) return st.err();
   opt.meters = std::move(m);

@@ -96,13 +96,14 @@ authorization {
   }
 
   # The gateway (`kvmesh gateway`): hears the workers' heartbeats (the
-  # models they serve and their fronts), sends route requests, and reads
-  # their decisions on its own inboxes (_INBOX.gateway.<name>.<n>, and
-  # _INBOX.gateway.<name>.<thread>.<n> for each HTTP thread's own
-  # connection); the requests themselves go to the fronts over HTTP.
+  # models they serve, their fronts and engines), sends route requests, and
+  # reads their decisions on its own inboxes (_INBOX.gateway.<name>.<n>,
+  # and _INBOX.gateway.<name>.<thread>.<n> for each HTTP thread's own
+  # connection); the requests themselves go to the engines (or the fronts)
+  # over HTTP, and their progress to the agents.
   GATEWAY = {
     publish = {
-      allow = ["@P@.route"]
+      allow = ["@P@.route", "@P@.agent.*.progress"]
     }
     subscribe = {
       allow = ["@P@.heartbeat.worker.*", "_INBOX.gateway.*.*",

@@ -158,6 +158,8 @@ nlohmann::ordered_json worker_json(const engine_worker_stats& s) {
   out["resyncs"] = s.resyncs;
   out["abandoned"] = s.abandoned;
   out["bypassed"] = s.bypassed;
+  out["unreported"] = s.unreported;
+  out["stray_progress"] = s.stray_progress;
   out["approximate"] = s.approximate;
   out["mirror_faults"] = faults;
   return out;
@@ -243,7 +245,7 @@ web::upstream_call openai_front::impl::engine_call(
   if (req.method() == http::verb::post)
     c.request_headers.emplace_back("Content-Type", "application/json");
   if (opt.dp_rank >= 0)
-    c.request_headers.emplace_back("X-data-parallel-rank",
+    c.request_headers.emplace_back(web::dp_rank_header,
                                    std::to_string(opt.dp_rank));
   return c;
 }

@@ -77,6 +77,7 @@ award_reply engine_state::award(const route_request_msg& r,
     q.n = n;
     q.prompt_tokens = r.input_tokens;
     q.output_tokens = r.output_tokens;
+    q.hits = {b.gpu, b.host, b.disk, b.active_overlap};
   }
   return {true, {}, cfg_.endpoint, ledger_.accepted()};
 }
@@ -118,17 +119,55 @@ void engine_state::arrive(const front_request& r, double now_ms) {
   }
   if (r.approximate) ++approximate_;
   request& q = it->second;
-  q.at = phase::waiting;
-  q.since_ms = now_ms;
   // The route's sizes win over the front's estimate from text; a client's
   // max_tokens over the router's guess of the output.
   if (q.prompt_tokens == 0) q.prompt_tokens = r.prompt_tokens;
   if (r.output_tokens > 0) q.output_tokens = r.output_tokens;
   if (!r.blocks.empty())
     q.hits = mirror_.cache().match(r.blocks.data(), r.blocks.size());
+  enter(q, now_ms);
+}
+
+void engine_state::enter(request& q, double now_ms) {
+  q.at = phase::waiting;
+  q.since_ms = now_ms;
   q.holds = blocks_for(uint64_t{q.prompt_tokens} + q.output_tokens);
   if (q.holds < q.n) q.holds = q.n;
   occupancy_ += q.holds;
+}
+
+bool engine_state::arrive_awarded(uint64_t id, uint64_t session,
+                                  double now_ms) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.at != phase::awarded) return false;
+  it->second.session = session;
+  enter(it->second, now_ms);
+  return true;
+}
+
+std::vector<uint64_t> engine_state::lease(
+    uint64_t session, const std::vector<uint64_t>& in_flight, double now_ms) {
+  std::vector<uint64_t> listed(in_flight);
+  std::sort(listed.begin(), listed.end());
+  for (uint64_t id : listed)
+    if (auto it = requests_.find(id);
+        it != requests_.end() && it->second.at == phase::awarded) {
+      it->second.session = session;
+      enter(it->second, now_ms);
+    }
+  std::vector<uint64_t> ended;
+  for (const auto& [id, q] : requests_)
+    if (q.session == session && q.at != phase::awarded &&
+        !std::binary_search(listed.begin(), listed.end(), id))
+      ended.push_back(id);
+  return ended;
+}
+
+std::vector<uint64_t> engine_state::of_session(uint64_t session) const {
+  std::vector<uint64_t> out;
+  for (const auto& [id, q] : requests_)
+    if (q.session == session && q.at != phase::awarded) out.push_back(id);
+  return out;
 }
 
 bool engine_state::first_token(uint64_t id, tier_match* hits) {
@@ -198,6 +237,8 @@ worker_status engine_state::status() const {
   s.unhealthy = !healthy();
   s.endpoint = cfg_.endpoint;
   s.models = metrics_.models;
+  s.engine = cfg_.engine;
+  s.engine_rank = cfg_.engine_rank;
   return s;
 }
 

@@ -25,6 +25,10 @@ struct engine_state_config {
   uint64_t gpu_blocks = 0;
   // The front's URL, named in accepted awards and the status.
   std::string endpoint;
+  // The engine's URL for gateways that call it themselves and its rank
+  // (worker_status::engine, engine_rank); "": gateways use the front.
+  std::string engine;
+  int32_t engine_rank = -1;
   // An awarded request whose client has not called the front within this
   // long is taken to be abandoned: its queued work goes.
   double award_ttl_ms = 60000;
@@ -83,6 +87,19 @@ class engine_state {
   // that bypassed the routers is taken as if awarded here. Either holds
   // its blocks (prompt and expected output) until it ends.
   void arrive(const front_request& r, double now_ms);
+  // An awarded request reached the engine through a gateway of `session`
+  // (request_progress): its blocks and sizes are the award's. False when
+  // it is not awaiting arrival here (unknown, withdrawn, arrived).
+  bool arrive_awarded(uint64_t request, uint64_t session, double now_ms);
+  // The requests in the engine that arrived through `session`.
+  std::vector<uint64_t> of_session(uint64_t session) const;
+  // A lease of `session` listing all its requests here (request_progress):
+  // those listed and awarded have arrived (their report was lost); the
+  // session's requests in the engine that it does not list have ended,
+  // and are returned for the caller to finish.
+  std::vector<uint64_t> lease(uint64_t session,
+                              const std::vector<uint64_t>& in_flight,
+                              double now_ms);
   // Its first token: no read work left. `hits` gets the blocks it found
   // cached at arrival, per tier. False for an unknown request.
   bool first_token(uint64_t request, tier_match* hits = nullptr);
@@ -121,12 +138,15 @@ class engine_state {
     uint32_t n = 0;  // prompt blocks (the chain's length)
     uint32_t prompt_tokens = 0;
     uint32_t output_tokens = 0;
-    uint64_t holds = 0;  // blocks held while in the engine
-    tier_match hits;     // cached at arrival
+    uint64_t holds = 0;    // blocks held while in the engine
+    tier_match hits;       // cached at arrival (at the award, for a gateway's)
+    uint64_t session = 0;  // the gateway's that reported it; 0: the front
   };
 
   engine_state(const engine_state_config& cfg, kv_mirror mirror,
                worker_ledger ledger);
+  // A request enters the engine: it holds its blocks until it ends.
+  void enter(request& q, double now_ms);
   uint64_t blocks_for(uint64_t tokens) const {
     return (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;
   }

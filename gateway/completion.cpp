@@ -115,15 +115,25 @@ std::string routed_name(const std::string& client_id, const route_answer& won) {
 // The relay's call of the worker `won` names: the mesh's and the client's
 // ids to the worker; back to the client, its id and which GPU and which of
 // the mesh's requests served it (what a client or an operator needs to
-// follow it in the decision logs and `kvmesh admin`).
+// follow it in the decision logs and `kvmesh admin`). `direct`: to its
+// engine itself, with what the front would add (the rank of a
+// data-parallel engine, a JSON body) and of the client's headers only those
+// the engine reads.
 web::upstream_call worker_call(const route_answer& won,
-                               const std::string& client_id) {
+                               const std::string& client_id, bool direct) {
   web::upstream_call c;
-  c.endpoint = won.endpoint;
+  c.endpoint = direct ? won.engine : won.endpoint;
   c.name = "worker " + std::to_string(won.worker);
   const std::string request = std::to_string(won.request);
   c.request_headers = {{web::mesh_id_header, request},
                        {web::client_id_header, client_id}};
+  if (direct) {
+    c.pass = {"authorization", "accept"};
+    c.request_headers.emplace_back("Content-Type", "application/json");
+    if (won.engine_rank >= 0)
+      c.request_headers.emplace_back(web::dp_rank_header,
+                                     std::to_string(won.engine_rank));
+  }
   c.answer_headers = {{web::client_id_header, client_id},
                       {web::worker_header, std::to_string(won.worker)},
                       {web::mesh_id_header, request}};
@@ -314,9 +324,16 @@ asio::awaitable<served> serve_completion(
     const route_answer& won = *routed;
     const std::string name = routed_name(client_id, won);
     popt.server_timing = server_timing(tokenize_s, route_s);
-    const web::upstream_call to = worker_call(won, client_id);
+    // To the engine itself when the worker names it and this thread can
+    // tell the worker what its front would have seen; else to the front.
+    std::unique_ptr<engine_visit> visit = ctx.mesh->visit(won);
+    popt.first_body_byte = nullptr;
+    if (visit)
+      popt.first_body_byte = std::bind(&engine_visit::first, visit.get());
+    const web::upstream_call to = worker_call(won, client_id, visit != nullptr);
     proxy_result r = co_await proxy_request(client, client_buffer, req, to,
                                             popt, first_byte);
+    visit.reset();  // its end, before a route again
     if (r.outcome == proxy_outcome::done)
       co_return served{r.status, r.keep_alive};
     if (r.outcome == proxy_outcome::client_gone) {

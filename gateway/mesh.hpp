@@ -48,7 +48,22 @@ using pool_list = std::shared_ptr<const std::vector<pool_model>>;
 struct route_answer {
   uint32_t worker = 0;
   uint64_t request = 0;  // sent as X-Kvmesh-Request-Id
-  std::string endpoint;  // http://HOST:PORT[/prefix]
+  std::string endpoint;  // its front: http://HOST:PORT[/prefix]
+  // Its engine, when the gateway may call it itself (and then reports the
+  // request's progress to the worker: gateway_mesh::visit); "": through
+  // the front. engine_rank >= 0: sent as X-data-parallel-rank.
+  std::string engine;
+  int32_t engine_rank = -1;
+  std::string agent;  // the worker's node agent
+};
+
+// A request the gateway sends to its worker's engine itself: made when it
+// goes, first() at its first token, destroyed at its end, each told to the
+// worker (what its front would have seen).
+class engine_visit {
+ public:
+  virtual ~engine_visit() = default;
+  virtual void first() = 0;
 };
 
 // Errors of route(), as the gateway answers them:
@@ -70,6 +85,13 @@ class gateway_mesh {
                      std::function<void(expected<route_answer>)> done) = 0;
   // Whether the mesh can route now (GET /health).
   virtual bool ready() const = 0;
+  // The report of `won`'s request going to its engine (won.engine), from
+  // this thread; null when this thread cannot report (then the request
+  // goes through the worker's front).
+  virtual std::unique_ptr<engine_visit> visit(const route_answer& won) {
+    (void)won;
+    return nullptr;
+  }
   // Called by the server on each of its threads, before that thread runs
   // `io` (the thread's own): a mesh may open a connection there, so that a
   // route() called on that thread is answered on it with no other thread

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -53,7 +54,11 @@ expected<route_answer> answer_of(const uint8_t* data, size_t size,
         "the router's decision does not decode: " + d.err().message);
   }
   if (!d->error.empty()) return failure_error(*d);
-  return route_answer{d->worker, d->request, d->endpoint};
+  route_answer a;
+  a.worker = d->worker;
+  a.request = d->request;
+  a.endpoint = std::move(d->endpoint);
+  return a;
 }
 
 // The id ending a decision's subject after `inbox`, or false.
@@ -88,6 +93,8 @@ struct nats_mesh::impl {
   struct seen {
     std::string agent;
     std::string endpoint;
+    std::string engine;
+    int32_t engine_rank = -1;
     std::vector<served_model> models;
     bool out = false;  // draining or unhealthy: takes no awards
     steady::time_point at;
@@ -138,9 +145,22 @@ struct nats_mesh::impl {
       pools_changed = true;
     w.agent = std::move(s->agent);
     w.endpoint = std::move(s->endpoint);
+    w.engine = std::move(s->engine);
+    w.engine_rank = s->engine_rank;
     w.models = std::move(s->models);
     w.out = out;
     w.at = steady::now();
+  }
+
+  // The winner's agent and engine, from its heartbeats.
+  void add_engine(expected<route_answer>& a) {
+    if (!a) return;
+    std::lock_guard<std::mutex> g(mu);
+    auto it = workers.find(a->worker);
+    if (it == workers.end()) return;
+    a->agent = it->second.agent;
+    a->engine = it->second.engine;
+    a->engine_rank = it->second.engine_rank;
   }
 
   void on_decision(const nats_message& m) {
@@ -154,7 +174,9 @@ struct nats_mesh::impl {
       done = std::move(it->second.done);
       pending.erase(it);
     }
-    done(answer_of(m.payload.data(), m.payload.size(), bad_decisions));
+    auto a = answer_of(m.payload.data(), m.payload.size(), bad_decisions);
+    add_engine(a);
+    done(std::move(a));
   }
 
   // Answers the routes whose decision did not come in time.
@@ -185,9 +207,14 @@ struct nats_mesh::impl {
 // io_context, its pending routes and their deadline; used on that thread
 // only, so nothing here is locked.
 struct nats_mesh::impl::channel {
-  channel(impl& o, asio_io& io) : owner(&o), timer(io) {}
+  channel(impl& o, asio_io& io) : owner(&o), timer(io), lease_timer(io) {
+    std::random_device rd;
+    while (session == 0)
+      session = (uint64_t{rd()} << 32) ^ rd();
+  }
   ~channel() {
     timer.cancel();
+    lease_timer.cancel();
     auto left = std::move(pending);
     pending.clear();
     for (auto& [id, w] : left)
@@ -200,6 +227,65 @@ struct nats_mesh::impl::channel {
   std::map<uint64_t, waiting> pending;
   boost::asio::steady_timer timer;
   bool timer_armed = false;
+  // The requests this thread sent to engines itself, per agent, and the
+  // session its reports carry (request_progress).
+  uint64_t session = 0;
+  struct agent_flight {
+    std::string subject;  // the agent's progress subject
+    std::unordered_set<uint64_t> requests;
+  };
+  std::unordered_map<std::string, agent_flight> agents;
+  boost::asio::steady_timer lease_timer;
+  bool lease_armed = false;
+  uint64_t lost_reports = 0;  // reports NATS would not take
+  std::weak_ptr<channel> self;
+
+  void send(const std::string& subject, const request_progress& p) {
+    if (!nats->publish(subject, encode(p), "")) ++lost_reports;
+  }
+
+  void report(const route_answer& won, progress_event e) {
+    auto it = agents.find(won.agent);
+    if (it == agents.end()) {
+      it = agents.emplace(won.agent, agent_flight{}).first;
+      it->second.subject = owner->opt.subj.agent(won.agent, "progress");
+    }
+    if (e == progress_event::arrived) it->second.requests.insert(won.request);
+    if (e == progress_event::ended) it->second.requests.erase(won.request);
+    request_progress p;
+    p.event = e;
+    p.request = won.request;
+    p.worker = won.worker;
+    p.session = session;
+    send(it->second.subject, p);
+    arm_lease();
+  }
+
+  // Every period, each agent that had requests of this thread hears all
+  // of them (the last lease of one an empty list): what a lost report
+  // left wrong is put right there.
+  void arm_lease() {
+    if (lease_armed || agents.empty()) return;
+    lease_armed = true;
+    lease_timer.expires_after(progress_lease_period);
+    lease_timer.async_wait([this](const boost::system::error_code& ec) {
+      lease_armed = false;
+      if (ec) return;
+      request_progress p;
+      p.event = progress_event::lease;
+      p.session = session;
+      for (auto it = agents.begin(); it != agents.end();) {
+        p.in_flight.assign(it->second.requests.begin(),
+                           it->second.requests.end());
+        send(it->second.subject, p);
+        if (it->second.requests.empty())
+          it = agents.erase(it);
+        else
+          ++it;
+      }
+      arm_lease();
+    });
+  }
 
   void on_decision(std::string_view subject, const uint8_t* data, size_t size) {
     uint64_t id = 0;
@@ -208,7 +294,9 @@ struct nats_mesh::impl::channel {
     if (it == pending.end()) return;  // timed out already
     auto done = std::move(it->second.done);
     pending.erase(it);
-    done(answer_of(data, size, owner->bad_decisions));
+    auto a = answer_of(data, size, owner->bad_decisions);
+    owner->add_engine(a);
+    done(std::move(a));
   }
 
   // Ids grow and every route has the same timeout: the first pending
@@ -252,7 +340,40 @@ struct nats_mesh::impl::channel {
 namespace {
 // The channel of the server thread this runs on, if bound.
 thread_local nats_mesh::impl::channel* current_channel = nullptr;
+
+// A request at its engine, told to its worker's agent on its thread's
+// session; once the channel is gone (the gateway stopping) nothing is
+// told, and the agent ends the session's requests when its lease expires.
+class channel_visit final : public engine_visit {
+ public:
+  channel_visit(std::weak_ptr<nats_mesh::impl::channel> c, route_answer won)
+      : c_(std::move(c)), won_(std::move(won)) {
+    tell(progress_event::arrived);
+  }
+  ~channel_visit() override { tell(progress_event::ended); }
+  void first() override {
+    if (first_) return;
+    first_ = true;
+    tell(progress_event::first);
+  }
+
+ private:
+  void tell(progress_event e) {
+    if (auto c = c_.lock()) c->report(won_, e);
+  }
+  std::weak_ptr<nats_mesh::impl::channel> c_;
+  route_answer won_;
+  bool first_ = false;
+};
 }  // namespace
+
+std::unique_ptr<engine_visit> nats_mesh::visit(const route_answer& won) {
+  impl::channel* c = current_channel;
+  if (won.engine.empty() || won.agent.empty() || !c ||
+      c->owner != impl_.get() || !c->nats->connected())
+    return nullptr;
+  return std::make_unique<channel_visit>(c->self, won);
+}
 
 std::shared_ptr<void> nats_mesh::bind_thread(boost::asio::io_context& io) {
   if (!impl_->opt.thread_connection) return nullptr;
@@ -269,6 +390,7 @@ std::shared_ptr<void> nats_mesh::bind_thread(boost::asio::io_context& io) {
     return nullptr;
   }
   c->nats = std::move(*nats);
+  c->self = c;
   c->inbox = impl_->inbox + std::to_string(k) + ".";
   impl::channel* raw = c.get();
   auto sub = c->nats->subscribe(

@@ -200,6 +200,15 @@ void write(const withdraw_reply& x, wire::WithdrawReply::Builder b) {
   b.setCount(x.count);
 }
 
+void write(const request_progress& x, wire::RequestProgress::Builder b) {
+  b.setEvent(static_cast<wire::ProgressEvent>(x.event));
+  b.setRequest(x.request);
+  b.setWorker(x.worker);
+  b.setSession(x.session);
+  write_list(b.initInFlight(static_cast<unsigned>(x.in_flight.size())),
+             x.in_flight);
+}
+
 void write(const decision& x, wire::Decision::Builder b) {
   b.setRequest(x.request);
   b.setWorker(x.worker);
@@ -270,6 +279,8 @@ void write(const worker_status& x, wire::WorkerStatus::Builder b) {
     models[static_cast<unsigned>(i)].setName(text(x.models[i].name));
     models[static_cast<unsigned>(i)].setParent(text(x.models[i].parent));
   }
+  b.setEngine(text(x.engine));
+  b.setEngineRank(x.engine_rank);
 }
 
 void write(const router_status& x, wire::RouterStatus::Builder b) {
@@ -510,6 +521,23 @@ withdraw_reply read(wire::WithdrawReply::Reader r) {
   return x;
 }
 
+expected<request_progress> read(wire::RequestProgress::Reader r) {
+  request_progress x;
+  const auto e = static_cast<uint16_t>(r.getEvent());
+  if (e > static_cast<uint16_t>(progress_event::lease))
+    return make_error(ec::parse_error,
+                      "unknown progress event " + std::to_string(e));
+  x.event = static_cast<progress_event>(e);
+  x.request = r.getRequest();
+  x.worker = r.getWorker();
+  x.session = r.getSession();
+  auto in_flight = r.getInFlight();
+  x.in_flight.reserve(in_flight.size());
+  for (uint64_t id : in_flight)
+    x.in_flight.push_back(id);
+  return x;
+}
+
 decision read(wire::Decision::Reader r) {
   decision x;
   x.request = r.getRequest();
@@ -609,6 +637,9 @@ worker_status read(wire::WorkerStatus::Reader r) {
     auto m = models[static_cast<unsigned>(i)];
     x.models.push_back({cut(m.getName()), cut(m.getParent())});
   }
+  auto engine = r.getEngine();
+  x.engine.assign(engine.begin(), engine.size());
+  x.engine_rank = r.getEngineRank();
   return x;
 }
 
@@ -838,7 +869,8 @@ void fill_worker_page(std::vector<worker_status>& all, uint32_t from,
   out.more = false;
   size_t used = 0;
   for (; it != all.end(); ++it) {
-    size_t bytes = fixed + text_bytes(it->agent) + text_bytes(it->endpoint);
+    size_t bytes = fixed + text_bytes(it->agent) + text_bytes(it->endpoint) +
+                   text_bytes(it->engine);
     // Its models: a list of structs (a tag word, then each one's pointers
     // inline), each one's texts beside it (the list's own segment, so no
     // landing pads but the list's).

@@ -39,4 +39,5 @@
   X(admin_reply, admin_reply, AdminReply)           \
   X(batch, batch_msg, Batch)                        \
   X(withdraw, withdraw_msg, Withdraw)               \
-  X(withdraw_reply, withdraw_reply, WithdrawReply)
+  X(withdraw_reply, withdraw_reply, WithdrawReply)  \
+  X(request_progress, request_progress, RequestProgress)

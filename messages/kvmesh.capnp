@@ -229,6 +229,12 @@ struct WorkerStatus {
   # The models it serves (RouteRequest.model): its engine's and its loaded
   # LoRA adapters. Empty: it serves requests that name none.
   models @22 :List(ServedModel);
+  # Its engine's OpenAI API (http://host:port) for a gateway to call itself,
+  # reporting each request's progress to the agent (RequestProgress); empty:
+  # only through the front.
+  engine @23 :Text;
+  # Sent to that engine as X-data-parallel-rank; -1: none.
+  engineRank @24 :Int32 = -1;
 }
 
 # A model a worker serves: a base model (no parent) or a LoRA adapter on
@@ -425,4 +431,27 @@ struct WithdrawReply {
   # as its AwardReply would have said them.
   endpoint @2 :Text;
   count @3 :UInt64 = 18446744073709551615;
+}
+
+# What a gateway tells an agent whose engine it calls itself (WorkerStatus.
+# engine): an awarded request reached the engine, got its first token,
+# ended; `lease`: the session is alive, and these are all its requests at
+# the agent's engines (the agent ends the others, and every request of a
+# session unheard for too long).
+enum ProgressEvent {
+  arrived @0;
+  first @1;
+  ended @2;
+  lease @3;
+}
+
+struct RequestProgress {
+  version @0 :UInt16;
+  event @1 :ProgressEvent;
+  request @2 :UInt64;
+  worker @3 :UInt32;
+  # The gateway thread's session (random, never 0: agents drop one of 0).
+  session @4 :UInt64;
+  # A lease's: the session's requests in flight at the agent, in any order.
+  inFlight @5 :List(UInt64);
 }

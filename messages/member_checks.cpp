@@ -70,6 +70,8 @@ const char* to_string(member_fault f) {
       return "wrong_subject";
     case member_fault::bad_model:
       return "bad_model";
+    case member_fault::bad_engine:
+      return "bad_engine";
   }
   return "unknown";
 }
@@ -131,6 +133,14 @@ member_fault check_worker_beat(const worker_status& s) {
     if (!check_model_name(m.name) ||
         (!m.parent.empty() && !check_model_name(m.parent)))
       return member_fault::bad_model;
+  if (s.engine_rank < -1) return member_fault::bad_engine;
+  if (!s.engine.empty()) {
+    // A gateway sends requests there: a URL of the form it calls.
+    if (s.engine.size() > max_name_bytes || s.engine.rfind("http://", 0) != 0)
+      return member_fault::bad_engine;
+    for (unsigned char c : s.engine)
+      if (c < 0x21 || c == 0x7f) return member_fault::bad_engine;
+  }
   return member_fault::none;
 }
 

@@ -29,10 +29,12 @@ enum class member_fault : uint8_t {
   too_many,           // past limits.max_workers (or max_routers)
   too_many_of_agent,  // past limits.max_workers_per_agent
   wrong_subject,      // names another agent than the subject it came on
-  bad_model  // a model name empty, too long or with control characters, or
-             // more than max_models_per_worker of them
+  bad_model,  // a model name empty, too long or with control characters,
+              // or more than max_models_per_worker of them
+  bad_engine  // an engine URL not http://..., too long or with control
+              // characters, or a rank below -1
 };
-inline constexpr size_t member_fault_count = 14;
+inline constexpr size_t member_fault_count = 15;
 
 const char* to_string(member_fault f);
 

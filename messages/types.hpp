@@ -2,6 +2,7 @@
 // actors, the wire codecs and the NATS bridge share one definition.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -161,6 +162,11 @@ struct worker_status {
   // (route_request_msg::model names one). Empty: it serves requests naming
   // none.
   std::vector<served_model> models;
+  // Its engine's OpenAI API for a gateway to call itself (request_progress
+  // tells the agent what the front would have seen); "": only through the
+  // front. engine_rank >= 0: sent as X-data-parallel-rank.
+  std::string engine;
+  int32_t engine_rank = -1;
 };
 
 // What a router reports about itself.
@@ -296,6 +302,27 @@ struct request_event {
 struct request_events {
   std::vector<request_event> events;
 };
+
+// A gateway calling a worker's engine itself tells the worker's agent what
+// its front would have seen: arrival, first token, end. A session (one per
+// gateway thread) sends the agent a lease every progress_lease_period while
+// it has requests there, listing them all: a request of the session that
+// the lease does not list has ended (its report was lost: NATS delivers at
+// most once), one listed but not yet arrived has. The agent ends every
+// request of a session unheard for progress_lease_timeout (a gateway that
+// died mid-request).
+enum class progress_event : uint8_t { arrived, first, ended, lease };
+
+struct request_progress {
+  progress_event event = progress_event::arrived;
+  uint64_t request = 0;  // not a lease's
+  uint32_t worker = 0;   // not a lease's
+  uint64_t session = 0;
+  std::vector<uint64_t> in_flight;  // a lease's
+};
+
+inline constexpr std::chrono::milliseconds progress_lease_period{1000};
+inline constexpr std::chrono::milliseconds progress_lease_timeout{5000};
 
 // An operator's request; which fields count depends on the verb (the
 // subject): `worker` and `on` for drain, `chain` for prefix, `weights` for

@@ -89,6 +89,9 @@ inline constexpr const char* client_id_header = "X-Request-Id";
 // Header naming the mesh's request id (the route's decision) to the worker
 // and its front.
 inline constexpr const char* mesh_id_header = "X-Kvmesh-Request-Id";
+// Request header naming the rank of a data-parallel engine that is to serve
+// the request (vLLM and SGLang read it).
+inline constexpr const char* dp_rank_header = "X-data-parallel-rank";
 // Response header: the worker (GPU) that served the request.
 inline constexpr const char* worker_header = "X-Kvmesh-Worker";
 // Response header (W3C Server Timing): the gateway's tokenize and route

@@ -44,7 +44,7 @@ prompt=$(seq -s, 1 40)
 workers_contract='
 want = {"id", "state", "gpu_blocks", "host_blocks", "disk_blocks",
         "queued_blocks", "active_blocks", "capacity_blocks", "speed",
-        "endpoint", "models", "host_capacity_blocks", "disk_capacity_blocks",
+        "endpoint", "engine", "engine_rank", "models", "host_capacity_blocks", "disk_capacity_blocks",
         "awards", "last_price"}'
 
 # -- bad flags and unreachable servers (no mesh needed) -----------------------

@@ -13,25 +13,19 @@ class node_base_test : public mesh_test {};
 // A start that fails half way stops what it made: here the second of two
 // external workers cannot be made, and the first one is stopped.
 TEST_F(node_base_test, a_failed_start_stops_what_it_made) {
-  sim_config cfg;
-  cfg.workers = 8;
-  cfg.gpu_blocks = 512;
-  cfg.block_tokens = 16;
   agent_options o;
   o.mesh = mesh();
   o.name = "node-x";
   o.external = {0, 1};
-  std::vector<worker_actor> made;
-  o.spawn_external = [&](uint32_t id,
-                         listener_actor events) -> expected<worker_actor> {
+  std::vector<engine_worker_actor> made;
+  o.spawn_external =
+      [&](uint32_t id, listener_actor events) -> expected<engine_worker_actor> {
     if (id == 1) return make_error(ec::invalid_argument, "no engine");
-    worker_options wo;
-    wo.engine = fleet_engine_config(cfg, id);
-    auto probe = engine::make(wo.engine);
-    if (!probe) return probe.err();
-    wo.ledger = fleet_worker_config(cfg, id, *probe);
+    engine_worker_options wo;
+    wo.state.ledger.id = id;
+    wo.state.gpu_blocks = 512;
     wo.listener = events;
-    auto w = spawn_worker(*sys_, wo);
+    auto w = spawn_engine_worker(*sys_, wo);
     if (w) made.push_back(*w);
     return w;
   };

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/block_hash.hpp"
@@ -107,6 +108,54 @@ TEST(engine_state, a_request_from_award_to_end) {
   EXPECT_EQ(st.completed, 1u);
   EXPECT_FALSE(s.finish(5));
   EXPECT_FALSE(s.first_token(5));
+}
+
+// A gateway calling the engine itself reports the arrival by id: the
+// award's blocks, sizes and hits stand for what the front would have read.
+TEST(engine_state, a_gateways_request_arrives_with_the_awards_blocks) {
+  auto s = make();
+  engine_caches(s, 2, "GPU");
+  const auto r = request(5, 24);
+  ASSERT_TRUE(s.award(r, -1, 10).accepted);
+  EXPECT_FALSE(s.arrive_awarded(6, 77, 20)) << "never awarded here";
+  EXPECT_TRUE(s.arrive_awarded(5, 77, 20));
+  EXPECT_FALSE(s.arrive_awarded(5, 77, 21)) << "arrived already";
+  auto st = s.status();
+  EXPECT_EQ(st.waiting, 1u);
+  EXPECT_EQ(st.active, 8u);  // (24 prompt + 8 output) / 4
+  EXPECT_EQ(s.arrived_ms(5), 20.0);
+  tier_match hits;
+  EXPECT_TRUE(s.first_token(5, &hits));
+  EXPECT_EQ(hits.gpu, 2u);
+  EXPECT_EQ(s.of_session(77), std::vector<uint64_t>{5});
+  EXPECT_TRUE(s.of_session(78).empty());
+  EXPECT_TRUE(s.finish(5));
+  EXPECT_TRUE(s.of_session(77).empty());
+  EXPECT_EQ(s.status().active, 0u);
+}
+
+// A lease lists all of a session's requests: one listed but not arrived
+// (its report lost) arrives; one arrived but not listed (its end lost) is
+// returned as ended; other sessions' and the front's are left alone.
+TEST(engine_state, a_lease_puts_lost_reports_right) {
+  auto s = make();
+  for (uint64_t id : {1, 2, 3, 4})
+    ASSERT_TRUE(s.award(request(id, 8), -1, 0).accepted);
+  ASSERT_TRUE(s.arrive_awarded(1, 77, 1));  // its end will be lost
+  ASSERT_TRUE(s.arrive_awarded(3, 88, 1));  // another session's
+  front_request f;
+  f.id = 4;
+  f.prompt_tokens = 8;
+  s.arrive(f, 1);  // the front's
+  const auto ended = s.lease(77, {2}, 5);
+  EXPECT_EQ(ended, std::vector<uint64_t>{1});
+  EXPECT_EQ(s.arrived_ms(2), 5.0) << "listed: it reached the engine";
+  auto mine = s.of_session(77);  // 1 stays until the caller finishes it
+  std::sort(mine.begin(), mine.end());
+  EXPECT_EQ(mine, (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(s.lease(88, {3}, 6).empty());
+  EXPECT_TRUE(s.lease(99, {}, 6).empty()) << "the front's request stays";
+  EXPECT_EQ(s.status().waiting, 4u);
 }
 
 TEST(engine_state, a_request_that_bypassed_the_routers_is_counted_in) {

@@ -118,6 +118,8 @@ void codec_seeds() {
   message(msg_kind::withdraw, "withdraw", withdraw_msg{3, 1});
   message(msg_kind::withdraw_reply, "withdraw_reply",
           withdraw_reply{false, "http://10.0.0.9:8001", 4});
+  message(msg_kind::request_progress, "request_progress",
+          request_progress{progress_event::first, 9, 2, 77});
 }
 
 // vLLM's and SGLang's shapes: the kv_events seed is the block size byte,

@@ -34,10 +34,11 @@ pids+=($!)
 pids+=($!)
 
 # Two GPUs: a stand-in engine and its agent each.
-declare -A engine_http
+declare -A engine_http front_http
 for w in 0 1; do
   pub=$(free_port)
   engine_http[$w]=$(free_port)
+  front_http[$w]=$(free_port)
   "$py" "$standin" --pub-port "$pub" --http-port "${engine_http[$w]}" \
     --block-size 4 --topic kv-events --layout map --hashes bytes \
     --gpu-blocks 2000 --store-prompts >"$tmp/standin$w.log" 2>&1 &
@@ -49,7 +50,7 @@ for w in 0 1; do
   "$bin" agent --nats "$url" --engine vllm --kv-events "tcp://127.0.0.1:$pub" \
     --kv-topic kv-events --engine-url "http://127.0.0.1:${engine_http[$w]}" \
     --block-tokens 4 --worker-id "$w" --name "gpu$w" --front-host 127.0.0.1 \
-    --front-port "$(free_port)" --heartbeat-ms 200 --metrics-ms 200 \
+    --front-port "${front_http[$w]}" --heartbeat-ms 200 --metrics-ms 200 \
     >"$tmp/agent$w.log" 2>&1 &
   pids+=($!)
 done
@@ -93,6 +94,23 @@ else
   fail openai_sdk "$(cat "$tmp/sdk.err") $(tail -5 "$tmp/gateway.log")"
 fi
 sed 's/^/  /' "$tmp/sdk.err"
+
+# front_stats W PYTHON: worker W's front's /kvmesh/stats as `s`; PYTHON's
+# output printed.
+front_stats() {
+  curl -s "http://127.0.0.1:${front_http[$1]}/kvmesh/stats" |
+    python3 -c "import json,sys; s = json.load(sys.stdin); $2"
+}
+# The engines are on this host's loopback, as the fronts are: the workers
+# name them, and the gateway sends the requests there itself, telling the
+# workers (which count them done) instead of passing through the fronts.
+fronted=$(($(front_stats 0 'print(s["front"]["requests"])') + $(front_stats 1 'print(s["front"]["requests"])')))
+completed=$(($(front_stats 0 'print(s["worker"]["completed"])') + $(front_stats 1 'print(s["worker"]["completed"])')))
+if [ "$fronted" = 0 ] && [ "$completed" -ge 4 ]; then
+  ok requests_go_straight_to_the_engines "$completed completed, none through a front"
+else
+  fail requests_go_straight_to_the_engines "$fronted through the fronts, $completed completed"
+fi
 
 # -- faults --------------------------------------------------------------------
 # curl_chat STREAM: one chat request through the gateway; the status in
@@ -352,6 +370,36 @@ else
   fail tokenizer_routes_on_the_reference_ids \
     "status $code, $got tokens, reference $want, engine asked $asked -> $now: $(grep -i 'tokeniz\|error' "$tmp/gateway2.log" | tail -5)"
 fi
+
+# A gateway that dies with requests at the engines: the engines abort them
+# (their connections closed with the process) and the workers, hearing no
+# more of its session, end them after its lease ran out (5 s).
+ctl 0 '{"op": "delay", "first_ms": 30000, "token_ms": 0}'
+ctl 1 '{"op": "delay", "first_ms": 30000, "token_ms": 0}'
+curl -s -N "http://127.0.0.1:$gw2_port/v1/chat/completions" \
+  -H 'Content-Type: application/json' -H 'X-Request-Id: orphan' \
+  -d '{"model": "standin", "stream": true, "max_tokens": 6,
+       "messages": [{"role": "user", "content": "orphan"}]}' >/dev/null 2>&1 &
+pids+=($!)
+if seen_until 10 orphan pass >/dev/null 2>&1 &&
+  poll 10 admin --nats "$url" workers --json -- \
+    "assert any(w['active_blocks'] > 0 for w in d['workers']), d"; then
+  kill -9 "$(pgrep -f -- "--name gw-local")"
+  if poll 15 admin --nats "$url" workers --json -- "$idle"; then
+    lost=$(($(front_stats 0 'print(s["worker"]["unreported"])') + $(front_stats 1 'print(s["worker"]["unreported"])')))
+    if [ "$lost" -ge 1 ]; then
+      ok dead_gateways_requests_end_at_the_workers "$lost ended unreported"
+    else
+      fail dead_gateways_requests_end_at_the_workers "idle, but unreported $lost"
+    fi
+  else
+    fail dead_gateways_requests_end_at_the_workers "$out $err"
+  fi
+else
+  fail dead_gateways_requests_end_at_the_workers "the request never reached an engine"
+fi
+ctl 0 '{"op": "delay", "first_ms": 0, "token_ms": 0}'
+ctl 1 '{"op": "delay", "first_ms": 0, "token_ms": 0}'
 
 # A directory the gateway cannot follow stops the start, naming it: exit 2.
 rc=0

@@ -36,6 +36,16 @@
 namespace kvmesh::gateway {
 namespace {
 
+// A decision naming a worker's front only (no engine to call directly).
+route_answer front_answer(uint32_t worker, uint64_t request,
+                          std::string endpoint) {
+  route_answer a;
+  a.worker = worker;
+  a.request = request;
+  a.endpoint = std::move(endpoint);
+  return a;
+}
+
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -303,8 +313,8 @@ class Gateway : public ::testing::Test {
     // Worker n+1 for the n-th exclusion; all at the stand-in.
     mesh_.set_decide([this](const route_ask& a, size_t n) {
       return expected<route_answer>(
-          route_answer{static_cast<uint32_t>(a.exclude_workers.size() + 1),
-                       100 + n, engine_->url()});
+          front_answer(static_cast<uint32_t>(a.exclude_workers.size() + 1),
+                       100 + n, engine_->url()));
     });
     gateway_options opt;
     opt.host = "127.0.0.1";
@@ -654,7 +664,7 @@ TEST_F(Gateway, RefusedWorkerIsRoutedAroundWithoutIt) {
   mesh_.set_decide([&](const route_ask& a, size_t n) {
     const bool first = a.exclude_workers.empty();
     return expected<route_answer>(
-        route_answer{first ? 7u : 8u, 200 + n, first ? dead : engine_->url()});
+        front_answer(first ? 7u : 8u, 200 + n, first ? dead : engine_->url()));
   });
   auto r = post(port(), chat_path,
                 R"({"model":"m","messages":[{"role":"user","content":"hi"}]})",
@@ -706,8 +716,8 @@ TEST_F(Gateway, WorkerDyingBeforeItsFirstByteIsRoutedAround) {
 TEST_F(Gateway, ReroutesAreBounded) {
   const std::string dead = "http://127.0.0.1:" + std::to_string(closed_port());
   mesh_.set_decide([&](const route_ask& a, size_t n) {
-    return expected<route_answer>(route_answer{
-        static_cast<uint32_t>(a.exclude_workers.size() + 1), n, dead});
+    return expected<route_answer>(front_answer(
+        static_cast<uint32_t>(a.exclude_workers.size() + 1), n, dead));
   });
   auto r = post(port(), completions_path, R"({"model":"m","prompt":[1]})");
   EXPECT_EQ(r.status, 502u);
@@ -774,7 +784,8 @@ TEST_F(Gateway, ClientHangingUpClosesTheWorkersConnectionAtOnce) {
   ASSERT_EQ(first.status, 200u);
   ASSERT_FALSE(first.body.empty());
   // In flight, and counted under its model.
-  const std::string of_m = R"(kvmesh_gateway_model_requests_in_flight{model="m"})";
+  const std::string of_m =
+      R"(kvmesh_gateway_model_requests_in_flight{model="m"})";
   EXPECT_EQ(metric(metrics(), of_m), 1);
   c.close();
   EXPECT_TRUE(eventually(
@@ -866,7 +877,7 @@ TEST(GatewayServer, StopsWithARouteStillPending) {
   }));
   s->reset();
   // A late answer is ignored.
-  mesh.held(route_answer{1, 1, "http://127.0.0.1:1"});
+  mesh.held(front_answer(1, 1, "http://127.0.0.1:1"));
 }
 
 }  // namespace

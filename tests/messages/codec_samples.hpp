@@ -67,7 +67,8 @@ inline auto fields(const worker_status& x) {
                   x.gpu_blocks, x.host_blocks, x.disk_blocks, x.active,
                   x.completed, x.draining, x.capacity, x.speed, x.agent, x.gone,
                   x.unhealthy, x.endpoint, x.awards, x.last_price,
-                  x.host_capacity, x.disk_capacity, x.models);
+                  x.host_capacity, x.disk_capacity, x.models, x.engine,
+                  x.engine_rank);
 }
 inline auto fields(const router_status& x) {
   return std::tie(
@@ -105,6 +106,9 @@ inline auto fields(const withdraw_msg& x) {
 }
 inline auto fields(const withdraw_reply& x) {
   return std::tie(x.withdrawn, x.endpoint, x.count);
+}
+inline auto fields(const request_progress& x) {
+  return std::tie(x.event, x.request, x.worker, x.session, x.in_flight);
 }
 inline auto fields(const request_event& x) {
   return std::tie(x.request, x.worker, x.done, x.gpu, x.host, x.disk);
@@ -260,7 +264,9 @@ inline worker_status sample_worker(uint32_t worker) {
                        (1ull << 41) + 7,
                        (1ull << 42) + 8,
                        {{"Qwen/Qwen2.5-7B-Instruct", ""},
-                        {"sql-lora", "Qwen/Qwen2.5-7B-Instruct"}}};
+                        {"sql-lora", "Qwen/Qwen2.5-7B-Instruct"}},
+                       "http://10.1.2.3:" + std::to_string(9000 + worker),
+                       static_cast<int32_t>(worker % 4)};
 }
 
 inline router_status sample_router(uint64_t decisions) {
@@ -301,7 +307,8 @@ inline std::tuple<route_request_msg, call_for_bids, bid, award_msg, award_reply,
                   decision, kv_batch, worker_status, router_status,
                   shard_status, index_query, index_reply, price_config,
                   bid_list, release_msg, request_events, admin_request,
-                  admin_reply, batch_msg, withdraw_msg, withdraw_reply>
+                  admin_reply, batch_msg, withdraw_msg, withdraw_reply,
+                  request_progress>
 samples() {
   return {
       sample_request(0xFEDCBA9876543210ull),
@@ -357,6 +364,11 @@ samples() {
       withdraw_msg{(1ull << 48) + 5, 4000000006u},
       // Not withdrawn (the default is true), so every field must travel.
       withdraw_reply{false, "http://gpu-8.example:8001", (1ull << 43) + 11},
+      request_progress{progress_event::lease,
+                       (1ull << 49) + 3,
+                       4000000008u,
+                       (1ull << 63) + 13,
+                       {(1ull << 50) + 1, 2, UINT64_MAX}},
   };
 }
 
