@@ -237,11 +237,20 @@ struct nats_mesh::impl::channel {
   std::unordered_map<std::string, agent_flight> agents;
   boost::asio::steady_timer lease_timer;
   bool lease_armed = false;
-  uint64_t lost_reports = 0;  // reports NATS would not take
+  uint64_t unsent = 0;  // reports NATS would not take (leases mend them)
   std::weak_ptr<channel> self;
 
   void send(const std::string& subject, const request_progress& p) {
-    if (!nats->publish(subject, encode(p), "")) ++lost_reports;
+    auto st = nats->publish(subject, encode(p), "");
+    if (st) return;
+    // The agent puts it right from the next lease that goes, or ends the
+    // session's requests once none came for progress_lease_timeout.
+    if (unsent++ % 1000 == 0)
+      KVMESH_WARN(
+          "gateway: a progress report to %s was not sent (%s); %llu so far "
+          "on this thread",
+          subject.c_str(), st.err().message.c_str(),
+          static_cast<unsigned long long>(unsent));
   }
 
   void report(const route_answer& won, progress_event e) {
