@@ -184,7 +184,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_progress& x) {
   return f(caf::meta::type_name("request_progress"), x.event, x.request,
-           x.worker, x.session, x.in_flight);
+           x.worker, x.reporter, x.in_flight);
 }
 
 // -- interfaces ---------------------------------------------------------------

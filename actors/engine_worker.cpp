@@ -122,8 +122,13 @@ void finish(epointer self, uint64_t request) {
   if (st.listener) self->send(st.listener, done_atom::value, request);
 }
 
-// Requests a gateway sent to the engine whose end it did not report.
-void end_unreported(epointer self, const std::vector<uint64_t>& ids) {
+// Requests a gateway sent to the engine whose end it did not report, and
+// why they are taken to have ended.
+void end_unreported(epointer self, const std::vector<uint64_t>& ids,
+                    const char* why) {
+  if (ids.empty()) return;
+  KVMESH_WARN("worker %u ends %zu request(s) whose end no report brought: %s",
+              id_of(self), ids.size(), why);
   for (uint64_t id : ids)
     finish(self, id);
   self->state.unreported += ids.size();
@@ -243,7 +248,7 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
         auto& st = self->state;
         switch (p.event) {
           case progress_event::arrived:
-            if (!st.eng->arrive_awarded(p.request, p.session, now_ms(self)))
+            if (!st.eng->arrive_awarded(p.request, p.reporter, now_ms(self)))
               ++st.stray_progress;
             break;
           case progress_event::first:
@@ -252,27 +257,16 @@ engine_worker_actor::behavior_type engine_worker(epointer self,
           case progress_event::ended:
             finish(self, p.request);
             break;
-          case progress_event::lease: {
-            const auto ended =
-                st.eng->lease(p.session, p.in_flight, now_ms(self));
-            if (!ended.empty())
-              KVMESH_INFO(
-                  "worker %u ends %zu request(s) whose end a gateway's "
-                  "report did not bring (its lease no longer lists them)",
-                  id_of(self), ended.size());
-            end_unreported(self, ended);
+          case progress_event::lease:
+            end_unreported(self,
+                           st.eng->lease(p.reporter, p.in_flight, now_ms(self)),
+                           "its gateway's lease no longer lists them");
             break;
-          }
         }
       },
-      [=](drop_atom, uint64_t session) {
-        const auto ids = self->state.eng->of_session(session);
-        if (!ids.empty())
-          KVMESH_WARN(
-              "worker %u ends %zu request(s) of a gateway session that fell "
-              "silent",
-              id_of(self), ids.size());
-        end_unreported(self, ids);
+      [=](drop_atom, uint64_t reporter) {
+        end_unreported(self, self->state.eng->of_reporter(reporter),
+                       "their gateway fell silent");
       },
       [=](put_atom, const engine_metrics& m) {
         auto& st = self->state;

@@ -54,7 +54,7 @@ using engine_worker_actor = worker_actor::extend<
     caf::reacts_to<arrive_atom, front_request>,
     caf::reacts_to<first_atom, uint64_t>, caf::reacts_to<done_atom, uint64_t>,
     // The same from a gateway that calls the engine itself, for the request
-    // of a session; and the end of every request of a session gone silent.
+    // of a reporter; and the end of every request of a reporter gone silent.
     caf::reacts_to<progress_atom, request_progress>,
     caf::reacts_to<drop_atom, uint64_t>,
     // What the engine's /health and /metrics said.

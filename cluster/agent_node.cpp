@@ -55,9 +55,9 @@ struct agent_state {
   std::unordered_map<uint32_t, worker_actor> workers;
   std::vector<uint32_t> ids;
   // The real engines' workers, which gateways calling the engines report
-  // to, and those gateways' sessions: when each was last heard.
+  // to, and those gateways' reporters: when each was last heard.
   std::unordered_map<uint32_t, engine_worker_actor> engines;
-  std::unordered_map<uint64_t, steady::time_point> sessions;
+  std::unordered_map<uint64_t, steady::time_point> reporters;
   uint32_t shards = 0;
   std::vector<index_shard_actor> proxies;  // one per shard, once known
   // Each shard's last heartbeat: when, and the events it had applied.
@@ -165,35 +165,35 @@ void agent_sweep(agent_pointer self) {
     }
 }
 
-// Gateway sessions a flood of forged reports can make the agent keep (one
+// Gateway reporters a flood of forged reports can make the agent keep (one
 // per gateway thread is the norm).
-constexpr size_t max_sessions = 65536;
+constexpr size_t max_reporters = 65536;
 
 // A gateway's report of a request at this agent's engine: to its worker,
-// and the session's lease renewed.
+// and the reporter's lease renewed.
 void agent_progress(agent_pointer self, const bytes& payload) {
   auto& st = self->state;
   auto p = decode<request_progress>(payload);
   if (!p) return;  // counted by the codec, per kind
-  if (p->session == 0) {
-    KVMESH_DEBUG("agent %s: a gateway's report without a session",
+  if (p->reporter == 0) {
+    KVMESH_DEBUG("agent %s: a gateway's report with reporter id 0",
                  st.agent.c_str());
     return;
   }
-  auto s = st.sessions.find(p->session);
-  if (s != st.sessions.end()) {
+  auto s = st.reporters.find(p->reporter);
+  if (s != st.reporters.end()) {
     s->second = steady::now();
-  } else if (st.sessions.size() < max_sessions) {
-    st.sessions.emplace(p->session, steady::now());
+  } else if (st.reporters.size() < max_reporters) {
+    st.reporters.emplace(p->reporter, steady::now());
   } else {
     KVMESH_WARN(
-        "agent %s: past %zu gateway sessions; a report of a new one is "
+        "agent %s: past %zu gateway reporters; a report of a new one is "
         "dropped",
-        st.agent.c_str(), max_sessions);
+        st.agent.c_str(), max_reporters);
     return;
   }
   if (p->event == progress_event::lease) {
-    // It lists the session's requests at every engine here: one message,
+    // It lists the reporter's requests at every engine here: one message,
     // shared, for all of them.
     const caf::message m =
         caf::make_message(progress_atom::value, std::move(*p));
@@ -207,22 +207,22 @@ void agent_progress(agent_pointer self, const bytes& payload) {
                  st.agent.c_str(), p->worker);
     return;
   }
-  self->send(it->second, progress_atom::value, *p);
+  self->send(it->second, progress_atom::value, std::move(*p));
 }
 
-// Sessions unheard for progress_lease_timeout: their gateway died or lost
+// Reporters unheard for progress_lease_timeout: their gateway died or lost
 // the mesh, and nothing will say that their requests ended.
-void agent_expire_sessions(agent_pointer self) {
+void agent_expire_reporters(agent_pointer self) {
   auto& st = self->state;
   const auto old = steady::now() - progress_lease_timeout;
-  for (auto it = st.sessions.begin(); it != st.sessions.end();) {
+  for (auto it = st.reporters.begin(); it != st.reporters.end();) {
     if (it->second >= old) {
       ++it;
       continue;
     }
     for (auto& [id, w] : st.engines)
       self->send(w, drop_atom::value, it->first);
-    it = st.sessions.erase(it);
+    it = st.reporters.erase(it);
   }
 }
 
@@ -458,7 +458,7 @@ caf::behavior agent_endpoint(
       [=](beat_atom) {
         auto& st = self->state;
         agent_sweep(self);
-        agent_expire_sessions(self);
+        agent_expire_reporters(self);
         if (st.announce_waiting) agent_announce(self);
         for (auto& [id, w] : st.workers)
           self->request(w, st.mesh.heartbeat, status_atom::value)

@@ -138,7 +138,7 @@ constexpr field_counter<engine_worker_stats> rank_counters[] = {
      &engine_worker_stats::resyncs},
     {"kvmesh_worker_requests_unreported_total",
      "Requests a gateway sent to the engine whose end it did not report: "
-     "its lease no longer listed them, or its session fell silent.",
+     "its lease no longer listed them, or its reporter fell silent.",
      &engine_worker_stats::unreported},
     {"kvmesh_worker_progress_stray_total",
      "Gateways' progress reports of requests that were not awaiting arrival "

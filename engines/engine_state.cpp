@@ -136,37 +136,37 @@ void engine_state::enter(request& q, double now_ms) {
   occupancy_ += q.holds;
 }
 
-bool engine_state::arrive_awarded(uint64_t id, uint64_t session,
+bool engine_state::arrive_awarded(uint64_t id, uint64_t reporter,
                                   double now_ms) {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second.at != phase::awarded) return false;
-  it->second.session = session;
+  it->second.reporter = reporter;
   enter(it->second, now_ms);
   return true;
 }
 
 std::vector<uint64_t> engine_state::lease(
-    uint64_t session, const std::vector<uint64_t>& in_flight, double now_ms) {
+    uint64_t reporter, const std::vector<uint64_t>& in_flight, double now_ms) {
   std::vector<uint64_t> listed(in_flight);
   std::sort(listed.begin(), listed.end());
   for (uint64_t id : listed)
     if (auto it = requests_.find(id);
         it != requests_.end() && it->second.at == phase::awarded) {
-      it->second.session = session;
+      it->second.reporter = reporter;
       enter(it->second, now_ms);
     }
   std::vector<uint64_t> ended;
   for (const auto& [id, q] : requests_)
-    if (q.session == session && q.at != phase::awarded &&
+    if (q.reporter == reporter && q.at != phase::awarded &&
         !std::binary_search(listed.begin(), listed.end(), id))
       ended.push_back(id);
   return ended;
 }
 
-std::vector<uint64_t> engine_state::of_session(uint64_t session) const {
+std::vector<uint64_t> engine_state::of_reporter(uint64_t reporter) const {
   std::vector<uint64_t> out;
   for (const auto& [id, q] : requests_)
-    if (q.session == session && q.at != phase::awarded) out.push_back(id);
+    if (q.reporter == reporter && q.at != phase::awarded) out.push_back(id);
   return out;
 }
 

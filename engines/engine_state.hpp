@@ -87,17 +87,17 @@ class engine_state {
   // that bypassed the routers is taken as if awarded here. Either holds
   // its blocks (prompt and expected output) until it ends.
   void arrive(const front_request& r, double now_ms);
-  // An awarded request reached the engine through a gateway of `session`
+  // An awarded request reached the engine through a gateway of `reporter`
   // (request_progress): its blocks and sizes are the award's. False when
   // it is not awaiting arrival here (unknown, withdrawn, arrived).
-  bool arrive_awarded(uint64_t request, uint64_t session, double now_ms);
-  // The requests in the engine that arrived through `session`.
-  std::vector<uint64_t> of_session(uint64_t session) const;
-  // A lease of `session` listing all its requests here (request_progress):
+  bool arrive_awarded(uint64_t request, uint64_t reporter, double now_ms);
+  // The requests in the engine that arrived through `reporter`.
+  std::vector<uint64_t> of_reporter(uint64_t reporter) const;
+  // A lease of `reporter` listing all its requests here (request_progress):
   // those listed and awarded have arrived (their report was lost); the
-  // session's requests in the engine that it does not list have ended,
+  // reporter's requests in the engine that it does not list have ended,
   // and are returned for the caller to finish.
-  std::vector<uint64_t> lease(uint64_t session,
+  std::vector<uint64_t> lease(uint64_t reporter,
                               const std::vector<uint64_t>& in_flight,
                               double now_ms);
   // Its first token: no read work left. `hits` gets the blocks it found
@@ -138,9 +138,9 @@ class engine_state {
     uint32_t n = 0;  // prompt blocks (the chain's length)
     uint32_t prompt_tokens = 0;
     uint32_t output_tokens = 0;
-    uint64_t holds = 0;    // blocks held while in the engine
-    tier_match hits;       // cached at arrival (at the award, for a gateway's)
-    uint64_t session = 0;  // the gateway's that reported it; 0: the front
+    uint64_t holds = 0;     // blocks held while in the engine
+    tier_match hits;        // cached at arrival (at the award, for a gateway's)
+    uint64_t reporter = 0;  // the gateway's that reported it; 0: the front
   };
 
   engine_state(const engine_state_config& cfg, kv_mirror mirror,

@@ -209,8 +209,8 @@ struct nats_mesh::impl {
 struct nats_mesh::impl::channel {
   channel(impl& o, asio_io& io) : owner(&o), timer(io), lease_timer(io) {
     std::random_device rd;
-    while (session == 0)
-      session = (uint64_t{rd()} << 32) ^ rd();
+    while (reporter == 0)
+      reporter = (uint64_t{rd()} << 32) ^ rd();
   }
   ~channel() {
     timer.cancel();
@@ -228,8 +228,8 @@ struct nats_mesh::impl::channel {
   boost::asio::steady_timer timer;
   bool timer_armed = false;
   // The requests this thread sent to engines itself, per agent, and the
-  // session its reports carry (request_progress).
-  uint64_t session = 0;
+  // reporter its reports carry (request_progress).
+  uint64_t reporter = 0;
   struct agent_flight {
     std::string subject;  // the agent's progress subject
     std::unordered_set<uint64_t> requests;
@@ -244,7 +244,7 @@ struct nats_mesh::impl::channel {
     auto st = nats->publish(subject, encode(p), "");
     if (st) return;
     // The agent puts it right from the next lease that goes, or ends the
-    // session's requests once none came for progress_lease_timeout.
+    // reporter's requests once none came for progress_lease_timeout.
     if (unsent++ % 1000 == 0)
       KVMESH_WARN(
           "gateway: a progress report to %s was not sent (%s); %llu so far "
@@ -253,19 +253,20 @@ struct nats_mesh::impl::channel {
           static_cast<unsigned long long>(unsent));
   }
 
-  void report(const route_answer& won, progress_event e) {
-    auto it = agents.find(won.agent);
+  void report(const std::string& agent, uint64_t request, uint32_t worker,
+              progress_event e) {
+    auto it = agents.find(agent);
     if (it == agents.end()) {
-      it = agents.emplace(won.agent, agent_flight{}).first;
-      it->second.subject = owner->opt.subj.agent(won.agent, "progress");
+      it = agents.emplace(agent, agent_flight{}).first;
+      it->second.subject = owner->opt.subj.agent(agent, "progress");
     }
-    if (e == progress_event::arrived) it->second.requests.insert(won.request);
-    if (e == progress_event::ended) it->second.requests.erase(won.request);
+    if (e == progress_event::arrived) it->second.requests.insert(request);
+    if (e == progress_event::ended) it->second.requests.erase(request);
     request_progress p;
     p.event = e;
-    p.request = won.request;
-    p.worker = won.worker;
-    p.session = session;
+    p.request = request;
+    p.worker = worker;
+    p.reporter = reporter;
     send(it->second.subject, p);
     arm_lease();
   }
@@ -282,7 +283,7 @@ struct nats_mesh::impl::channel {
       if (ec) return;
       request_progress p;
       p.event = progress_event::lease;
-      p.session = session;
+      p.reporter = reporter;
       for (auto it = agents.begin(); it != agents.end();) {
         p.in_flight.assign(it->second.requests.begin(),
                            it->second.requests.end());
@@ -351,12 +352,16 @@ namespace {
 thread_local nats_mesh::impl::channel* current_channel = nullptr;
 
 // A request at its engine, told to its worker's agent on its thread's
-// session; once the channel is gone (the gateway stopping) nothing is
-// told, and the agent ends the session's requests when its lease expires.
+// reporter; once the channel is gone (the gateway stopping) nothing is
+// told, and the agent ends the reporter's requests when its lease expires.
 class channel_visit final : public engine_visit {
  public:
-  channel_visit(std::weak_ptr<nats_mesh::impl::channel> c, route_answer won)
-      : c_(std::move(c)), won_(std::move(won)) {
+  channel_visit(std::weak_ptr<nats_mesh::impl::channel> c,
+                const route_answer& won)
+      : c_(std::move(c)),
+        agent_(won.agent),
+        request_(won.request),
+        worker_(won.worker) {
     tell(progress_event::arrived);
   }
   ~channel_visit() override { tell(progress_event::ended); }
@@ -368,10 +373,12 @@ class channel_visit final : public engine_visit {
 
  private:
   void tell(progress_event e) {
-    if (auto c = c_.lock()) c->report(won_, e);
+    if (auto c = c_.lock()) c->report(agent_, request_, worker_, e);
   }
   std::weak_ptr<nats_mesh::impl::channel> c_;
-  route_answer won_;
+  std::string agent_;
+  uint64_t request_;
+  uint32_t worker_;
   bool first_ = false;
 };
 }  // namespace

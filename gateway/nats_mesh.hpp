@@ -49,7 +49,7 @@ class nats_mesh final : public gateway_mesh {
   void route(route_ask ask,
              std::function<void(expected<route_answer>)> done) override;
   bool ready() const override;
-  // On a thread with a connection of its own (bind_thread): its session
+  // On a thread with a connection of its own (bind_thread): its reporter
   // tells the worker's agent (request_progress).
   std::unique_ptr<engine_visit> visit(const route_answer& won) override;
   std::shared_ptr<void> bind_thread(boost::asio::io_context& io) override;

@@ -204,7 +204,7 @@ void write(const request_progress& x, wire::RequestProgress::Builder b) {
   b.setEvent(static_cast<wire::ProgressEvent>(x.event));
   b.setRequest(x.request);
   b.setWorker(x.worker);
-  b.setSession(x.session);
+  b.setReporter(x.reporter);
   write_list(b.initInFlight(static_cast<unsigned>(x.in_flight.size())),
              x.in_flight);
 }
@@ -530,7 +530,7 @@ expected<request_progress> read(wire::RequestProgress::Reader r) {
   x.event = static_cast<progress_event>(e);
   x.request = r.getRequest();
   x.worker = r.getWorker();
-  x.session = r.getSession();
+  x.reporter = r.getReporter();
   auto in_flight = r.getInFlight();
   x.in_flight.reserve(in_flight.size());
   for (uint64_t id : in_flight)

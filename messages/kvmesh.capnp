@@ -435,9 +435,9 @@ struct WithdrawReply {
 
 # What a gateway tells an agent whose engine it calls itself (WorkerStatus.
 # engine): an awarded request reached the engine, got its first token,
-# ended; `lease`: the session is alive, and these are all its requests at
+# ended; `lease`: the reporter is alive, and these are all its requests at
 # the agent's engines (the agent ends the others, and every request of a
-# session unheard for too long).
+# reporter unheard for too long).
 enum ProgressEvent {
   arrived @0;
   first @1;
@@ -450,8 +450,8 @@ struct RequestProgress {
   event @1 :ProgressEvent;
   request @2 :UInt64;
   worker @3 :UInt32;
-  # The gateway thread's session (random, never 0: agents drop one of 0).
-  session @4 :UInt64;
-  # A lease's: the session's requests in flight at the agent, in any order.
+  # The reporting gateway thread's random id (never 0: agents drop one of 0).
+  reporter @4 :UInt64;
+  # A lease's: the reporter's requests in flight at the agent, in any order.
   inFlight @5 :List(UInt64);
 }

@@ -304,12 +304,12 @@ struct request_events {
 };
 
 // A gateway calling a worker's engine itself tells the worker's agent what
-// its front would have seen: arrival, first token, end. A session (one per
+// its front would have seen: arrival, first token, end. A reporter (one per
 // gateway thread) sends the agent a lease every progress_lease_period while
-// it has requests there, listing them all: a request of the session that
+// it has requests there, listing them all: a request of the reporter that
 // the lease does not list has ended (its report was lost: NATS delivers at
 // most once), one listed but not yet arrived has. The agent ends every
-// request of a session unheard for progress_lease_timeout (a gateway that
+// request of a reporter unheard for progress_lease_timeout (a gateway that
 // died mid-request).
 enum class progress_event : uint8_t { arrived, first, ended, lease };
 
@@ -317,7 +317,7 @@ struct request_progress {
   progress_event event = progress_event::arrived;
   uint64_t request = 0;  // not a lease's
   uint32_t worker = 0;   // not a lease's
-  uint64_t session = 0;
+  uint64_t reporter = 0;
   std::vector<uint64_t> in_flight;  // a lease's
 };
 

@@ -127,22 +127,22 @@ TEST(engine_state, a_gateways_request_arrives_with_the_awards_blocks) {
   tier_match hits;
   EXPECT_TRUE(s.first_token(5, &hits));
   EXPECT_EQ(hits.gpu, 2u);
-  EXPECT_EQ(s.of_session(77), std::vector<uint64_t>{5});
-  EXPECT_TRUE(s.of_session(78).empty());
+  EXPECT_EQ(s.of_reporter(77), std::vector<uint64_t>{5});
+  EXPECT_TRUE(s.of_reporter(78).empty());
   EXPECT_TRUE(s.finish(5));
-  EXPECT_TRUE(s.of_session(77).empty());
+  EXPECT_TRUE(s.of_reporter(77).empty());
   EXPECT_EQ(s.status().active, 0u);
 }
 
-// A lease lists all of a session's requests: one listed but not arrived
+// A lease lists all of a reporter's requests: one listed but not arrived
 // (its report lost) arrives; one arrived but not listed (its end lost) is
-// returned as ended; other sessions' and the front's are left alone.
+// returned as ended; other reporters' and the front's are left alone.
 TEST(engine_state, a_lease_puts_lost_reports_right) {
   auto s = make();
   for (uint64_t id : {1, 2, 3, 4})
     ASSERT_TRUE(s.award(request(id, 8), -1, 0).accepted);
   ASSERT_TRUE(s.arrive_awarded(1, 77, 1));  // its end will be lost
-  ASSERT_TRUE(s.arrive_awarded(3, 88, 1));  // another session's
+  ASSERT_TRUE(s.arrive_awarded(3, 88, 1));  // another reporter's
   front_request f;
   f.id = 4;
   f.prompt_tokens = 8;
@@ -150,7 +150,7 @@ TEST(engine_state, a_lease_puts_lost_reports_right) {
   const auto ended = s.lease(77, {2}, 5);
   EXPECT_EQ(ended, std::vector<uint64_t>{1});
   EXPECT_EQ(s.arrived_ms(2), 5.0) << "listed: it reached the engine";
-  auto mine = s.of_session(77);  // 1 stays until the caller finishes it
+  auto mine = s.of_reporter(77);  // 1 stays until the caller finishes it
   std::sort(mine.begin(), mine.end());
   EXPECT_EQ(mine, (std::vector<uint64_t>{1, 2}));
   EXPECT_TRUE(s.lease(88, {3}, 6).empty());

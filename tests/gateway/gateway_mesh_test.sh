@@ -373,7 +373,7 @@ fi
 
 # A gateway that dies with requests at the engines: the engines abort them
 # (their connections closed with the process) and the workers, hearing no
-# more of its session, end them after its lease ran out (5 s).
+# more of its reporter, end them after its lease ran out (5 s).
 ctl 0 '{"op": "delay", "first_ms": 30000, "token_ms": 0}'
 ctl 1 '{"op": "delay", "first_ms": 30000, "token_ms": 0}'
 curl -s -N "http://127.0.0.1:$gw2_port/v1/chat/completions" \

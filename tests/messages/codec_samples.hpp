@@ -108,7 +108,7 @@ inline auto fields(const withdraw_reply& x) {
   return std::tie(x.withdrawn, x.endpoint, x.count);
 }
 inline auto fields(const request_progress& x) {
-  return std::tie(x.event, x.request, x.worker, x.session, x.in_flight);
+  return std::tie(x.event, x.request, x.worker, x.reporter, x.in_flight);
 }
 inline auto fields(const request_event& x) {
   return std::tie(x.request, x.worker, x.done, x.gpu, x.host, x.disk);
