@@ -5,12 +5,16 @@
 #include "cluster/sim_engine_server.hpp"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <ctime>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -28,6 +32,9 @@
 namespace kvmesh {
 
 namespace {
+
+// uvicorn's default listen queue (vLLM's HTTP server).
+constexpr int listen_backlog = 2048;
 
 using clock_type = std::chrono::steady_clock;
 using json = nlohmann::json;
@@ -621,6 +628,9 @@ expected<std::unique_ptr<sim_engine_server>> sim_engine_server::start(
   impl* raw = p.get();
   const size_t threads = std::max<size_t>(opt.threads, 2);
   p->server.set_payload_max_length(64 << 20);  // vLLM's is larger; enough
+  // uvicorn serves any number of requests on a kept-alive connection;
+  // cpp-httplib closes one after 5 by default.
+  p->server.set_keep_alive_max_count(std::numeric_limits<size_t>::max());
   p->server.new_task_queue = [threads] {
     return new httplib::ThreadPool(threads);
   };
@@ -656,12 +666,24 @@ expected<std::unique_ptr<sim_engine_server>> sim_engine_server::start(
             out_json{{"object", "list"}, {"data", out_json::array({m})}}.dump(),
             "application/json");
       });
+  // cpp-httplib listens with a queue of 5 (fixed when Debian built it):
+  // connections beyond it wait for SYN retries. The socket is listened on
+  // again with uvicorn's 2048, as vLLM's server has.
+  socket_t listener = INVALID_SOCKET;
+  p->server.set_socket_options([&listener](socket_t s) {
+    httplib::default_socket_options(s);
+    listener = s;
+  });
   p->port = opt.port == 0
                 ? p->server.bind_to_any_port(opt.host)
                 : (p->server.bind_to_port(opt.host, opt.port) ? opt.port : -1);
   if (p->port < 0)
     return make_error(ec::io_error, "cannot listen on " + opt.host + ":" +
                                         std::to_string(opt.port));
+  p->server.set_socket_options(httplib::default_socket_options);
+  if (listener != INVALID_SOCKET && ::listen(listener, listen_backlog) != 0)
+    KVMESH_WARN("engine: listen queue stays at cpp-httplib's 5: %s",
+                std::strerror(errno));
   for (auto& r : p->ranks) {
     rank_engine* re = r.get();
     r->loop = std::thread([raw, re] { raw->step_loop(*re); });

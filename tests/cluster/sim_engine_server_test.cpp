@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -89,6 +92,44 @@ TEST(sim_engine_server, serves_models_health_and_metrics_as_vllm_does) {
   EXPECT_NE(metrics->body.find("vllm:num_requests_waiting{engine=\"1\""),
             std::string::npos);
   EXPECT_NE(metrics->body.find("num_gpu_blocks=\"256\""), std::string::npos);
+}
+
+// The header of one answer read from `fd` (and its body skipped), or "".
+std::string read_answer(int fd) {
+  std::string got;
+  char c;
+  while (got.find("\r\n\r\n") == std::string::npos) {
+    if (::read(fd, &c, 1) != 1) return "";
+    got += c;
+  }
+  const size_t at = got.find("Content-Length: ");
+  size_t body = at == std::string::npos ? 0 : std::stoul(got.substr(at + 16));
+  for (; body > 0; --body)
+    if (::read(fd, &c, 1) != 1) return "";
+  return got;
+}
+
+TEST(sim_engine_server, keeps_a_connection_for_any_number_of_requests) {
+  // As uvicorn does: a gateway's pooled connection is not closed after a
+  // few requests (cpp-httplib's default closes it after 5).
+  served s(small());
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(s.server->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string ask = "GET /health HTTP/1.1\r\nHost: engine\r\n\r\n";
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(::write(fd, ask.data(), ask.size()),
+              static_cast<ssize_t>(ask.size()));
+    const std::string header = read_answer(fd);
+    ASSERT_NE(header.find("200 OK"), std::string::npos) << "request " << i;
+    EXPECT_EQ(header.find("Connection: close"), std::string::npos)
+        << "request " << i << ": " << header;
+  }
+  ::close(fd);
 }
 
 TEST(sim_engine_server, tokenizes_chat_with_its_template_and_text_by_bytes) {
