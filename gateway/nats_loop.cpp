@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "cluster/msg_batch.hpp"
 
@@ -29,6 +30,11 @@ struct nats_loop::state : std::enable_shared_from_this<nats_loop::state> {
   bool reading = false;  // a read wait is queued
   bool want_write = false;
   bool writing = false;  // a write is posted or a write wait queued
+  // A write held back so that the messages published meanwhile go with it
+  // (publish's may_wait); the hold lasts at most the first one's wait.
+  std::unique_ptr<asio::steady_timer> hold;
+  bool holding = false;
+  std::chrono::milliseconds may_wait{0};  // of the publish under way
   bool closed = false;
   struct sub {
     natsSubscription* sub = nullptr;
@@ -91,12 +97,38 @@ struct nats_loop::state : std::enable_shared_from_this<nats_loop::state> {
   // a publish, and several publishes of one handler go out in one write.
   void start_write() {
     if (writing || !want_write || closed) return;
+    if (may_wait.count() > 0) {
+      hold_write(may_wait);
+      return;
+    }
+    holding = false;
     writing = true;
     asio::post(io, [self = shared_from_this(), g = generation] {
       if (g != self->generation) return;
       self->writing = false;
       self->on_writable();
     });
+  }
+
+  void hold_write(std::chrono::milliseconds wait) {
+    if (holding) return;
+    holding = true;
+    if (!hold) hold = std::make_unique<asio::steady_timer>(io);
+    hold->expires_after(wait);
+    hold->async_wait(
+        [self = shared_from_this()](const boost::system::error_code& ec) {
+          if (ec || !self->holding) return;
+          self->holding = false;
+          self->start_write();
+        });
+  }
+
+  // A publish that may not wait: what is held goes now, with it.
+  void release_hold() {
+    if (!holding) return;
+    holding = false;
+    hold->cancel();
+    start_write();
   }
 
   void on_writable() {
@@ -125,7 +157,8 @@ struct nats_loop::state : std::enable_shared_from_this<nats_loop::state> {
 
   void attach(int dup_fd) {
     ++generation;
-    reading = writing = false;
+    reading = writing = holding = false;
+    if (hold) hold->cancel();
     drop_fd();
     if (closed) {
       ::close(dup_fd);
@@ -233,6 +266,7 @@ nats_loop::~nats_loop() {
   st_->closed = true;
   st_->nc = nullptr;
   st_->drop_fd();
+  st_->hold.reset();
   delete static_cast<holder*>(holder_);
 }
 
@@ -248,14 +282,20 @@ status nats_loop::subscribe(const std::string& subject, handler h) {
 
 status nats_loop::publish(const std::string& subject,
                           const std::vector<uint8_t>& payload,
-                          const std::string& reply) {
+                          const std::string& reply,
+                          std::chrono::milliseconds may_wait) {
   const int len = static_cast<int>(payload.size());
+  // libnats asks for the write (on_write) inside the publish, when its
+  // buffer was empty; that ask reads may_wait.
+  st_->may_wait = may_wait;
   const natsStatus s =
       reply.empty()
           ? natsConnection_Publish(st_->nc, subject.c_str(), payload.data(),
                                    len)
           : natsConnection_PublishRequest(st_->nc, subject.c_str(),
                                           reply.c_str(), payload.data(), len);
+  st_->may_wait = std::chrono::milliseconds(0);
+  if (may_wait.count() == 0) st_->release_hold();
   if (s != NATS_OK)
     return make_error(ec::io_error,
                       "NATS publish " + subject + ": " + natsStatus_GetText(s));

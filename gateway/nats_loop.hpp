@@ -6,6 +6,7 @@
 // only; it saves the gateway two thread wake-ups per routed request.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -46,9 +47,12 @@ class nats_loop {
   // Call on io's thread, or before io runs.
   status subscribe(const std::string& subject, handler h);
   // Queues a message; it is written on io's thread once the current
-  // handler returns. Call on io's thread.
+  // handler returns, or up to `may_wait` later, so that messages published
+  // meanwhile share its write (and the receivers' wake-ups). A publish
+  // that may not wait sends whatever is held with it. Call on io's thread.
   status publish(const std::string& subject,
-                 const std::vector<uint8_t>& payload, const std::string& reply);
+                 const std::vector<uint8_t>& payload, const std::string& reply,
+                 std::chrono::milliseconds may_wait = {});
   bool connected() const;
 
   struct state;

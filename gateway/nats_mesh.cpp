@@ -26,6 +26,12 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
+// How long a progress report may wait for others (or a route request) to
+// share its write: one write per report would wake nats-server and the
+// agent once per report. The worker learns of a request's arrival, first
+// token or end at most this much later, a fraction of a prefill's time.
+constexpr std::chrono::milliseconds progress_hold{5};
+
 // A decision's failure as the error the gateway maps to its HTTP status
 // (gateway/mesh.hpp).
 error failure_error(const decision& d) {
@@ -241,7 +247,7 @@ struct nats_mesh::impl::channel {
   std::weak_ptr<channel> self;
 
   void send(const std::string& subject, const request_progress& p) {
-    auto st = nats->publish(subject, encode(p), "");
+    auto st = nats->publish(subject, encode(p), "", progress_hold);
     if (st) return;
     // The agent puts it right from the next lease that goes, or ends the
     // reporter's requests once none came for progress_lease_timeout.

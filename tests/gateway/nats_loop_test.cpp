@@ -1,7 +1,8 @@
 // nats_loop against a real nats-server: messages reach their handler on the
 // io_context's thread, whole and in order (payloads larger than libnats'
 // read buffer included), from its own and from other connections, and
-// again after the server restarts.
+// again after the server restarts; a message that may wait goes with the
+// next one that may not, or when its wait ends.
 #include "gateway/nats_loop.hpp"
 
 #include <gtest/gtest.h>
@@ -129,6 +130,30 @@ TEST(NatsLoop, its_own_messages_come_back_whole_in_order_on_its_thread) {
   for (size_t i = 0; i < n; ++i) {
     ASSERT_EQ(r.subjects[i], "loop.test." + std::to_string(i));
     ASSERT_EQ(r.payloads[i], payload_of(i)) << i;
+  }
+  lt.run([&] { loop.reset(); });
+}
+
+TEST(NatsLoop, a_message_that_may_wait_goes_with_the_next_that_may_not) {
+  test::nats_server server;
+  loop_thread lt(options_for(server));
+  ASSERT_TRUE(lt.nats) << lt.error;
+  auto& loop = lt.nats;
+  const std::thread::id loop_id = lt.id();
+  received r;
+  lt.run([&] { ASSERT_TRUE(loop->subscribe("hold.*", recorder(r, loop_id))); });
+  // Held for ten minutes: only the next publish can send it.
+  lt.run([&] { ASSERT_TRUE(loop->publish("hold.1", {1}, "", 10min)); });
+  EXPECT_FALSE(wait_for([&] { return r.size() > 0; }, 300ms));
+  lt.run([&] { ASSERT_TRUE(loop->publish("hold.2", {2}, "")); });
+  ASSERT_TRUE(wait_for([&] { return r.size() == 2; })) << r.size();
+  // Alone, a held message goes when its wait ends.
+  lt.run([&] { ASSERT_TRUE(loop->publish("hold.3", {3}, "", 50ms)); });
+  ASSERT_TRUE(wait_for([&] { return r.size() == 3; })) << r.size();
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    EXPECT_EQ(r.subjects,
+              (std::vector<std::string>{"hold.1", "hold.2", "hold.3"}));
   }
   lt.run([&] { loop.reset(); });
 }
