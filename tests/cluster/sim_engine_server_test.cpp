@@ -4,9 +4,6 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +14,10 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 #include "core/block_hash.hpp"
@@ -94,42 +95,27 @@ TEST(sim_engine_server, serves_models_health_and_metrics_as_vllm_does) {
   EXPECT_NE(metrics->body.find("num_gpu_blocks=\"256\""), std::string::npos);
 }
 
-// The header of one answer read from `fd` (and its body skipped), or "".
-std::string read_answer(int fd) {
-  std::string got;
-  char c;
-  while (got.find("\r\n\r\n") == std::string::npos) {
-    if (::read(fd, &c, 1) != 1) return "";
-    got += c;
-  }
-  const size_t at = got.find("Content-Length: ");
-  size_t body = at == std::string::npos ? 0 : std::stoul(got.substr(at + 16));
-  for (; body > 0; --body)
-    if (::read(fd, &c, 1) != 1) return "";
-  return got;
-}
-
 TEST(sim_engine_server, keeps_a_connection_for_any_number_of_requests) {
   // As uvicorn does: a gateway's pooled connection is not closed after a
   // few requests (cpp-httplib's default closes it after 5).
+  namespace asio = boost::asio;
+  namespace http = boost::beast::http;
   served s(small());
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(s.server->port()));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  const std::string ask = "GET /health HTTP/1.1\r\nHost: engine\r\n\r\n";
+  asio::io_context io;
+  asio::ip::tcp::socket sock(io);
+  sock.connect({asio::ip::address_v4::loopback(),
+                static_cast<uint16_t>(s.server->port())});
+  http::request<http::empty_body> ask{http::verb::get, "/health", 11};
+  ask.set(http::field::host, "engine");
+  boost::beast::flat_buffer buf;
   for (int i = 0; i < 20; ++i) {
-    ASSERT_EQ(::write(fd, ask.data(), ask.size()),
-              static_cast<ssize_t>(ask.size()));
-    const std::string header = read_answer(fd);
-    ASSERT_NE(header.find("200 OK"), std::string::npos) << "request " << i;
-    EXPECT_EQ(header.find("Connection: close"), std::string::npos)
-        << "request " << i << ": " << header;
+    http::write(sock, ask);
+    http::response<http::string_body> answer;
+    http::read(sock, buf, answer);
+    ASSERT_EQ(answer.result_int(), 200) << "request " << i;
+    EXPECT_NE(answer[http::field::connection], "close")
+        << "request " << i << ": " << answer.base();
   }
-  ::close(fd);
 }
 
 TEST(sim_engine_server, tokenizes_chat_with_its_template_and_text_by_bytes) {
