@@ -1,6 +1,7 @@
 // The relay of one request to its upstream (proxy.hpp): the request out,
-// the answer's header, then its body piece by piece as the upstream sends
-// it, while the client's socket is watched for a hang-up.
+// the answer's header, then its body as the upstream sends it, its bytes
+// and framing unchanged, while the client's socket is watched for a
+// hang-up.
 #include "web/proxy.hpp"
 
 #include "engines/openai.hpp"
@@ -57,6 +58,17 @@ struct watched {
   error_code client_ec;
 };
 
+struct exchange;
+
+// What the parser's chunk-body callback sees of a chunked answer: when its
+// first body byte came, and whether the data of the last chunk is whole.
+struct chunk_watch {
+  exchange* x = nullptr;
+  uint64_t left = 0;  // data bytes of the current chunk not yet seen
+  bool any = false;   // a chunk has begun
+  size_t operator()(uint64_t remain, std::string_view body, error_code&);
+};
+
 // One request's worker side, from the connection to the answer's last
 // byte; the client is watched meanwhile (proxy_request). Plain coroutines
 // over it: GCC 12 miscompiles capturing coroutine lambdas called in a
@@ -75,13 +87,112 @@ struct exchange {
   beast::flat_buffer ubuf{};
   std::optional<http::response_parser<http::buffer_body>> parser{};
   std::optional<http::response_serializer<http::buffer_body>> sr{};
+  chunk_watch chunks{};
   bool header_sent = false;  // the answer's header reached the client
   bool body_seen = false;    // opt.first_body_byte was called
+  bool all_sent = false;     // the answer's last byte reached the client
   int status = 0;
   error_code upstream_ec{};  // why the worker's answer broke off
 };
 
-// Worker to client, piece by piece.
+void saw_body(exchange& x) {
+  if (x.body_seen) return;
+  x.body_seen = true;
+  if (x.opt.first_body_byte) x.opt.first_body_byte();
+}
+
+size_t chunk_watch::operator()(uint64_t remain, std::string_view body,
+                               error_code&) {
+  any = true;
+  left = remain - body.size();
+  if (!body.empty()) saw_body(*x);
+  return body.size();  // seen, not kept: the bytes are relayed as read
+}
+
+// Writes bytes to the client: at once when its socket takes them all (the
+// usual case, and no operation to complete), else the rest as one.
+asio::awaitable<error_code> send_to_client(exchange& x, const char* data,
+                                           size_t n) {
+  error_code e;
+  auto& sock = x.client.socket();
+  if (!sock.non_blocking()) sock.non_blocking(true, e);
+  size_t sent = e ? 0 : sock.write_some(asio::buffer(data, n), e);
+  if (e == asio::error::would_block || e == asio::error::try_again) e = {};
+  if (e || sent == n) co_return e;
+  x.client.expires_after(x.opt.idle_timeout);
+  co_await asio::async_write(x.client, asio::buffer(data + sent, n - sent),
+                             asio::redirect_error(use_awaitable, e));
+  co_return e;
+}
+
+// Worker to client as the worker framed it (chunked, or a known length,
+// which the client's header repeats): each read goes on as it came. The
+// parser only watches it, for where the answer ends; a token costs one
+// read and one write, with no framing undone and done again.
+asio::awaitable<pump_end> relay(exchange& x) {
+  auto& p = *x.parser;
+  auto& res = p.get();
+  auto& b = x.ubuf;         // read, not yet parsed (came with the header)
+  size_t fresh = b.size();  // of b's bytes, those not yet relayed
+  while (!p.is_done()) {
+    error_code e;
+    if (fresh == 0) {
+      x.up.expires_after(x.opt.idle_timeout);
+      const size_t n = co_await x.up.async_read_some(
+          b.prepare(relay_buffer), asio::redirect_error(use_awaitable, e));
+      b.commit(n);
+      fresh = n;
+      if (e) {
+        x.upstream_ec = e;
+        co_return pump_end::upstream_failed;
+      }
+    }
+    // Valid until the next prepare(): consume() only moves b's start.
+    const char* from =
+        static_cast<const char*>(b.data().data()) + (b.size() - fresh);
+    while (!p.is_done() && b.size() > 0) {
+      // A body of known length lands in the scratch buffer, unused.
+      res.body().data = x.buf.data();
+      res.body().size = x.buf.size();
+      const size_t used = p.put(b.data(), e);
+      if (res.body().size < x.buf.size()) saw_body(x);
+      b.consume(used);
+      if (e == http::error::need_buffer) e = {};
+      if (e == http::error::need_more) {
+        e = {};
+        break;
+      }
+      if (e) {
+        x.upstream_ec = e;
+        co_return pump_end::upstream_failed;
+      }
+      if (used == 0) break;
+    }
+    // Bytes past the answer's end are not the client's.
+    const size_t n = p.is_done() ? fresh - std::min(fresh, b.size()) : fresh;
+    fresh = 0;
+    if (n == 0) continue;
+    if (const error_code w = co_await send_to_client(x, from, n)) {
+      if (!x.w.client_ec) x.w.client_ec = w;  // the watch's hang-up first
+      co_return pump_end::client_failed;
+    }
+  }
+  x.all_sent = true;
+  co_return pump_end::done;
+}
+
+// Whether a broken chunked answer stopped between two chunks, where one
+// more (the error event) can go: a chunk's data whole and its CRLF, which
+// the parser takes with the next chunk's size, all that is left unparsed.
+bool between_chunks(const exchange& x) {
+  if (!x.chunks.any) return x.ubuf.size() == 0;
+  const auto d = x.ubuf.data();
+  return x.chunks.left == 0 && d.size() == 2 &&
+         std::string_view(static_cast<const char*>(d.data()), 2) == "\r\n";
+}
+
+// Worker to client, piece by piece, framed again for the client: for an
+// answer that ends when the worker closes the connection.
 asio::awaitable<pump_end> pump(exchange& x) {
   auto& p = *x.parser;
   auto& sr = *x.sr;
@@ -123,6 +234,7 @@ asio::awaitable<pump_end> pump(exchange& x) {
       co_return pump_end::client_failed;
     }
   } while (!sr.is_done());
+  x.all_sent = true;
   co_return pump_end::done;
 }
 
@@ -190,6 +302,8 @@ asio::awaitable<proxy_result> run_exchange(exchange& x) {
     }
     x.ubuf.clear();
     x.parser.emplace();
+    x.chunks = chunk_watch{&x};
+    x.parser->on_chunk_body(x.chunks);
     x.parser->body_limit(boost::none);  // a long stream is the point
     ec = co_await read_header(x.up, x.ubuf, *x.parser, x.opt.idle_timeout);
     if (ec && reused && is_stale_failure(ec) && !x.parser->got_some() &&
@@ -259,11 +373,18 @@ asio::awaitable<proxy_result> run_exchange(exchange& x) {
   }
   x.header_sent = true;
 
-  switch (co_await pump(x)) {
+  // As the worker framed it when the client can be told the same framing.
+  const bool as_framed = framed || p.chunked();
+  pump_end end;
+  if (as_framed)
+    end = co_await relay(x);
+  else
+    end = co_await pump(x);
+  switch (end) {
     case pump_end::done:
       out.outcome = proxy_outcome::done;
       out.keep_alive = x.req.keep_alive();
-      if (x.opt.pool && p.keep_alive())
+      if (x.opt.pool && p.keep_alive() && x.ubuf.size() == 0)
         x.opt.pool->give_back(x.url, x.up.release_socket());
       break;
     case pump_end::client_failed:
@@ -274,7 +395,8 @@ asio::awaitable<proxy_result> run_exchange(exchange& x) {
       out.outcome = proxy_outcome::after_first;
       out.why =
           x.call.name + ": its answer broke off: " + x.upstream_ec.message();
-      if (sse && !framed && x.opt.break_event) {
+      if (sse && !framed && x.opt.break_event &&
+          (!p.chunked() || between_chunks(x))) {
         // One last event says why; the chunked body is never finished,
         // so the client's HTTP library sees the break too.
         const std::string event =
@@ -349,8 +471,7 @@ asio::awaitable<proxy_result> proxy_request(
   }
   // A client that hangs up as soon as the answer's last byte reached it
   // can be heard before the pump's last write returns: served.
-  out.outcome =
-      x.sr->is_done() ? proxy_outcome::done : proxy_outcome::client_gone;
+  out.outcome = x.all_sent ? proxy_outcome::done : proxy_outcome::client_gone;
   out.why = "client: " + w.client_ec.message();
   co_return out;
 }
