@@ -109,20 +109,15 @@ size_t chunk_watch::operator()(uint64_t remain, std::string_view body,
   return body.size();  // seen, not kept: the bytes are relayed as read
 }
 
-// Writes bytes to the client: at once when its socket takes them all (the
-// usual case, and no operation to complete), else the rest as one.
-asio::awaitable<error_code> send_to_client(exchange& x, const char* data,
-                                           size_t n) {
+// Writes what the client's socket takes now, without an operation (the
+// usual case); `sent` says how much. The caller writes the rest with one.
+error_code send_now(exchange& x, const char* data, size_t n, size_t& sent) {
   error_code e;
   auto& sock = x.client.socket();
   if (!sock.non_blocking()) sock.non_blocking(true, e);
-  size_t sent = e ? 0 : sock.write_some(asio::buffer(data, n), e);
+  sent = e ? 0 : sock.write_some(asio::buffer(data, n), e);
   if (e == asio::error::would_block || e == asio::error::try_again) e = {};
-  if (e || sent == n) co_return e;
-  x.client.expires_after(x.opt.idle_timeout);
-  co_await asio::async_write(x.client, asio::buffer(data + sent, n - sent),
-                             asio::redirect_error(use_awaitable, e));
-  co_return e;
+  return e;
 }
 
 // Worker to client as the worker framed it (chunked, or a known length,
@@ -172,7 +167,14 @@ asio::awaitable<pump_end> relay(exchange& x) {
     const size_t n = p.is_done() ? fresh - std::min(fresh, b.size()) : fresh;
     fresh = 0;
     if (n == 0) continue;
-    if (const error_code w = co_await send_to_client(x, from, n)) {
+    size_t sent = 0;
+    error_code w = send_now(x, from, n, sent);
+    if (!w && sent < n) {
+      x.client.expires_after(x.opt.idle_timeout);
+      co_await asio::async_write(x.client, asio::buffer(from + sent, n - sent),
+                                 asio::redirect_error(use_awaitable, w));
+    }
+    if (w) {
       if (!x.w.client_ec) x.w.client_ec = w;  // the watch's hang-up first
       co_return pump_end::client_failed;
     }
