@@ -13,6 +13,7 @@
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -91,6 +92,10 @@ struct exchange {
   bool header_sent = false;  // the answer's header reached the client
   bool body_seen = false;    // opt.first_body_byte was called
   bool all_sent = false;     // the answer's last byte reached the client
+  // When the relay last heard from the worker, for its idle timeout
+  // (idle_watch): one timer per answer instead of one per read.
+  std::chrono::steady_clock::time_point heard{};
+  bool idle = false;  // idle_watch closed the worker's connection
   int status = 0;
   error_code upstream_ec{};  // why the worker's answer broke off
 };
@@ -129,16 +134,18 @@ asio::awaitable<pump_end> relay(exchange& x) {
   auto& res = p.get();
   auto& b = x.ubuf;         // read, not yet parsed (came with the header)
   size_t fresh = b.size();  // of b's bytes, those not yet relayed
+  x.up.expires_never();     // idle_watch's from here
+  x.heard = std::chrono::steady_clock::now();
   while (!p.is_done()) {
     error_code e;
     if (fresh == 0) {
-      x.up.expires_after(x.opt.idle_timeout);
       const size_t n = co_await x.up.async_read_some(
           b.prepare(relay_buffer), asio::redirect_error(use_awaitable, e));
+      x.heard = std::chrono::steady_clock::now();
       b.commit(n);
       fresh = n;
       if (e) {
-        x.upstream_ec = e;
+        x.upstream_ec = x.idle ? beast::error::timeout : e;
         co_return pump_end::upstream_failed;
       }
     }
@@ -181,6 +188,26 @@ asio::awaitable<pump_end> relay(exchange& x) {
   }
   x.all_sent = true;
   co_return pump_end::done;
+}
+
+// The relay's idle timeout: the worker's connection is closed once it has
+// sent nothing for opt.idle_timeout, which ends the relay's read. Returns
+// only when the exchange's end cancels it.
+asio::awaitable<void> idle_watch(exchange& x) {
+  using clock = std::chrono::steady_clock;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (error_code e; !e;) {
+    const bool relaying = x.heard != clock::time_point{};
+    if (relaying && clock::now() - x.heard >= x.opt.idle_timeout) {
+      x.idle = true;
+      x.up.close();
+      timer.expires_at(clock::time_point::max());
+    } else {
+      timer.expires_at((relaying ? x.heard : clock::now()) +
+                       x.opt.idle_timeout);
+    }
+    co_await timer.async_wait(asio::redirect_error(use_awaitable, e));
+  }
 }
 
 // Whether a broken chunked answer stopped between two chunks, where one
@@ -462,7 +489,7 @@ asio::awaitable<proxy_result> proxy_request(
   // One watch of the client for the whole exchange: a hang-up closes the
   // worker's connection at once (ending whatever waits on it) and makes
   // the worker's front cancel the engine's request.
-  auto which = co_await (run_exchange(x) || watch(w));
+  auto which = co_await (run_exchange(x) || watch(w) || idle_watch(x));
   if (which.index() == 0) co_return std::get<0>(std::move(which));
   out.status = x.status;
   if (!x.header_sent) {

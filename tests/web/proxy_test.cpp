@@ -4,6 +4,7 @@
 #include "web/proxy.hpp"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <chrono>
 #include <optional>
@@ -33,12 +34,13 @@ using kvmesh::web::proxy_result;
 
 // An upstream that answers one request with `pieces`, each its own write
 // (a pause between them, so that each is its own read at the proxy), then
-// closes.
+// closes; or, `silent`, waits for the proxy to close first.
 class raw_upstream {
  public:
-  explicit raw_upstream(std::vector<std::string> pieces)
+  explicit raw_upstream(std::vector<std::string> pieces, bool silent = false)
       : acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}),
-        pieces_(std::move(pieces)) {
+        pieces_(std::move(pieces)),
+        silent_(silent) {
     thread_ = std::thread([this] { serve(); });
   }
   ~raw_upstream() { thread_.join(); }
@@ -59,12 +61,19 @@ class raw_upstream {
       asio::write(s, asio::buffer(p), ec);
       std::this_thread::sleep_for(30ms);
     }
+    if (silent_) {
+      // Until the proxy closes; a proxy that never does sees this end
+      // after 10 s, and fails the test instead of hanging it.
+      pollfd p{s.native_handle(), POLLIN, 0};
+      ::poll(&p, 1, 10000);
+    }
     s.shutdown(tcp::socket::shutdown_both, ec);
   }
 
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::vector<std::string> pieces_;
+  bool silent_;
   std::string head_;
   std::thread thread_;
 };
@@ -76,7 +85,8 @@ struct relay_run {
 
 // Accepts one client, reads its request and relays it to `endpoint`.
 asio::awaitable<void> serve_one(tcp::acceptor& front, std::string endpoint,
-                                relay_run& run) {
+                                relay_run& run,
+                                std::chrono::milliseconds idle_timeout) {
   beast::tcp_stream client(co_await front.async_accept(asio::use_awaitable));
   beast::flat_buffer buf;
   http::request<http::string_body> req;
@@ -85,6 +95,7 @@ asio::awaitable<void> serve_one(tcp::acceptor& front, std::string endpoint,
   call.endpoint = std::move(endpoint);
   call.name = "worker 0";
   kvmesh::web::proxy_options opt;
+  opt.idle_timeout = idle_timeout;
   opt.first_body_byte = [&run] { ++run.first_body_bytes; };
   run.result =
       co_await kvmesh::web::proxy_request(client, buf, req, call, opt, nullptr);
@@ -95,14 +106,17 @@ asio::awaitable<void> serve_one(tcp::acceptor& front, std::string endpoint,
 // What a client reads through the proxy from an upstream sending `pieces`:
 // the answer's bytes after its header, up to the proxy's close.
 std::string through_proxy(const std::vector<std::string>& pieces,
-                          relay_run& run, std::string* header = nullptr) {
-  raw_upstream up(pieces);
+                          relay_run& run, std::string* header = nullptr,
+                          bool silent = false,
+                          std::chrono::milliseconds idle_timeout = 10s) {
+  raw_upstream up(pieces, silent);
   asio::io_context io;
   tcp::acceptor front(io, {asio::ip::make_address("127.0.0.1"), 0});
   const auto port = front.local_endpoint().port();
   asio::co_spawn(
       io,
-      serve_one(front, "http://127.0.0.1:" + std::to_string(up.port()), run),
+      serve_one(front, "http://127.0.0.1:" + std::to_string(up.port()), run,
+                idle_timeout),
       asio::detached);
   std::thread t([&io] { io.run(); });
   asio::io_context cio;
@@ -181,6 +195,19 @@ TEST(Proxy, a_stream_broken_inside_a_chunk_adds_nothing_to_it) {
   EXPECT_EQ(body, "10\r\ndata: {\"par");
   ASSERT_TRUE(run.result);
   EXPECT_EQ(run.result->outcome, proxy_outcome::after_first);
+}
+
+TEST(Proxy, a_worker_silent_for_the_idle_timeout_is_cut_off) {
+  relay_run run;
+  // It keeps its connection open and sends nothing more: only the
+  // proxy's timeout ends the answer.
+  const std::string body = through_proxy({chunked_head + "6\r\ndata:1\r\n"},
+                                         run, nullptr, true, 300ms);
+  EXPECT_EQ(body.substr(0, 11), "6\r\ndata:1\r\n");
+  ASSERT_TRUE(run.result);
+  EXPECT_EQ(run.result->outcome, proxy_outcome::after_first);
+  EXPECT_NE(run.result->why.find("timeout"), std::string::npos)
+      << run.result->why;
 }
 
 }  // namespace
