@@ -102,7 +102,7 @@ void first_token(epointer self, uint64_t request) {
   auto& st = self->state;
   tier_match hits;
   const auto at = st.eng->arrived_ms(request);
-  if (!st.eng->first_token(request, &hits)) return;
+  if (!st.eng->first_token(request, now_ms(self), &hits)) return;
   if (st.meters && st.meters->ttft && at)
     metrics::observe(*st.meters->ttft, (now_ms(self) - *at) / 1e3);
   if (st.listener)

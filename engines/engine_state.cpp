@@ -40,6 +40,17 @@ bid engine_state::make_bid(const uint64_t* chain, uint32_t n) const {
     b.step_overhead = decode_overhead(
         static_cast<double>(occupancy_) / static_cast<double>(b.capacity),
         engine_config{}.max_num_batched_tokens);
+  // A prompt this engine has just computed is on its GPU, whether or not
+  // its KV events have come yet.
+  if (!fresh_blocks_.empty()) {
+    uint32_t p = 0;
+    while (p < n && fresh_blocks_.count(chain[p]))
+      ++p;
+    if (p > b.gpu + b.host + b.disk) {
+      b.gpu = p;
+      b.host = b.disk = 0;
+    }
+  }
   // A real engine's tier credits are not measured here: the routers'
   // configured ones apply.
   b.c_host = std::numeric_limits<double>::quiet_NaN();
@@ -78,6 +89,7 @@ award_reply engine_state::award(const route_request_msg& r,
     q.prompt_tokens = r.input_tokens;
     q.output_tokens = r.output_tokens;
     q.hits = {b.gpu, b.host, b.disk, b.active_overlap};
+    q.chain = r.blocks;
   }
   return {true, {}, cfg_.endpoint, ledger_.accepted()};
 }
@@ -125,6 +137,7 @@ void engine_state::arrive(const front_request& r, double now_ms) {
   if (r.output_tokens > 0) q.output_tokens = r.output_tokens;
   if (!r.blocks.empty())
     q.hits = mirror_.cache().match(r.blocks.data(), r.blocks.size());
+  if (q.chain.empty() && !r.approximate) q.chain = r.blocks;
   enter(q, now_ms);
 }
 
@@ -170,13 +183,29 @@ std::vector<uint64_t> engine_state::of_reporter(uint64_t reporter) const {
   return out;
 }
 
-bool engine_state::first_token(uint64_t id, tier_match* hits) {
+bool engine_state::first_token(uint64_t id, double now_ms, tier_match* hits) {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second.at == phase::running) return false;
   ledger_.done(id);
-  it->second.at = phase::running;
-  if (hits) *hits = it->second.hits;
+  request& q = it->second;
+  q.at = phase::running;
+  if (hits) *hits = q.hits;
+  if (!q.chain.empty() && cfg_.fresh_prefill_ms > 0) {
+    if (fresh_.size() >= max_fresh) drop_fresh();
+    for (uint64_t h : q.chain)
+      ++fresh_blocks_[h];
+    fresh_.push_back({now_ms, std::move(q.chain)});
+    q.chain = {};
+  }
   return true;
+}
+
+void engine_state::drop_fresh() {
+  for (uint64_t h : fresh_.front().chain)
+    if (auto it = fresh_blocks_.find(h);
+        it != fresh_blocks_.end() && --it->second == 0)
+      fresh_blocks_.erase(it);
+  fresh_.pop_front();
 }
 
 bool engine_state::finish(uint64_t id) {
@@ -198,6 +227,9 @@ std::optional<double> engine_state::arrived_ms(uint64_t id) const {
 
 size_t engine_state::expire(double now_ms) {
   ledger_.expire(now_ms);
+  while (!fresh_.empty() &&
+         now_ms - fresh_.front().at_ms >= cfg_.fresh_prefill_ms)
+    drop_fresh();
   size_t dropped = 0;
   for (auto it = requests_.begin(); it != requests_.end();) {
     if (it->second.at == phase::awarded &&

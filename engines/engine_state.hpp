@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -32,6 +33,12 @@ struct engine_state_config {
   // An awarded request whose client has not called the front within this
   // long is taken to be abandoned: its queued work goes.
   double award_ttl_ms = 60000;
+  // How long a request's prompt counts as held on the GPU from its first
+  // token without the engine's KV events saying so. The events come on
+  // their own path and may come after the next request's bids (a second
+  // turn sent the moment the first is answered); an engine that caches
+  // prefixes holds the prompt it has just computed.
+  double fresh_prefill_ms = 2000;
 };
 
 // A request as the front saw it arrive.
@@ -100,16 +107,18 @@ class engine_state {
   std::vector<uint64_t> lease(uint64_t reporter,
                               const std::vector<uint64_t>& in_flight,
                               double now_ms);
-  // Its first token: no read work left. `hits` gets the blocks it found
-  // cached at arrival, per tier. False for an unknown request.
-  bool first_token(uint64_t request, tier_match* hits = nullptr);
+  // Its first token: no read work left, and its prompt's blocks count as
+  // on the GPU for fresh_prefill_ms. `hits` gets the blocks it found cached
+  // at arrival, per tier. False for an unknown request.
+  bool first_token(uint64_t request, double now_ms, tier_match* hits = nullptr);
   // Its end (last token, error or the client gone). False if unknown.
   bool finish(uint64_t request);
   // When a request that reached the front arrived there (ms, the clock
   // arrive() was given); nothing for one unknown or not arrived yet.
   std::optional<double> arrived_ms(uint64_t request) const;
-  // Drops awarded requests that never reached the front within the TTL
-  // and expired reservations; returns how many requests went.
+  // Drops awarded requests that never reached the front within the TTL,
+  // expired reservations and prompts no longer fresh; returns how many
+  // requests went.
   size_t expire(double now_ms);
 
   // -- the engine -----------------------------------------------------------
@@ -141,6 +150,12 @@ class engine_state {
     uint64_t holds = 0;     // blocks held while in the engine
     tier_match hits;        // cached at arrival (at the award, for a gateway's)
     uint64_t reporter = 0;  // the gateway's that reported it; 0: the front
+    std::vector<uint64_t> chain;  // its prompt's blocks (exact ones only)
+  };
+  // A prompt computed lately: its blocks, from its first token.
+  struct fresh_prompt {
+    double at_ms = 0;
+    std::vector<uint64_t> chain;
   };
 
   engine_state(const engine_state_config& cfg, kv_mirror mirror,
@@ -160,6 +175,12 @@ class engine_state {
   static constexpr size_t withdrawn_window = 4096;
   std::vector<uint64_t> withdrawn_;
   size_t withdrawn_next_ = 0;
+  // Prompts computed within fresh_prefill_ms, oldest first (at most
+  // max_fresh), and how many of them hold each block.
+  static constexpr size_t max_fresh = 4096;
+  std::deque<fresh_prompt> fresh_;
+  std::unordered_map<uint64_t, uint32_t> fresh_blocks_;
+  void drop_fresh();
   engine_metrics metrics_;
   bool draining_ = false;
   uint64_t occupancy_ = 0;  // blocks held by requests in the engine

@@ -95,7 +95,7 @@ TEST(engine_state, a_request_from_award_to_end) {
   EXPECT_EQ(st.waiting, 1u);
   EXPECT_EQ(st.active, 8u);  // (24 prompt + 8 output) / 4
   tier_match hits;
-  EXPECT_TRUE(s.first_token(5, &hits));
+  EXPECT_TRUE(s.first_token(5, 30, &hits));
   EXPECT_EQ(hits.gpu, 2u);
   st = s.status();
   EXPECT_DOUBLE_EQ(st.queued, 0.0);
@@ -107,7 +107,35 @@ TEST(engine_state, a_request_from_award_to_end) {
   EXPECT_EQ(st.running, 0u);
   EXPECT_EQ(st.completed, 1u);
   EXPECT_FALSE(s.finish(5));
-  EXPECT_FALSE(s.first_token(5));
+  EXPECT_FALSE(s.first_token(5, 40));
+}
+
+// The engine's KV events come on their own path, and can come after the
+// bids for the next turn of a conversation: the prompt a request has just
+// computed counts as on the GPU from its first token, for a while.
+TEST(engine_state, a_prompt_counts_as_cached_from_its_first_token) {
+  auto s = make();
+  const auto r = request(5, 24);     // 6 blocks
+  const auto next = request(6, 32);  // the same 6, then 2 more
+  ASSERT_TRUE(s.award(r, -1, 10).accepted);
+  EXPECT_TRUE(s.arrive_awarded(5, 77, 20));
+  EXPECT_EQ(s.make_bid(next.blocks.data(), 8).gpu, 0u) << "not computed yet";
+  ASSERT_TRUE(s.first_token(5, 100));
+  bid b = s.make_bid(next.blocks.data(), 8);
+  EXPECT_EQ(b.gpu, 6u);
+  EXPECT_EQ(b.host + b.disk, 0u);
+  // What the events say wins where it says more.
+  engine_caches(s, 7, "GPU");
+  EXPECT_EQ(s.make_bid(next.blocks.data(), 8).gpu, 7u);
+  // Past the window only the events count.
+  auto t = make();
+  ASSERT_TRUE(t.award(r, -1, 10).accepted);
+  EXPECT_TRUE(t.arrive_awarded(5, 77, 20));
+  ASSERT_TRUE(t.first_token(5, 100));
+  t.expire(100 + 1999);
+  EXPECT_EQ(t.make_bid(next.blocks.data(), 8).gpu, 6u);
+  t.expire(100 + 2000);
+  EXPECT_EQ(t.make_bid(next.blocks.data(), 8).gpu, 0u);
 }
 
 // A gateway calling the engine itself reports the arrival by id: the
@@ -125,7 +153,7 @@ TEST(engine_state, a_gateways_request_arrives_with_the_awards_blocks) {
   EXPECT_EQ(st.active, 8u);  // (24 prompt + 8 output) / 4
   EXPECT_EQ(s.arrived_ms(5), 20.0);
   tier_match hits;
-  EXPECT_TRUE(s.first_token(5, &hits));
+  EXPECT_TRUE(s.first_token(5, 30, &hits));
   EXPECT_EQ(hits.gpu, 2u);
   EXPECT_EQ(s.of_reporter(77), std::vector<uint64_t>{5});
   EXPECT_TRUE(s.of_reporter(78).empty());
