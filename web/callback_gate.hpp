@@ -15,6 +15,7 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -78,21 +79,52 @@ class callback_slot : public callback_gate::slot {
   }
   // Resumes the coroutine on its executor, once; later calls do nothing.
   void complete(T v) {
-    // Posted under the lock, so that drop() (the server's end) waits for
-    // the post to be queued before the executor goes.
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> g(mu_);
     if (!handler_) return;
     auto ex = boost::asio::get_associated_executor(*handler_);
+    if (armed_ && on_thread_of(ex)) {
+      // A call from the coroutine's own thread after it waits (a NATS
+      // message read on its loop): resumed here, not behind everything
+      // the loop has queued meanwhile.
+      Handler h = std::move(*handler_);
+      handler_.reset();
+      g.unlock();
+      std::move(h)(std::move(v));
+      return;
+    }
+    // Posted under the lock, so that drop() (the server's end) waits for
+    // the post to be queued before the executor goes.
     boost::asio::post(ex,
                       [h = std::move(*handler_), v = std::move(v)]() mutable {
                         std::move(h)(std::move(v));
                       });
     handler_.reset();
   }
+  // The call has started: a completion from now on is not within it.
+  void arm() {
+    std::lock_guard<std::mutex> g(mu_);
+    armed_ = true;
+  }
 
  private:
+  // Whether this thread runs the io_context behind `ex` (false for any
+  // other kind of executor: then the call is posted).
+  template <class Executor>
+  static bool on_thread_of(const Executor& ex) {
+    using plain = boost::asio::io_context::executor_type;
+    using tracked = decltype(boost::asio::prefer(
+        std::declval<plain>(),
+        boost::asio::execution::outstanding_work.tracked));
+    if (const auto* e = ex.template target<plain>())
+      return e->running_in_this_thread();
+    if (const auto* e = ex.template target<tracked>())
+      return e->running_in_this_thread();
+    return false;
+  }
+
   std::mutex mu_;
   std::optional<Handler> handler_;
+  bool armed_ = false;
 };
 
 }  // namespace detail
@@ -121,6 +153,7 @@ boost::asio::awaitable<T> await_callback(callback_gate& gate,
         }
         (*s)(std::function<void(T)>(
             [slot](T v) { slot->complete(std::move(v)); }));
+        slot->arm();
       },
       boost::asio::use_awaitable);
 }
