@@ -89,7 +89,7 @@ award_reply engine_state::award(const route_request_msg& r,
     q.prompt_tokens = r.input_tokens;
     q.output_tokens = r.output_tokens;
     q.hits = {b.gpu, b.host, b.disk, b.active_overlap};
-    q.chain = r.blocks;
+    if (cfg_.fresh_prefill_ms > 0) q.chain = r.blocks;
   }
   return {true, {}, cfg_.endpoint, ledger_.accepted()};
 }
@@ -137,7 +137,8 @@ void engine_state::arrive(const front_request& r, double now_ms) {
   if (r.output_tokens > 0) q.output_tokens = r.output_tokens;
   if (!r.blocks.empty())
     q.hits = mirror_.cache().match(r.blocks.data(), r.blocks.size());
-  if (q.chain.empty() && !r.approximate) q.chain = r.blocks;
+  if (q.chain.empty() && !r.approximate && cfg_.fresh_prefill_ms > 0)
+    q.chain = r.blocks;
   enter(q, now_ms);
 }
 

@@ -162,6 +162,8 @@ class engine_state {
                worker_ledger ledger);
   // A request enters the engine: it holds its blocks until it ends.
   void enter(request& q, double now_ms);
+  // Forgets the oldest fresh prompt.
+  void drop_fresh();
   uint64_t blocks_for(uint64_t tokens) const {
     return (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;
   }
@@ -180,7 +182,6 @@ class engine_state {
   static constexpr size_t max_fresh = 4096;
   std::deque<fresh_prompt> fresh_;
   std::unordered_map<uint64_t, uint32_t> fresh_blocks_;
-  void drop_fresh();
   engine_metrics metrics_;
   bool draining_ = false;
   uint64_t occupancy_ = 0;  // blocks held by requests in the engine
